@@ -1,0 +1,68 @@
+// Package devbroker runs an in-memory, single-process Kafka-protocol broker
+// (franz-go's kfake) for the demo, the tests and development without Docker.
+// It keeps nothing on disk: everything is gone when the process exits.
+package devbroker
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Config says where to listen and how topics are created.
+type Config struct {
+	// Addr is host:port to listen on; port 0 (or empty Addr) picks a free
+	// port on 127.0.0.1.
+	Addr string
+	// Partitions for auto-created topics. Default 4.
+	Partitions int
+	// Topics to create at start.
+	Topics []string
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	c *kfake.Cluster
+}
+
+// Start starts a broker and returns once it accepts connections.
+func Start(cfg Config) (*Broker, error) {
+	parts := cfg.Partitions
+	if parts <= 0 {
+		parts = 4
+	}
+	port := 0
+	if cfg.Addr != "" {
+		_, p, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("devbroker: addr %q: %w", cfg.Addr, err)
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("devbroker: addr %q: port: %w", cfg.Addr, err)
+		}
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(parts),
+		// kafka-go's group consumers use short session timeouts in tests.
+		kfake.GroupMinSessionTimeout(0),
+	}
+	if len(cfg.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(parts), cfg.Topics...))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("devbroker: start: %w", err)
+	}
+	return &Broker{c: c}, nil
+}
+
+// Addrs are the bootstrap addresses (host:port) of the broker.
+func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
+
+// Close stops the broker; safe to call twice.
+func (b *Broker) Close() { b.c.Close() }

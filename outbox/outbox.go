@@ -1,0 +1,210 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the outbox needs from a connection, pool or transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Message is one record to publish.
+type Message struct {
+	Topic   string
+	Key     string
+	Value   []byte
+	Headers map[string]string
+	// AvailableAt delays publication; zero means now.
+	AvailableAt time.Time
+}
+
+// Row is a stored, not yet sent message as the relay reads it.
+type Row struct {
+	ID        int64
+	Topic     string
+	Key       string
+	Value     []byte
+	Headers   map[string]string
+	Attempts  int
+	CreatedAt time.Time
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ErrEmptyTopic is returned by Enqueue for a message without a topic.
+var ErrEmptyTopic = errors.New("outbox: message has no topic")
+
+// Outbox is the outbox table of one schema. It is safe for concurrent use.
+type Outbox struct {
+	schema  string
+	channel string
+
+	insertSQL, claimSQL, markSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
+}
+
+// New returns the outbox stored in schema (created by the migrations'
+// messaging set).
+func New(schema string) (*Outbox, error) {
+	if !identRE.MatchString(schema) {
+		return nil, fmt.Errorf("outbox: schema %q must match [a-z_][a-z0-9_]{0,62}", schema)
+	}
+	t := pgx.Identifier{schema, "outbox"}.Sanitize()
+	o := &Outbox{schema: schema, channel: schema + "_outbox"}
+	o.insertSQL = `WITH ins AS (
+  INSERT INTO ` + t + ` (topic, key, value, headers, available_at)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[], $5::timestamptz[])
+  RETURNING 1)
+SELECT pg_notify($6, ''), (SELECT count(*) FROM ins)`
+	o.claimSQL = `SELECT id, topic, key, value, headers, attempts, created_at FROM ` + t + `
+WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
+ORDER BY id LIMIT $1`
+	o.markSentSQL = `UPDATE ` + t + ` SET sent_at = now(), attempts = attempts + 1 WHERE id = ANY($1) AND sent_at IS NULL`
+	o.markFailedSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, available_at = $3 WHERE id = $1 AND sent_at IS NULL`
+	o.markDeadSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, dead_at = now() WHERE id = $1 AND sent_at IS NULL`
+	o.statsSQL = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8,
+  count(*) FILTER (WHERE dead_at IS NOT NULL) FROM ` + t + ` WHERE sent_at IS NULL`
+	o.purgeSQL = `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + ` WHERE sent_at < $1 LIMIT $2)`
+	return o, nil
+}
+
+// Schema is the schema the table lives in.
+func (o *Outbox) Schema() string { return o.schema }
+
+// Channel is the LISTEN/NOTIFY channel that Enqueue notifies.
+func (o *Outbox) Channel() string { return o.channel }
+
+// Enqueue inserts msgs inside the caller's transaction and notifies the
+// relay when that transaction commits. Nothing is published unless the
+// transaction commits.
+func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	topics := make([]string, len(msgs))
+	keys := make([]string, len(msgs))
+	values := make([][]byte, len(msgs))
+	headers := make([][]byte, len(msgs))
+	avail := make([]time.Time, len(msgs))
+	now := time.Now()
+	for i, m := range msgs {
+		if m.Topic == "" {
+			return fmt.Errorf("outbox %s: enqueue message %d: %w", o.schema, i, ErrEmptyTopic)
+		}
+		topics[i], keys[i], values[i] = m.Topic, m.Key, m.Value
+		h := m.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		b, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("outbox %s: enqueue message %d: headers: %w", o.schema, i, err)
+		}
+		headers[i] = b
+		avail[i] = m.AvailableAt
+		if avail[i].IsZero() {
+			avail[i] = now
+		}
+	}
+	var n int64
+	var ignored string
+	if err := tx.QueryRow(ctx, o.insertSQL, topics, keys, values, headers, avail, o.channel).Scan(&ignored, &n); err != nil {
+		return fmt.Errorf("outbox %s: enqueue %d messages: %w", o.schema, len(msgs), err)
+	}
+	return nil
+}
+
+// ClaimDue returns up to limit due, unsent rows in id order. The caller is
+// expected to hold the relay's publishing lock (see relay).
+func (o *Outbox) ClaimDue(ctx context.Context, db DB, limit int) ([]Row, error) {
+	rows, err := db.Query(ctx, o.claimSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		var h []byte
+		if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.Value, &h, &r.Attempts, &r.CreatedAt); err != nil {
+			return nil, fmt.Errorf("outbox %s: scan row: %w", o.schema, err)
+		}
+		if len(h) > 0 {
+			if err := json.Unmarshal(h, &r.Headers); err != nil {
+				return nil, fmt.Errorf("outbox %s: row %d headers: %w", o.schema, r.ID, err)
+			}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
+	}
+	return out, nil
+}
+
+// MarkSent records that ids were published.
+func (o *Outbox) MarkSent(ctx context.Context, db DB, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, o.markSentSQL, ids); err != nil {
+		return fmt.Errorf("outbox %s: mark %d rows sent: %w", o.schema, len(ids), err)
+	}
+	return nil
+}
+
+// MarkFailed records a failed publication of id and makes it due again at
+// retryAt, so one undeliverable row does not hold back the others.
+func (o *Outbox) MarkFailed(ctx context.Context, db DB, id int64, cause string, retryAt time.Time) error {
+	if _, err := db.Exec(ctx, o.markFailedSQL, id, cause, retryAt); err != nil {
+		return fmt.Errorf("outbox %s: mark row %d failed: %w", o.schema, id, err)
+	}
+	return nil
+}
+
+// MarkDead parks id for an operator after the relay gave up on it.
+func (o *Outbox) MarkDead(ctx context.Context, db DB, id int64, cause string) error {
+	if _, err := db.Exec(ctx, o.markDeadSQL, id, cause); err != nil {
+		return fmt.Errorf("outbox %s: mark row %d dead: %w", o.schema, id, err)
+	}
+	return nil
+}
+
+// Stats describes the unsent part of the outbox.
+type Stats struct {
+	Pending      int64
+	OldestUnsent time.Duration
+	Dead         int64
+}
+
+// Stats reads pending depth, the age of the oldest unsent row and how many
+// rows were parked as dead.
+func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
+	var s Stats
+	var age float64
+	if err := db.QueryRow(ctx, o.statsSQL).Scan(&s.Pending, &age, &s.Dead); err != nil {
+		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.schema, err)
+	}
+	s.OldestUnsent = time.Duration(age * float64(time.Second))
+	return s, nil
+}
+
+// PurgeSent deletes up to limit rows sent before cutoff and returns how many
+// it deleted. Call it in a loop for bounded batches.
+func (o *Outbox) PurgeSent(ctx context.Context, db DB, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, o.purgeSQL, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: purge sent rows: %w", o.schema, err)
+	}
+	return tag.RowsAffected(), nil
+}
