@@ -1,0 +1,93 @@
+package participants
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/relay"
+)
+
+// Config configures one participant service.
+type Config struct {
+	// Name is the participant's stable external name. Commands arrive on
+	// "<Name>.commands" unless CommandTopic says otherwise.
+	Name string
+	// Schema is the Postgres schema of the SDK tables (outbox, inbox,
+	// barrier); default Name.
+	Schema       string
+	Brokers      []string
+	CommandTopic string // default Name + ".commands"
+	GroupID      string // default Name
+	// InboxBatchSize is the number of commands handled per transaction.
+	InboxBatchSize int
+	Logger         *slog.Logger
+	InboxMetrics   *inbox.Metrics
+	RelayMetrics   *relay.Metrics
+}
+
+// Participant runs the forward and compensate handlers of its steps behind
+// the barrier, and sends replies through its own outbox and relay.
+type Participant struct {
+	pool *pgxpool.Pool
+	cfg  Config
+
+	mu       sync.RWMutex
+	handlers map[string]stepHandlers
+}
+
+type stepHandlers struct {
+	forward, compensate Func
+}
+
+// New validates cfg and returns a participant with no steps yet.
+func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
+	if pool == nil {
+		return nil, errors.New("participants: New: pool is nil")
+	}
+	if cfg == nil || cfg.Name == "" {
+		return nil, errors.New("participants: New: Config.Name is required")
+	}
+	c := *cfg
+	if c.Schema == "" {
+		c.Schema = c.Name
+	}
+	if c.CommandTopic == "" {
+		c.CommandTopic = c.Name + ".commands"
+	}
+	if c.GroupID == "" {
+		c.GroupID = c.Name
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Participant{pool: pool, cfg: c, handlers: map[string]stepHandlers{}}, nil
+}
+
+// Handle registers the handlers of step. compensate may be nil for a step
+// that is never compensated (the pivot, or a retryable step after it).
+func (p *Participant) Handle(step string, forward, compensate Func) error {
+	if step == "" {
+		return fmt.Errorf("participant %q: Handle: empty step name", p.cfg.Name)
+	}
+	if forward == nil {
+		return fmt.Errorf("participant %q: Handle step %q: forward handler is nil", p.cfg.Name, step)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, dup := p.handlers[step]; dup {
+		return fmt.Errorf("participant %q: Handle step %q: already registered", p.cfg.Name, step)
+	}
+	p.handlers[step] = stepHandlers{forward: forward, compensate: compensate}
+	return nil
+}
+
+// Name is the participant's name.
+func (p *Participant) Name() string { return p.cfg.Name }
+
+// Schema is the schema of the participant's SDK tables.
+func (p *Participant) Schema() string { return p.cfg.Schema }
