@@ -1,0 +1,250 @@
+package inventory
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
+)
+
+//go:embed sql/*.up.sql
+var sqlFiles embed.FS
+
+// Reservation states.
+const (
+	StateReserved = "reserved"
+	StateReleased = "released"
+)
+
+// reasonCompensated answers a forward for a saga whose reservation was
+// already released (the SDK barrier normally refuses it first).
+const reasonCompensated = "compensated"
+
+// Migrations returns the business-table migration set (items,
+// reservations) for schema. The SDK's own sets come from
+// migrations.Participant(schema).
+func Migrations(schema string) ([]migrations.Set, error) {
+	sub, err := fs.Sub(sqlFiles, "sql")
+	if err != nil {
+		return nil, fmt.Errorf("inventory migrations: %w", err)
+	}
+	s, err := migrations.FromFS(orderapi.Inventory, schema, sub)
+	if err != nil {
+		return nil, err
+	}
+	return []migrations.Set{s}, nil
+}
+
+// Options configures the inventory handlers. The zero value is ready to use;
+// there is nothing to tune today.
+type Options struct{}
+
+// Register adds the reserve-inventory forward and compensate handlers to p.
+// Its tables live in p.Schema().
+func Register(p *participants.Participant, opts Options) error {
+	if p == nil {
+		return errors.New("inventory: Register: participant is nil")
+	}
+	h := newHandlers(p.Schema())
+	if err := p.Handle(orderapi.StepReserveInventory, h.reserve, h.release); err != nil {
+		return fmt.Errorf("inventory: Register: %w", err)
+	}
+	return nil
+}
+
+// DB is what the helpers need: a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type handlers struct {
+	items, reservations string // qualified table names
+}
+
+func newHandlers(schema string) *handlers {
+	return &handlers{
+		items:        pgx.Identifier{schema, "items"}.Sanitize(),
+		reservations: pgx.Identifier{schema, "reservations"}.Sanitize(),
+	}
+}
+
+func decode(cmd message.Command) (orderapi.ReserveInventory, error) {
+	in, err := participants.Decode[orderapi.ReserveInventory](cmd)
+	if err != nil {
+		return in, err
+	}
+	switch {
+	case in.OrderID == "":
+		return in, invalid(cmd, "order_id", "is empty")
+	case in.SKU == "":
+		return in, invalid(cmd, "sku", "is empty")
+	case in.Qty <= 0:
+		return in, invalid(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+	}
+	return in, nil
+}
+
+func invalid(cmd message.Command, field, why string) error {
+	return fmt.Errorf("%w: step %q %s saga %s: payload field %q %s",
+		message.ErrInvalid, cmd.Step, cmd.Action, cmd.SagaID, field, why)
+}
+
+// reserve is the forward action: move qty units from available to reserved
+// and record the reservation.
+func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decode(cmd)
+	if err != nil {
+		return participants.Result{}, err
+	}
+	ok := participants.Success(orderapi.ReserveInventoryResult{ReservationID: cmd.SagaID.String()})
+
+	var state string
+	err = tx.QueryRow(ctx, `SELECT state FROM `+h.reservations+` WHERE saga_id = $1`, cmd.SagaID).Scan(&state)
+	switch {
+	case err == nil && state == StateReserved:
+		return ok, nil // a copy of a forward that already took effect
+	case err == nil:
+		return participants.Fail(reasonCompensated), nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return participants.Result{}, fmt.Errorf("inventory reserve saga %s: read reservation: %w", cmd.SagaID, err)
+	}
+
+	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
+SET available = available - $2, reserved = reserved + $2
+WHERE sku = $1 AND available >= $2`, in.SKU, in.Qty)
+	if err != nil {
+		return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q qty %d: update stock: %w", cmd.SagaID, in.SKU, in.Qty, err)
+	}
+	if tag.RowsAffected() == 0 {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+h.items+` WHERE sku = $1)`, in.SKU).Scan(&exists); err != nil {
+			return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q: look up sku: %w", cmd.SagaID, in.SKU, err)
+		}
+		if !exists {
+			return participants.Fail(orderapi.ReasonUnknownSKU), nil
+		}
+		return participants.Fail(orderapi.ReasonInsufficientStock), nil
+	}
+	// A concurrent copy for the same saga blocks here on the primary key and
+	// then fails with a unique violation, rolling its stock update back.
+	if _, err := tx.Exec(ctx, `INSERT INTO `+h.reservations+` (saga_id, order_id, sku, qty, state)
+VALUES ($1, $2, $3, $4, 'reserved')`, cmd.SagaID, in.OrderID, in.SKU, in.Qty); err != nil {
+		return participants.Result{}, fmt.Errorf("inventory reserve saga %s order %q: insert reservation: %w", cmd.SagaID, in.OrderID, err)
+	}
+	return ok, nil
+}
+
+// release is the compensation: give back what the saga's reservation holds,
+// once. A saga without a held reservation has nothing to undo.
+func (h *handlers) release(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	if _, err := decode(cmd); err != nil {
+		return participants.Result{}, err
+	}
+	var (
+		sku string
+		qty int
+	)
+	err := tx.QueryRow(ctx, `UPDATE `+h.reservations+`
+SET state = 'released', updated_at = now()
+WHERE saga_id = $1 AND state = 'reserved'
+RETURNING sku, qty`, cmd.SagaID).Scan(&sku, &qty)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return participants.Success(nil), nil
+	}
+	if err != nil {
+		return participants.Result{}, fmt.Errorf("inventory release saga %s: update reservation: %w", cmd.SagaID, err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
+SET available = available + $2, reserved = reserved - $2
+WHERE sku = $1`, sku, qty)
+	if err != nil {
+		return participants.Result{}, fmt.Errorf("inventory release saga %s sku %q qty %d: update stock: %w", cmd.SagaID, sku, qty, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return participants.Result{}, fmt.Errorf("inventory release saga %s: sku %q of the reservation is missing from items", cmd.SagaID, sku)
+	}
+	return participants.Success(nil), nil
+}
+
+// Item is the stock of one SKU.
+type Item struct {
+	Available, Reserved, Sold int
+}
+
+// Reservation is one saga's reservation.
+type Reservation struct {
+	OrderID string
+	SKU     string
+	Qty     int
+	State   string // StateReserved or StateReleased
+}
+
+// Seed inserts every SKU of stock with that many units available, or resets
+// an existing SKU to it (nothing reserved or sold).
+func Seed(ctx context.Context, db DB, schema string, stock map[string]int) error {
+	items := pgx.Identifier{schema, "items"}.Sanitize()
+	for sku, n := range stock {
+		if sku == "" || n < 0 {
+			return fmt.Errorf("inventory seed: sku %q with %d units: want a non-empty sku and units >= 0", sku, n)
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO `+items+` (sku, available, reserved, sold) VALUES ($1, $2, 0, 0)
+ON CONFLICT (sku) DO UPDATE SET available = excluded.available, reserved = 0, sold = 0`, sku, n); err != nil {
+			return fmt.Errorf("inventory seed sku %q: %w", sku, err)
+		}
+	}
+	return nil
+}
+
+// Stock returns every SKU's stock.
+func Stock(ctx context.Context, db DB, schema string) (map[string]Item, error) {
+	rows, err := db.Query(ctx, `SELECT sku, available, reserved, sold FROM `+pgx.Identifier{schema, "items"}.Sanitize())
+	if err != nil {
+		return nil, fmt.Errorf("inventory stock: %w", err)
+	}
+	out := map[string]Item{}
+	var (
+		sku string
+		it  Item
+	)
+	_, err = pgx.ForEachRow(rows, []any{&sku, &it.Available, &it.Reserved, &it.Sold}, func() error {
+		out[sku] = it
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inventory stock: %w", err)
+	}
+	return out, nil
+}
+
+// Reservations returns every saga's reservation.
+func Reservations(ctx context.Context, db DB, schema string) (map[uuid.UUID]Reservation, error) {
+	rows, err := db.Query(ctx, `SELECT saga_id, order_id, sku, qty, state FROM `+pgx.Identifier{schema, "reservations"}.Sanitize())
+	if err != nil {
+		return nil, fmt.Errorf("inventory reservations: %w", err)
+	}
+	out := map[uuid.UUID]Reservation{}
+	var (
+		id uuid.UUID
+		r  Reservation
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &r.OrderID, &r.SKU, &r.Qty, &r.State}, func() error {
+		out[id] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inventory reservations: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,143 @@
+// Package reftest holds the test helpers shared by the reference
+// participants (participants/inventory, coupon, payment, shipping, points):
+// a fresh Postgres database with the SDK and business migrations applied,
+// hand-built commands, and a runner that executes one handler in its own
+// transaction the way the SDK does (commit on success, roll back on a
+// failure or retry result, roll back on an error).
+//
+// It is imported by tests only; it needs a real Postgres (see testkit).
+package reftest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/testkit"
+)
+
+// Setup returns a pool on a fresh database where the participant SDK sets
+// (migrations.Participant) and the business sets returned by business are
+// applied in schema.
+func Setup(t testing.TB, schema string, business func(schema string) ([]migrations.Set, error)) *pgxpool.Pool {
+	t.Helper()
+	pool := testkit.Pool(t)
+	must := testkit.MustSets(t)
+	testkit.Migrate(t, pool, must(migrations.Participant(schema)), must(business(schema)))
+	return pool
+}
+
+// Command builds a valid command of the place-order saga for step and
+// action with payload encoded as JSON. A []byte or json.RawMessage payload
+// is used as is, so tests can send malformed JSON.
+func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action, attempt int, payload any) message.Command {
+	t.Helper()
+	var raw json.RawMessage
+	switch p := payload.(type) {
+	case nil:
+	case json.RawMessage:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatalf("reftest: encode payload: %v", err)
+		}
+		raw = b
+	}
+	return message.Command{
+		MessageID:   uuid.New(),
+		SagaID:      sagaID,
+		SagaType:    orderapi.SagaType,
+		AggregateID: "order-" + sagaID.String()[:8],
+		Step:        step,
+		Action:      action,
+		Attempt:     attempt,
+		ReplyTo:     "saga.replies",
+		SentAt:      time.Now().UTC(),
+		Payload:     raw,
+	}
+}
+
+// Exec runs fn for cmd in its own transaction on pool. The transaction is
+// committed when fn returns a success result and rolled back otherwise
+// (failure, retry, or error), which is what the SDK guarantees handlers.
+func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) (participants.Result, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return participants.Result{}, fmt.Errorf("reftest: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	res, err := fn(ctx, tx, cmd)
+	if err != nil {
+		return res, err
+	}
+	if res.Outcome != message.Success {
+		return res, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("reftest: commit: %w", err)
+	}
+	return res, nil
+}
+
+// MustExec is Exec failing the test on an error.
+func MustExec(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) participants.Result {
+	t.Helper()
+	res, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
+	if err != nil {
+		t.Fatalf("reftest: step %q %s saga %s: unexpected error: %v", cmd.Step, cmd.Action, cmd.SagaID, err)
+	}
+	return res
+}
+
+// WantOutcome fails the test unless res has outcome and reason.
+func WantOutcome(t testing.TB, res participants.Result, outcome message.Outcome, reason string) {
+	t.Helper()
+	if res.Outcome != outcome || res.Reason != reason {
+		t.Fatalf("result = %s (reason %q), want %s (reason %q)", res.Outcome, res.Reason, outcome, reason)
+	}
+}
+
+// WantInvalid runs fn for cmd and fails the test unless it returns an error
+// wrapping message.ErrInvalid whose text mentions field.
+func WantInvalid(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command, field string) {
+	t.Helper()
+	_, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
+	if !errors.Is(err, message.ErrInvalid) {
+		t.Fatalf("step %q %s payload %s: err = %v, want message.ErrInvalid", cmd.Step, cmd.Action, cmd.Payload, err)
+	}
+	if field != "" && !containsFold(err.Error(), field) {
+		t.Fatalf("step %q %s payload %s: error %q does not name field %q", cmd.Step, cmd.Action, cmd.Payload, err, field)
+	}
+}
+
+// Payload decodes res.Payload (a value or pointer handlers return) into T.
+func Payload[T any](t testing.TB, res participants.Result) T {
+	t.Helper()
+	var v T
+	b, err := json.Marshal(res.Payload)
+	if err != nil {
+		t.Fatalf("reftest: encode result payload: %v", err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("reftest: result payload %s does not fit %T: %v", b, v, err)
+	}
+	return v
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
