@@ -1,0 +1,166 @@
+package coupon
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
+)
+
+//go:embed sql/*.up.sql
+var sqlFiles embed.FS
+
+// DiscountCentsDefault is the discount of a coupon seeded by Seed.
+const DiscountCentsDefault int64 = 500
+
+// Migrations returns the business-table migration set (coupons) for schema.
+// The SDK's own sets come from migrations.Participant(schema).
+func Migrations(schema string) ([]migrations.Set, error) {
+	sub, err := fs.Sub(sqlFiles, "sql")
+	if err != nil {
+		return nil, fmt.Errorf("coupon migrations: %w", err)
+	}
+	s, err := migrations.FromFS(orderapi.Coupon, schema, sub)
+	if err != nil {
+		return nil, err
+	}
+	return []migrations.Set{s}, nil
+}
+
+// Options configures the coupon handlers. The zero value is ready to use;
+// there is nothing to tune today.
+type Options struct{}
+
+// Register adds the lock-coupon forward and compensate handlers to p. Its
+// tables live in p.Schema().
+func Register(p *participants.Participant, opts Options) error {
+	if p == nil {
+		return errors.New("coupon: Register: participant is nil")
+	}
+	h := newHandlers(p.Schema())
+	if err := p.Handle(orderapi.StepLockCoupon, h.lock, h.unlock); err != nil {
+		return fmt.Errorf("coupon: Register: %w", err)
+	}
+	return nil
+}
+
+// DB is what the helpers need: a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type handlers struct {
+	coupons string // qualified table name
+}
+
+func newHandlers(schema string) *handlers {
+	return &handlers{coupons: pgx.Identifier{schema, "coupons"}.Sanitize()}
+}
+
+func decode(cmd message.Command) (orderapi.LockCoupon, error) {
+	in, err := participants.Decode[orderapi.LockCoupon](cmd)
+	if err != nil {
+		return in, err
+	}
+	if in.OrderID == "" {
+		return in, fmt.Errorf("%w: step %q %s saga %s: payload field %q is empty",
+			message.ErrInvalid, cmd.Step, cmd.Action, cmd.SagaID, "order_id")
+	}
+	return in, nil
+}
+
+// lock is the forward action: take the coupon for this saga.
+func (h *handlers) lock(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decode(cmd)
+	if err != nil {
+		return participants.Result{}, err
+	}
+	if in.Code == "" {
+		return participants.Success(orderapi.LockCouponResult{}), nil
+	}
+	var discount int64
+	err = tx.QueryRow(ctx, `UPDATE `+h.coupons+`
+SET locked_by = $2, locked_at = COALESCE(locked_at, now())
+WHERE code = $1 AND (locked_by IS NULL OR locked_by = $2)
+RETURNING discount_cents`, in.Code, cmd.SagaID).Scan(&discount)
+	if err == nil {
+		return participants.Success(orderapi.LockCouponResult{DiscountCents: discount}), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return participants.Result{}, fmt.Errorf("coupon lock saga %s code %q: %w", cmd.SagaID, in.Code, err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+h.coupons+` WHERE code = $1)`, in.Code).Scan(&exists); err != nil {
+		return participants.Result{}, fmt.Errorf("coupon lock saga %s code %q: look up code: %w", cmd.SagaID, in.Code, err)
+	}
+	if !exists {
+		return participants.Fail(orderapi.ReasonUnknownCoupon), nil
+	}
+	return participants.Fail(orderapi.ReasonCouponTaken), nil
+}
+
+// unlock is the compensation: free the coupon if, and only if, this saga
+// holds it.
+func (h *handlers) unlock(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decode(cmd)
+	if err != nil {
+		return participants.Result{}, err
+	}
+	if in.Code == "" {
+		return participants.Success(nil), nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+h.coupons+`
+SET locked_by = NULL, locked_at = NULL
+WHERE code = $1 AND locked_by = $2`, in.Code, cmd.SagaID); err != nil {
+		return participants.Result{}, fmt.Errorf("coupon unlock saga %s code %q: %w", cmd.SagaID, in.Code, err)
+	}
+	return participants.Success(nil), nil
+}
+
+// Seed inserts codes as free coupons worth DiscountCentsDefault; existing
+// codes are left as they are.
+func Seed(ctx context.Context, db DB, schema string, codes ...string) error {
+	coupons := pgx.Identifier{schema, "coupons"}.Sanitize()
+	for _, code := range codes {
+		if code == "" {
+			return errors.New("coupon seed: empty code")
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO `+coupons+` (code, discount_cents) VALUES ($1, $2)
+ON CONFLICT (code) DO NOTHING`, code, DiscountCentsDefault); err != nil {
+			return fmt.Errorf("coupon seed code %q: %w", code, err)
+		}
+	}
+	return nil
+}
+
+// Locks returns every locked coupon's code and the saga holding it.
+func Locks(ctx context.Context, db DB, schema string) (map[string]uuid.UUID, error) {
+	rows, err := db.Query(ctx, `SELECT code, locked_by FROM `+pgx.Identifier{schema, "coupons"}.Sanitize()+` WHERE locked_by IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("coupon locks: %w", err)
+	}
+	out := map[string]uuid.UUID{}
+	var (
+		code string
+		saga uuid.UUID
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&code, &saga}, func() error {
+		out[code] = saga
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coupon locks: %w", err)
+	}
+	return out, nil
+}
