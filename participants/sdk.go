@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/relay"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 type Participant struct {
 	pool *pgxpool.Pool
 	cfg  Config
+
+	barrier barrier
+	outbox  *outbox.Outbox
 
 	mu       sync.RWMutex
 	handlers map[string]stepHandlers
@@ -65,7 +69,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Participant{pool: pool, cfg: c, handlers: map[string]stepHandlers{}}, nil
+	ob, err := outbox.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("participants: New: Config.Schema: %w", err)
+	}
+	return &Participant{pool: pool, cfg: c, barrier: newBarrier(c.Schema), outbox: ob, handlers: map[string]stepHandlers{}}, nil
 }
 
 // Handle registers the handlers of step. compensate may be nil for a step

@@ -5,7 +5,10 @@ CREATE TABLE {{schema}}.barrier (
     saga_id    uuid        NOT NULL,
     step       text        NOT NULL,
     action     text        NOT NULL CHECK (action IN ('forward', 'compensate')),
-    outcome    text        NOT NULL CHECK (outcome IN ('success', 'failure')),
+    -- pending exists only inside the transaction running the handler: the
+    -- SDK always records the outcome (or rolls the row back) before the
+    -- transaction can commit.
+    outcome    text        NOT NULL CHECK (outcome IN ('pending', 'success', 'failure')),
     reason     text        NOT NULL DEFAULT '',
     payload    jsonb,
     -- closed: written by a compensation that found no forward (empty

@@ -1,0 +1,357 @@
+package participants
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// Reasons the SDK itself puts in replies.
+const (
+	// ReasonCompensated answers a forward that arrived after its
+	// compensation (anti-hanging): it is never executed.
+	ReasonCompensated = "compensated"
+	// ReasonEmpty is the reason of a compensation that found no forward
+	// effect to undo (the forward never ran, or failed).
+	ReasonEmpty = "empty"
+	// ReasonNoCompensation answers a compensate command for a step
+	// registered without a compensate handler.
+	ReasonNoCompensation = "step has no compensation"
+	// ReasonInvalidPayloadPrefix starts the reason of a failure caused by a
+	// handler error wrapping message.ErrInvalid (a payload that does not fit).
+	ReasonInvalidPayloadPrefix = "invalid_payload: "
+)
+
+// outcomePending marks a barrier row whose handler is running in this
+// transaction; it is never committed.
+const outcomePending = "pending"
+
+// barrier holds the SQL of the barrier table of one schema.
+type barrier struct {
+	insertPending, insertClosed, record, read string
+}
+
+func newBarrier(schema string) barrier {
+	t := pgx.Identifier{schema, "barrier"}.Sanitize()
+	return barrier{
+		insertPending: `INSERT INTO ` + t + ` (saga_id, step, action, outcome) VALUES ($1, $2, $3, 'pending')
+ON CONFLICT DO NOTHING`,
+		insertClosed: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
+VALUES ($1, $2, 'forward', 'failure', '` + ReasonCompensated + `', true)
+ON CONFLICT DO NOTHING`,
+		record: `UPDATE ` + t + ` SET outcome = $4, reason = $5, payload = $6::text::jsonb
+WHERE saga_id = $1 AND step = $2 AND action = $3
+RETURNING payload::text`,
+		read: `SELECT outcome, reason, payload::text, closed FROM ` + t + `
+WHERE saga_id = $1 AND step = $2 AND action = $3`,
+	}
+}
+
+// recorded is one barrier row as read back.
+type recorded struct {
+	outcome string
+	reason  string
+	payload *string
+	closed  bool
+}
+
+// Execute runs cmd behind the barrier inside the caller's transaction tx and
+// returns the reply to send. The caller commits tx (together with the reply
+// in its outbox, see HandleMessage) or rolls it back on error.
+//
+// A returned error means the transaction must be rolled back: an
+// infrastructure failure, a handler error, a programming error (an invalid
+// Result), or, wrapping message.ErrInvalid, a command for a step this
+// participant does not know (route it to the dead-letter topic). tx must be
+// at READ COMMITTED isolation (Postgres' default), so that a copy waiting on
+// a concurrent copy's barrier row reads that row once it commits.
+func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Command) (message.Reply, error) {
+	p.mu.RLock()
+	h, ok := p.handlers[cmd.Step]
+	p.mu.RUnlock()
+	if !ok {
+		return message.Reply{}, fmt.Errorf("participant %q: saga %s message %s: %w: unknown step %q",
+			p.cfg.Name, cmd.SagaID, cmd.MessageID, message.ErrInvalid, cmd.Step)
+	}
+	var (
+		res recorded
+		err error
+	)
+	switch cmd.Action {
+	case message.Forward:
+		res, err = p.forward(ctx, tx, cmd, h.forward)
+	case message.Compensate:
+		if h.compensate == nil {
+			res = recorded{outcome: string(message.Failure), reason: ReasonNoCompensation}
+			p.log(cmd).WarnContext(ctx, "compensate command for a step without compensation")
+		} else {
+			res, err = p.compensate(ctx, tx, cmd, h.compensate)
+		}
+	default:
+		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message %s: %w: action %q",
+			p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, message.ErrInvalid, cmd.Action)
+	}
+	if err != nil {
+		return message.Reply{}, err
+	}
+	reply := message.Reply{
+		MessageID: uuid.New(),
+		InReplyTo: cmd.MessageID,
+		SagaID:    cmd.SagaID,
+		Step:      cmd.Step,
+		Action:    cmd.Action,
+		Outcome:   message.Outcome(res.outcome),
+		Reason:    res.reason,
+	}
+	if res.payload != nil && *res.payload != "null" {
+		reply.Payload = json.RawMessage(*res.payload)
+	}
+	return reply, nil
+}
+
+func (p *Participant) log(cmd message.Command) *slog.Logger {
+	return p.cfg.Logger.With(
+		slog.String("participant", p.cfg.Name),
+		slog.String("saga_id", cmd.SagaID.String()),
+		slog.String("step", cmd.Step),
+		slog.String("action", string(cmd.Action)),
+		slog.String("message_id", cmd.MessageID.String()),
+	)
+}
+
+// forward: claim the forward row, then run the handler in a nested
+// savepoint; see doc.go for the protocol.
+func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
+	op := p.opName(cmd)
+	claim, err := tx.Begin(ctx) // savepoint before the barrier row
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: savepoint: %w", op, err)
+	}
+	tag, err := claim.Exec(ctx, p.barrier.insertPending, cmd.SagaID, cmd.Step, string(message.Forward))
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: insert barrier row: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		// Another copy (committed before us) or the compensation decided.
+		if err := claim.Commit(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
+		}
+		rec, err := p.read(ctx, tx, cmd, message.Forward)
+		if err != nil {
+			return recorded{}, err
+		}
+		if rec.closed {
+			p.log(cmd).InfoContext(ctx, "forward refused: step already compensated")
+			return recorded{outcome: string(message.Failure), reason: ReasonCompensated}, nil
+		}
+		p.log(cmd).DebugContext(ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
+		return rec, nil
+	}
+
+	res, handled, err := p.runHandler(ctx, claim, cmd, fn)
+	if err != nil {
+		return recorded{}, err
+	}
+	switch res.Outcome {
+	case message.Retry:
+		// Nothing is recorded: the next copy runs afresh.
+		if err := claim.Rollback(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
+		}
+		p.log(cmd).InfoContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
+		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
+	case message.Success, message.Failure:
+		var payload *string
+		if res.Outcome == message.Success {
+			if payload, err = encodePayload(res.Payload); err != nil {
+				return recorded{}, fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		rec, err := p.record(ctx, claim, cmd, message.Forward, res.Outcome, res.Reason, payload)
+		if err != nil {
+			return recorded{}, err
+		}
+		if err := claim.Commit(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
+		}
+		if handled {
+			p.log(cmd).InfoContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
+		}
+		return rec, nil
+	}
+	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
+}
+
+// compensate: claim the compensate row, close the forward if it never ran,
+// and otherwise undo a successful forward; see doc.go for the protocol.
+func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
+	op := p.opName(cmd)
+	claim, err := tx.Begin(ctx)
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: savepoint: %w", op, err)
+	}
+	tag, err := claim.Exec(ctx, p.barrier.insertPending, cmd.SagaID, cmd.Step, string(message.Compensate))
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: insert barrier row: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		if err := claim.Commit(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
+		}
+		rec, err := p.read(ctx, tx, cmd, message.Compensate)
+		if err != nil {
+			return recorded{}, err
+		}
+		p.log(cmd).DebugContext(ctx, "duplicate compensation answered from the barrier", slog.String("outcome", rec.outcome))
+		return rec, nil
+	}
+
+	// Close the forward: this waits for a concurrent forward's transaction,
+	// so either it commits first (and we see its row) or it is refused.
+	tag, err = claim.Exec(ctx, p.barrier.insertClosed, cmd.SagaID, cmd.Step)
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: close forward: %w", op, err)
+	}
+	empty := tag.RowsAffected() == 1
+	if !empty {
+		fwd, err := p.read(ctx, claim, cmd, message.Forward)
+		if err != nil {
+			return recorded{}, err
+		}
+		switch fwd.outcome {
+		case string(message.Failure):
+			empty = true
+		case string(message.Success):
+		default:
+			return recorded{}, fmt.Errorf("%s: forward barrier row has outcome %q in this transaction (an earlier Execute error was ignored?)", op, fwd.outcome)
+		}
+	}
+	if empty {
+		rec, err := p.record(ctx, claim, cmd, message.Compensate, message.Success, ReasonEmpty, nil)
+		if err != nil {
+			return recorded{}, err
+		}
+		if err := claim.Commit(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
+		}
+		p.log(cmd).InfoContext(ctx, "empty compensation: no forward effect to undo")
+		return rec, nil
+	}
+
+	res, handled, err := p.runHandler(ctx, claim, cmd, fn)
+	if err != nil {
+		return recorded{}, err
+	}
+	switch {
+	case res.Outcome == message.Success || (!handled && res.Outcome == message.Failure):
+		// Success, or an invalid payload (recorded as a failure so the
+		// orchestrator flags the saga instead of re-sending forever).
+		var payload *string
+		if res.Outcome == message.Success {
+			if payload, err = encodePayload(res.Payload); err != nil {
+				return recorded{}, fmt.Errorf("%s: %w", op, err)
+			}
+		}
+		rec, err := p.record(ctx, claim, cmd, message.Compensate, res.Outcome, res.Reason, payload)
+		if err != nil {
+			return recorded{}, err
+		}
+		if err := claim.Commit(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
+		}
+		p.log(cmd).InfoContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
+		return rec, nil
+	case res.Outcome == message.Retry || res.Outcome == message.Failure:
+		// Compensations are retried until they succeed: record nothing.
+		if err := claim.Rollback(ctx); err != nil {
+			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
+		}
+		p.log(cmd).WarnContext(ctx, "compensation answered retry", slog.String("handler_outcome", string(res.Outcome)), slog.String("reason", res.Reason))
+		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
+	}
+	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
+}
+
+// runHandler runs fn in a savepoint nested in claim. A Success keeps its
+// writes; any other outcome rolls them back. A handler error wrapping
+// message.ErrInvalid becomes a Failure with an invalid_payload reason
+// (handled=false); any other handler error is returned.
+func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.Command, fn Func) (res Result, handled bool, err error) {
+	op := p.opName(cmd)
+	sp, err := claim.Begin(ctx)
+	if err != nil {
+		return Result{}, false, fmt.Errorf("%s: handler savepoint: %w", op, err)
+	}
+	res, herr := fn(ctx, sp, cmd)
+	if herr != nil {
+		if !errors.Is(herr, message.ErrInvalid) {
+			return Result{}, false, fmt.Errorf("%s: handler: %w", op, herr)
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return Result{}, false, fmt.Errorf("%s: roll back handler savepoint: %w", op, err)
+		}
+		p.log(cmd).WarnContext(ctx, "command payload rejected by the handler", slog.String("error", herr.Error()))
+		return Result{Outcome: message.Failure, Reason: ReasonInvalidPayloadPrefix + herr.Error()}, false, nil
+	}
+	if res.Outcome == message.Success {
+		if err := sp.Commit(ctx); err != nil {
+			return Result{}, false, fmt.Errorf("%s: release handler savepoint: %w", op, err)
+		}
+	} else if err := sp.Rollback(ctx); err != nil {
+		return Result{}, false, fmt.Errorf("%s: roll back handler savepoint: %w", op, err)
+	}
+	return res, true, nil
+}
+
+func (p *Participant) record(ctx context.Context, db pgx.Tx, cmd message.Command, action message.Action, outcome message.Outcome, reason string, payload *string) (recorded, error) {
+	rec := recorded{outcome: string(outcome), reason: reason}
+	if err := db.QueryRow(ctx, p.barrier.record, cmd.SagaID, cmd.Step, string(action), string(outcome), reason, payload).Scan(&rec.payload); err != nil {
+		return recorded{}, fmt.Errorf("%s: record %s outcome %s: %w", p.opName(cmd), action, outcome, err)
+	}
+	return rec, nil
+}
+
+func (p *Participant) read(ctx context.Context, db pgx.Tx, cmd message.Command, action message.Action) (recorded, error) {
+	var rec recorded
+	err := db.QueryRow(ctx, p.barrier.read, cmd.SagaID, cmd.Step, string(action)).Scan(&rec.outcome, &rec.reason, &rec.payload, &rec.closed)
+	if err != nil {
+		return recorded{}, fmt.Errorf("%s: read %s barrier row: %w", p.opName(cmd), action, err)
+	}
+	if rec.outcome == outcomePending {
+		return recorded{}, fmt.Errorf("%s: %s barrier row is pending in this transaction (an earlier Execute error was ignored?)", p.opName(cmd), action)
+	}
+	return rec, nil
+}
+
+func (p *Participant) opName(cmd message.Command) string {
+	return fmt.Sprintf("participant %q: execute saga %s step %q %s message %s", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.Action, cmd.MessageID)
+}
+
+// encodePayload JSON-encodes a handler's output, which must be a JSON object
+// or null (nil).
+func encodePayload(v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode handler payload %T: %w", v, err)
+	}
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		return nil, nil
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return nil, fmt.Errorf("handler payload %T encodes to %.40s, want a JSON object or null", v, b)
+	}
+	s := string(b)
+	return &s, nil
+}

@@ -1,0 +1,65 @@
+package participants
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/outbox"
+)
+
+// Migrations returns the migration sets of the SDK tables (outbox, inbox,
+// barrier) in the participant's schema. Apply them (with the participant's
+// own business sets) before Run.
+func (p *Participant) Migrations() ([]migrations.Set, error) {
+	return migrations.Participant(p.cfg.Schema)
+}
+
+// HandleMessage is the inbox handler of the command topic: it decodes the
+// record, runs the command behind the barrier (Execute) and enqueues the
+// reply in the participant's outbox, all in tx. An error wrapping
+// message.ErrInvalid (undecodable record, headers contradicting the body,
+// unknown step) means the record belongs on the dead-letter topic; any other
+// error means tx must be rolled back and the record processed again.
+func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	cmd, err := message.DecodeCommand(m.Value)
+	if err != nil {
+		return fmt.Errorf("participant %q: topic %s partition %d offset %d: %w", p.cfg.Name, m.Topic, m.Partition, m.Offset, err)
+	}
+	headers := make(map[string]string, len(m.Headers))
+	for _, h := range m.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	if err := message.CheckHeaders(headers, cmd.MessageID, cmd.SagaID); err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+	}
+	reply, err := p.Execute(ctx, tx, cmd)
+	if err != nil {
+		return err
+	}
+	if err := p.enqueueReply(ctx, tx, cmd, reply); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.Command, reply message.Reply) error {
+	value, err := message.EncodeReply(reply)
+	if err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+	}
+	err = p.outbox.Enqueue(ctx, tx, outbox.Message{
+		Topic:   cmd.ReplyTo,
+		Key:     reply.SagaID.String(),
+		Value:   value,
+		Headers: message.Headers(reply.MessageID, reply.SagaID),
+	})
+	if err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, reply.MessageID, err)
+	}
+	return nil
+}
