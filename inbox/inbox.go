@@ -1,0 +1,603 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// Defaults filled in by New for zero Config fields.
+const (
+	DLQSuffixDefault      = ".dlq"
+	BatchSizeDefault      = 100
+	MaxWaitDefault        = 50 * time.Millisecond
+	BackoffInitialDefault = 100 * time.Millisecond
+	BackoffMaxDefault     = 10 * time.Second
+	// DLQPartitionsDefault is the partition count Run uses when it creates a
+	// missing dead-letter topic.
+	DLQPartitionsDefault = 1
+	// CommitTimeoutDefault bounds the offset commit and dead-letter publish
+	// of a batch, which run even while Run's context is being cancelled.
+	CommitTimeoutDefault = 30 * time.Second
+)
+
+// HeaderDLQPartition carries the original partition of a dead-lettered
+// record (the message package names the other dead-letter headers).
+const HeaderDLQPartition = "dlq-original-partition"
+
+// Handler processes one message inside tx. Return nil to commit; an error
+// wrapped with Permanent (or wrapping message.ErrInvalid) means the message
+// itself is bad: it goes to the dead-letter topic and the partition moves on;
+// any other error is transient: the whole batch is rolled back and retried
+// with backoff (the message is NOT skipped).
+//
+// The Handler runs inside a savepoint of the batch transaction: it must not
+// commit or roll back tx itself. ctx is not cancelled when Run's context is,
+// so that the in-flight batch can finish.
+type Handler func(ctx context.Context, tx pgx.Tx, m kafka.Message) error
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a property of the message itself: retrying cannot
+// help, so the message is dead-lettered. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent or wraps
+// message.ErrInvalid.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p) || errors.Is(err, message.ErrInvalid)
+}
+
+// Config configures a Consumer.
+type Config struct {
+	Brokers []string
+	GroupID string
+	Topics  []string
+	// Schema is the Postgres schema holding the inbox table (the
+	// "messaging" migration set).
+	Schema string
+	// Name labels metrics and logs; default GroupID.
+	Name string
+	// DLQSuffix is appended to a topic's name to name its dead-letter
+	// topic; default DLQSuffixDefault.
+	DLQSuffix string
+	// BatchSize is the maximum number of messages per transaction; default
+	// BatchSizeDefault.
+	BatchSize int
+	// MaxWait is kafka-go's fetch MaxWait; default MaxWaitDefault.
+	MaxWait time.Duration
+	// BackoffInitial and BackoffMax bound the capped exponential backoff
+	// (with jitter) between retries of a batch that failed transiently;
+	// defaults BackoffInitialDefault and BackoffMaxDefault.
+	BackoffInitial, BackoffMax time.Duration
+	// Logger receives the consumer's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics receives the consumer's metrics; nil keeps them on a private
+	// registry.
+	Metrics *Metrics
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	out.Name = cmp.Or(out.Name, out.GroupID)
+	out.DLQSuffix = cmp.Or(out.DLQSuffix, DLQSuffixDefault)
+	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
+	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
+	out.BackoffInitial = cmp.Or(out.BackoffInitial, BackoffInitialDefault)
+	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	out.Topics = append([]string(nil), out.Topics...)
+	out.Brokers = append([]string(nil), out.Brokers...)
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("inbox: Config.Brokers is empty")
+	case c.GroupID == "":
+		return errors.New("inbox: Config.GroupID is required")
+	case len(c.Topics) == 0:
+		return errors.New("inbox: Config.Topics is empty")
+	case c.Schema == "":
+		return errors.New("inbox: Config.Schema is required")
+	case c.BatchSize < 0:
+		return fmt.Errorf("inbox: Config.BatchSize is %d, want > 0", c.BatchSize)
+	case c.MaxWait < 0:
+		return fmt.Errorf("inbox: Config.MaxWait is %s, want > 0", c.MaxWait)
+	case c.BackoffInitial < 0:
+		return fmt.Errorf("inbox: Config.BackoffInitial is %s, want > 0", c.BackoffInitial)
+	case c.BackoffMax < 0:
+		return fmt.Errorf("inbox: Config.BackoffMax is %s, want > 0", c.BackoffMax)
+	}
+	for i, t := range c.Topics {
+		if t == "" {
+			return fmt.Errorf("inbox: Config.Topics[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// Consumer consumes Config.Topics through a consumer group and runs a
+// Handler per message, deduplicated by message id, in one transaction per
+// batch. Build it with New and run it with Run.
+type Consumer struct {
+	pool    *pgxpool.Pool
+	handler Handler
+	cfg     Config
+	log     *slog.Logger
+
+	table string // quoted "<schema>.inbox"
+
+	mMessages, mDuplicates, mDLQ, mErrors prometheus.Counter
+	mBatch                                prometheus.Observer
+
+	running atomic.Bool
+
+	// afterDBCommit, when set (tests only), runs after the database commit
+	// and before the offset commit; a non-nil error makes Run return it at
+	// once, as if the process had crashed there.
+	afterDBCommit func(batch []kafka.Message) error
+}
+
+// New validates cfg, fills in its defaults and returns a Consumer. Nothing
+// connects until Run.
+func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
+	if pool == nil {
+		return nil, errors.New("inbox: New: pool is nil")
+	}
+	if h == nil {
+		return nil, errors.New("inbox: New: handler is nil")
+	}
+	if cfg == nil {
+		return nil, errors.New("inbox: New: Config is nil")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	if c.BackoffMax < c.BackoffInitial {
+		return nil, fmt.Errorf("inbox: Config.BackoffMax (%s) is less than Config.BackoffInitial (%s)", c.BackoffMax, c.BackoffInitial)
+	}
+	m := c.Metrics
+	if m == nil {
+		var err error
+		if m, err = NewMetrics(prometheus.NewRegistry(), "sagaflow"); err != nil {
+			return nil, err
+		}
+	}
+	return &Consumer{
+		pool:        pool,
+		handler:     h,
+		cfg:         c,
+		log:         c.Logger.With("consumer", c.Name, "group", c.GroupID),
+		table:       pgx.Identifier{c.Schema, "inbox"}.Sanitize(),
+		mMessages:   m.messages.WithLabelValues(c.Name),
+		mDuplicates: m.duplicates.WithLabelValues(c.Name),
+		mDLQ:        m.dlq.WithLabelValues(c.Name),
+		mErrors:     m.handleErrors.WithLabelValues(c.Name),
+		mBatch:      m.batchSize.WithLabelValues(c.Name),
+	}, nil
+}
+
+// errStopped says Run's context ended while a batch waited to be retried.
+var errStopped = errors.New("inbox: stopped")
+
+// Run consumes until ctx is cancelled, then finishes the in-flight batch,
+// leaves the consumer group and returns nil. It returns an error only if the
+// consumer cannot run at all (or is already running).
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("inbox: consumer %q: Run: already running", c.cfg.Name)
+	}
+	defer c.running.Store(false)
+
+	dlqTopics := make([]string, 0, len(c.cfg.Topics))
+	for _, t := range c.cfg.Topics {
+		dlqTopics = append(dlqTopics, t+c.cfg.DLQSuffix)
+	}
+	if err := kafkaclient.EnsureTopics(ctx, c.cfg.Brokers, DLQPartitionsDefault, 1, dlqTopics...); err != nil {
+		// Operators may pre-create topics and forbid creation; a missing
+		// topic will show up as a (retried) publish error.
+		c.log.Warn("inbox: could not ensure dead-letter topics", "topics", dlqTopics, "err", err)
+	}
+
+	reader := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        c.cfg.Brokers,
+		GroupID:        c.cfg.GroupID,
+		GroupTopics:    c.cfg.Topics,
+		CommitInterval: 0,
+		StartOffset:    kafka.FirstOffset,
+		MinBytes:       1,
+		MaxBytes:       10 << 20,
+		MaxWait:        c.cfg.MaxWait,
+	})
+	writer := &kafka.Writer{
+		Addr:         kafka.TCP(c.cfg.Brokers...),
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+	}
+
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	fetched := make(chan kafka.Message, c.cfg.BatchSize)
+	fetchDone := make(chan struct{})
+	go c.fetch(fetchCtx, reader, fetched, fetchDone)
+
+	err := c.loop(ctx, reader, writer, fetched, fetchDone)
+
+	stopFetch()
+	<-fetchDone
+	if cerr := reader.Close(); cerr != nil {
+		c.log.Warn("inbox: close reader", "err", cerr)
+	}
+	if cerr := writer.Close(); cerr != nil {
+		c.log.Warn("inbox: close dead-letter writer", "err", cerr)
+	}
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	return err
+}
+
+// fetch pushes fetched messages into out until ctx ends or the reader is
+// closed.
+func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, out chan<- kafka.Message, done chan<- struct{}) {
+	defer close(done)
+	failures := 0
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return
+			}
+			failures++
+			c.log.Warn("inbox: fetch failed; retrying", "err", err, "failures", failures)
+			if !sleep(ctx, c.backoff(failures)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		select {
+		case out <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, fetched <-chan kafka.Message, fetchDone <-chan struct{}) error {
+	for {
+		var first kafka.Message
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-fetchDone:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("inbox: consumer %q: reader stopped unexpectedly", c.cfg.Name)
+		case first = <-fetched:
+		}
+		batch := []kafka.Message{first}
+	fill:
+		for len(batch) < c.cfg.BatchSize {
+			select {
+			case m := <-fetched:
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		if err := c.processWithRetry(ctx, w, batch); err != nil {
+			return err
+		}
+		if c.afterDBCommit != nil {
+			if err := c.afterDBCommit(batch); err != nil {
+				return err
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeoutDefault)
+		err := r.CommitMessages(cctx, batch...)
+		cancel()
+		if err != nil {
+			// The database already holds the batch; a redelivery is deduped.
+			c.log.Warn("inbox: commit offsets failed; the batch will be redelivered and deduplicated",
+				"err", err, "messages", len(batch), "first_topic", batch[0].Topic,
+				"first_partition", batch[0].Partition, "first_offset", batch[0].Offset)
+		}
+	}
+}
+
+// processWithRetry runs the batch until it commits, retrying transient
+// errors with backoff. It returns errStopped if ctx ends while waiting.
+func (c *Consumer) processWithRetry(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
+	// The batch runs to its end even when ctx is cancelled meanwhile.
+	work := context.WithoutCancel(ctx)
+	for attempt := 1; ; attempt++ {
+		res, err := c.process(work, w, batch)
+		if err == nil {
+			c.mMessages.Add(float64(res.handled))
+			c.mDuplicates.Add(float64(res.duplicates))
+			c.mDLQ.Add(float64(res.dead))
+			c.mBatch.Observe(float64(len(batch)))
+			return nil
+		}
+		c.mErrors.Inc()
+		wait := c.backoff(attempt)
+		c.log.Warn("inbox: batch failed; rolled back, will retry",
+			"err", err, "attempt", attempt, "retry_in", wait, "messages", len(batch))
+		if !sleep(ctx, wait) {
+			return errStopped
+		}
+	}
+}
+
+// backoff returns the wait before retry attempt (1-based): exponential from
+// BackoffInitial, capped at BackoffMax, with jitter in [d/2, d].
+func (c *Consumer) backoff(attempt int) time.Duration {
+	d := c.cfg.BackoffInitial
+	for i := 1; i < attempt && d < c.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.BackoffMax)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(half+1)
+	}
+	return d
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+type batchResult struct {
+	handled, duplicates, dead int
+}
+
+type dead struct {
+	m      kafka.Message
+	reason string
+}
+
+// item is one message of a batch with what the batch decided about it.
+type item struct {
+	m      kafka.Message
+	id     uuid.UUID
+	bad    string // non-empty: dead-letter without handling, for this reason
+	repeat bool   // same id earlier in the batch
+}
+
+// process runs one batch in one transaction. Any error means the
+// transaction was rolled back and the batch must be retried.
+func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.Message) (res batchResult, err error) {
+	items := make([]item, len(batch))
+	seen := make(map[uuid.UUID]bool, len(batch))
+	ids := make([]uuid.UUID, 0, len(batch))
+	topics := make([]string, 0, len(batch))
+	for i, m := range batch {
+		items[i].m = m
+		id, reason := messageID(m)
+		switch {
+		case reason != "":
+			items[i].bad = reason
+		case seen[id]:
+			items[i].id, items[i].repeat = id, true
+		default:
+			items[i].id = id
+			seen[id] = true
+			ids = append(ids, id)
+			topics = append(topics, m.Topic)
+		}
+	}
+
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("inbox: begin batch transaction (%d messages): %w", len(batch), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	fresh, err := dedupe(ctx, tx, c.table, ids, topics)
+	if err != nil {
+		return res, err
+	}
+
+	var deads []dead
+	for _, it := range items {
+		switch {
+		case it.bad != "":
+			deads = append(deads, dead{m: it.m, reason: it.bad})
+			continue
+		case it.repeat || !fresh[it.id]:
+			res.duplicates++
+			continue
+		}
+		herr := c.handle(ctx, tx, it.m)
+		switch {
+		case herr == nil:
+			res.handled++
+		case IsPermanent(herr):
+			if _, err := tx.Exec(ctx, "DELETE FROM "+c.table+" WHERE message_id = $1", it.id); err != nil {
+				return res, fmt.Errorf("inbox: forget dead-lettered message %s: %w", it.id, err)
+			}
+			c.log.Warn("inbox: message dead-lettered", "message_id", it.id, "topic", it.m.Topic,
+				"partition", it.m.Partition, "offset", it.m.Offset, "reason", herr.Error())
+			deads = append(deads, dead{m: it.m, reason: herr.Error()})
+		default:
+			return res, fmt.Errorf("inbox: handle message %s (topic %s partition %d offset %d): %w",
+				it.id, it.m.Topic, it.m.Partition, it.m.Offset, herr)
+		}
+	}
+
+	if len(deads) > 0 {
+		recs := make([]kafka.Message, len(deads))
+		for i, d := range deads {
+			recs[i] = c.deadLetter(d)
+		}
+		wctx, cancel := context.WithTimeout(ctx, CommitTimeoutDefault)
+		err = w.WriteMessages(wctx, recs...)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("inbox: publish %d dead-letter records (first from topic %s partition %d offset %d): %w",
+				len(recs), deads[0].m.Topic, deads[0].m.Partition, deads[0].m.Offset, err)
+		}
+		res.dead = len(deads)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("inbox: commit batch transaction (%d messages): %w", len(batch), err)
+	}
+	return res, nil
+}
+
+// dedupe records ids in the inbox table in one statement and returns the
+// ids that were not there yet.
+func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topics []string) (map[uuid.UUID]bool, error) {
+	fresh := make(map[uuid.UUID]bool, len(ids))
+	if len(ids) == 0 {
+		return fresh, nil
+	}
+	rows, err := tx.Query(ctx,
+		"INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
+		ids, topics)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("inbox: record message ids in %s: scan: %w", table, err)
+		}
+		fresh[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
+	}
+	return fresh, nil
+}
+
+// handle runs the handler for m inside a savepoint. A returned permanent
+// error means the savepoint was rolled back; any other error leaves the
+// transaction to be rolled back by the caller.
+func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	herr := c.call(ctx, sp, m)
+	if herr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil
+	}
+	if IsPermanent(herr) {
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("roll back to savepoint after %q: %w", herr.Error(), err)
+		}
+	}
+	return herr
+}
+
+// call runs the handler, turning a panic into a permanent error.
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("inbox: handler panicked", "topic", m.Topic, "partition", m.Partition,
+				"offset", m.Offset, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = Permanent(fmt.Errorf("handler panicked: %v", p))
+		}
+	}()
+	return c.handler(ctx, tx, m)
+}
+
+// messageID reads the message id header; reason is non-empty when it is
+// missing or not a UUID.
+func messageID(m kafka.Message) (uuid.UUID, string) {
+	for _, h := range m.Headers {
+		if h.Key != message.HeaderMessageID {
+			continue
+		}
+		id, err := uuid.Parse(string(h.Value))
+		if err != nil {
+			return uuid.Nil, fmt.Sprintf("%v: header %q is %q, not a UUID", message.ErrInvalid, message.HeaderMessageID, truncate(string(h.Value), 80))
+		}
+		if id == uuid.Nil {
+			return uuid.Nil, fmt.Sprintf("%v: header %q is the nil UUID", message.ErrInvalid, message.HeaderMessageID)
+		}
+		return id, ""
+	}
+	return uuid.Nil, fmt.Sprintf("%v: header %q is missing", message.ErrInvalid, message.HeaderMessageID)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// deadLetter builds the dead-letter record of d.
+func (c *Consumer) deadLetter(d dead) kafka.Message {
+	extra := map[string]string{
+		message.HeaderDLQReason: d.reason,
+		message.HeaderDLQTopic:  d.m.Topic,
+		message.HeaderDLQOffset: strconv.FormatInt(d.m.Offset, 10),
+		HeaderDLQPartition:      strconv.Itoa(d.m.Partition),
+	}
+	headers := make([]kafka.Header, 0, len(d.m.Headers)+len(extra))
+	for _, h := range d.m.Headers {
+		if _, replaced := extra[h.Key]; !replaced {
+			headers = append(headers, h)
+		}
+	}
+	for _, k := range []string{message.HeaderDLQReason, message.HeaderDLQTopic, message.HeaderDLQOffset, HeaderDLQPartition} {
+		headers = append(headers, kafka.Header{Key: k, Value: []byte(extra[k])})
+	}
+	return kafka.Message{
+		Topic:   d.m.Topic + c.cfg.DLQSuffix,
+		Key:     d.m.Key,
+		Value:   d.m.Value,
+		Headers: headers,
+	}
+}

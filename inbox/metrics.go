@@ -1,0 +1,82 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the inbox consumer's Prometheus collectors, labelled by
+// consumer (Config.Name). One Metrics may be shared by several consumers.
+type Metrics struct {
+	messages     *prometheus.CounterVec
+	duplicates   *prometheus.CounterVec
+	dlq          *prometheus.CounterVec
+	handleErrors *prometheus.CounterVec
+	batchSize    *prometheus.HistogramVec
+}
+
+// NewMetrics creates the inbox collectors under namespace ns and registers
+// them on reg:
+//
+//	<ns>_inbox_messages_total{consumer}       messages handled (committed)
+//	<ns>_inbox_duplicates_total{consumer}     messages skipped as already seen
+//	<ns>_dlq_messages_total{consumer}         messages sent to the dead-letter topic
+//	<ns>_inbox_handle_errors_total{consumer}  transient handler/db errors (batch retried)
+//	<ns>_inbox_batch_size{consumer}           messages per committed transaction
+func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("inbox: NewMetrics: registerer is nil")
+	}
+	labels := []string{"consumer"}
+	m := &Metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_messages_total",
+			Help: "Messages handled and committed by the inbox consumer.",
+		}, labels),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_duplicates_total",
+			Help: "Messages skipped because their message id was already in the inbox.",
+		}, labels),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "dlq_messages_total",
+			Help: "Messages sent to the dead-letter topic (bad id, permanent handler error or panic).",
+		}, labels),
+		handleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_handle_errors_total",
+			Help: "Transient handler or database errors; the batch was rolled back and retried.",
+		}, labels),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "inbox_batch_size",
+			Help:    "Messages per committed inbox transaction.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
+		}, labels),
+	}
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
+		}
+	}
+	return m, nil
+}
+
+// Messages returns the counter of handled messages for consumer.
+func (m *Metrics) Messages(consumer string) prometheus.Counter {
+	return m.messages.WithLabelValues(consumer)
+}
+
+// Duplicates returns the counter of duplicate messages for consumer.
+func (m *Metrics) Duplicates(consumer string) prometheus.Counter {
+	return m.duplicates.WithLabelValues(consumer)
+}
+
+// DeadLettered returns the counter of dead-lettered messages for consumer.
+func (m *Metrics) DeadLettered(consumer string) prometheus.Counter {
+	return m.dlq.WithLabelValues(consumer)
+}
+
+// HandleErrors returns the counter of transient errors for consumer.
+func (m *Metrics) HandleErrors(consumer string) prometheus.Counter {
+	return m.handleErrors.WithLabelValues(consumer)
+}

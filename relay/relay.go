@@ -1,0 +1,452 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/outbox"
+)
+
+// Defaults filled in by New for zero Config fields.
+const (
+	BatchSizeDefault     = 500
+	PollIntervalDefault  = 500 * time.Millisecond
+	StatsIntervalDefault = 5 * time.Second
+	MaxAttemptsDefault   = 20
+	RetryBackoffDefault  = time.Second
+	WriteTimeoutDefault  = 10 * time.Second
+)
+
+// MaxRetryBackoff caps the doubling delay of a failed row and of the pause
+// after a whole-batch failure.
+const MaxRetryBackoff = time.Minute
+
+// MaxMessageBytes bounds key+value+headers of one row. Larger rows are never
+// handed to Kafka; they are marked failed (and eventually dead) at once. The
+// broker's own limit (message.max.bytes, 1 MiB by default) is usually lower;
+// rows it refuses are failed individually as well.
+const MaxMessageBytes = 64 << 20
+
+// ErrInvalidMessage is wrapped by the error recorded on a row the relay
+// refuses to hand to Kafka: a topic name Kafka does not accept, or a row
+// larger than MaxMessageBytes.
+var ErrInvalidMessage = errors.New("relay: row cannot be published to Kafka")
+
+// Config configures one relay. Zero fields take the XxxDefault values.
+type Config struct {
+	Brokers       []string
+	BatchSize     int           // rows claimed and published per cycle; default 500
+	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
+	StatsInterval time.Duration // refresh of the outbox gauges; default 5s
+	MaxAttempts   int           // publish attempts of one row before it is parked dead; default 20
+	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
+	WriteTimeout  time.Duration // Kafka write timeout, also bounds each database call of a cycle; default 10s
+	Logger        *slog.Logger  // nil: discard
+	Metrics       *Metrics      // nil: no metrics
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.BatchSize == 0 {
+		out.BatchSize = BatchSizeDefault
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = PollIntervalDefault
+	}
+	if out.StatsInterval == 0 {
+		out.StatsInterval = StatsIntervalDefault
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = MaxAttemptsDefault
+	}
+	if out.RetryBackoff == 0 {
+		out.RetryBackoff = RetryBackoffDefault
+	}
+	if out.WriteTimeout == 0 {
+		out.WriteTimeout = WriteTimeoutDefault
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("Config.Brokers is empty")
+	case c.BatchSize < 1:
+		return fmt.Errorf("Config.BatchSize is %d, want >= 1", c.BatchSize)
+	case c.PollInterval < 0:
+		return fmt.Errorf("Config.PollInterval is %s, want > 0", c.PollInterval)
+	case c.StatsInterval < 0:
+		return fmt.Errorf("Config.StatsInterval is %s, want > 0", c.StatsInterval)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("Config.MaxAttempts is %d, want >= 1", c.MaxAttempts)
+	case c.RetryBackoff < 0:
+		return fmt.Errorf("Config.RetryBackoff is %s, want > 0", c.RetryBackoff)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("Config.WriteTimeout is %s, want > 0", c.WriteTimeout)
+	}
+	return nil
+}
+
+// Relay publishes the rows of one outbox to Kafka. See the package
+// documentation for its guarantees.
+type Relay struct {
+	pool    *pgxpool.Pool
+	ob      *outbox.Outbox
+	cfg     Config
+	log     *slog.Logger
+	m       *outboxMetrics
+	lockKey string
+
+	leader  atomic.Bool
+	running atomic.Bool
+
+	// afterPublish (tests only) runs after WriteMessages and before
+	// MarkSent; an error makes Run stop there as if the process crashed.
+	afterPublish func() error
+}
+
+// New returns a relay for ob. pool is used to open the relay's dedicated
+// lock connection (with the pool's connection settings) and to read the
+// outbox statistics.
+func New(pool *pgxpool.Pool, ob *outbox.Outbox, cfg *Config) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("relay: New: pool is nil")
+	}
+	if ob == nil {
+		return nil, errors.New("relay: New: outbox is nil")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("relay %s: New: %w", ob.Schema(), err)
+	}
+	return &Relay{
+		pool:    pool,
+		ob:      ob,
+		cfg:     c,
+		log:     c.Logger.With("outbox", ob.Schema()),
+		m:       c.Metrics.forOutbox(ob.Schema()),
+		lockKey: "sagaflow.relay." + ob.Schema(),
+	}, nil
+}
+
+// Leader reports whether this relay currently holds the publishing lock of
+// its outbox.
+func (r *Relay) Leader() bool { return r.leader.Load() }
+
+// Run publishes until ctx is cancelled, then finishes the batch in flight,
+// releases the lock and returns nil. While another relay holds the lock it
+// waits as a standby. It returns an error only when called twice at once.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("relay %s: Run: already running", r.ob.Schema())
+	}
+	defer r.running.Store(false)
+
+	tr := &kafka.Transport{ClientID: "sagaflow-relay", DialTimeout: r.cfg.WriteTimeout}
+	w := r.newWriter(tr)
+	defer func() {
+		if err := w.Close(); err != nil {
+			r.log.Warn("relay: close kafka writer", "error", err)
+		}
+		tr.CloseIdleConnections()
+	}()
+
+	var wg sync.WaitGroup
+	statsCtx, stopStats := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer stopStats()
+	if r.m != nil {
+		wg.Go(func() { r.statsLoop(statsCtx) })
+	}
+
+	var conn *pgx.Conn
+	defer func() { r.closeConn(conn) }()
+	for ctx.Err() == nil {
+		if conn == nil {
+			c, err := r.connect(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Error("relay: open lock connection; retrying", "error", err, "retry_in", r.cfg.PollInterval)
+				}
+				sleep(ctx, r.cfg.PollInterval)
+				continue
+			}
+			conn = c
+		}
+		got, err := r.tryLock(ctx, conn)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Error("relay: take publishing lock; reconnecting", "error", err)
+			}
+			r.closeConn(conn)
+			conn = nil
+			sleep(ctx, r.cfg.PollInterval)
+			continue
+		}
+		if !got {
+			sleep(ctx, r.cfg.PollInterval)
+			continue
+		}
+		err = r.lead(ctx, conn, w)
+		r.leader.Store(false)
+		// The session lock dies with its connection: close it whatever the
+		// reason we stopped leading, so no half-dead session keeps it.
+		r.closeConn(conn)
+		conn = nil
+		var crash *crashError
+		if errors.As(err, &crash) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Error("relay: lost the lock connection; stopped publishing, reacquiring", "error", err)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:                   kafka.TCP(r.cfg.Brokers...),
+		Balancer:               &kafka.Hash{},
+		MaxAttempts:            3,
+		BatchSize:              r.cfg.BatchSize,
+		BatchBytes:             MaxMessageBytes,
+		BatchTimeout:           time.Millisecond,
+		ReadTimeout:            r.cfg.WriteTimeout,
+		WriteTimeout:           r.cfg.WriteTimeout,
+		RequiredAcks:           kafka.RequireAll,
+		AllowAutoTopicCreation: true,
+		Transport:              tr,
+	}
+}
+
+func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
+	cc := r.pool.Config().ConnConfig.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	cc.RuntimeParams["application_name"] = "sagaflow-relay-" + r.ob.Schema()
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("relay %s: connect: %w", r.ob.Schema(), err)
+	}
+	return conn, nil
+}
+
+func (r *Relay) closeConn(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+func (r *Relay) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	var got bool
+	if err := conn.QueryRow(lctx, `SELECT pg_try_advisory_lock(hashtext($1))`, r.lockKey).Scan(&got); err != nil {
+		return false, fmt.Errorf("relay %s: try advisory lock %q: %w", r.ob.Schema(), r.lockKey, err)
+	}
+	return got, nil
+}
+
+// lead publishes while conn holds the lock. It returns nil when ctx is done,
+// a *crashError from the test hook, or the error that broke conn.
+func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error {
+	listen := "LISTEN " + pgx.Identifier{r.ob.Channel()}.Sanitize()
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	_, err := conn.Exec(lctx, listen)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("relay %s: %s: %w", r.ob.Schema(), listen, err)
+	}
+	r.leader.Store(true)
+	r.log.Info("relay: holding the publishing lock; publishing")
+	defer r.log.Info("relay: stopped publishing")
+
+	var pause time.Duration
+	for ctx.Err() == nil {
+		n, err := r.cycle(ctx, conn, w)
+		var outage *outageError
+		switch {
+		case errors.As(err, &outage):
+			pause = nextPause(pause, r.cfg.RetryBackoff)
+			r.log.Error("relay: publish failed for the whole batch; backing off", "error", err, "rows", outage.rows, "retry_in", pause)
+			sleep(ctx, pause)
+			continue
+		case err != nil:
+			return err
+		}
+		pause = 0
+		if n > 0 {
+			continue // drain before waiting
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err = conn.WaitForNotification(wctx)
+		timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err != nil && ctx.Err() == nil && !timedOut {
+			return fmt.Errorf("relay %s: wait for notification on %q: %w", r.ob.Schema(), r.ob.Channel(), err)
+		}
+	}
+	return nil
+}
+
+func nextPause(prev, first time.Duration) time.Duration {
+	if prev == 0 {
+		return min(first, MaxRetryBackoff)
+	}
+	return min(prev*2, MaxRetryBackoff)
+}
+
+// rowBackoff is the delay after the (attempts+1)-th failed publish of a row.
+func (r *Relay) rowBackoff(attempts int) time.Duration {
+	d := r.cfg.RetryBackoff
+	for range attempts {
+		if d >= MaxRetryBackoff {
+			break
+		}
+		d *= 2
+	}
+	return min(d, MaxRetryBackoff)
+}
+
+// crashError is the error of the afterPublish test hook.
+type crashError struct{ err error }
+
+func (e *crashError) Error() string {
+	return "relay: stopped after publish, before mark sent: " + e.err.Error()
+}
+func (e *crashError) Unwrap() error { return e.err }
+
+// outageError: nothing of the batch reached Kafka because Kafka could not
+// be reached; the rows are left untouched and the relay backs off.
+type outageError struct {
+	rows int
+	err  error
+}
+
+func (e *outageError) Error() string { return e.err.Error() }
+func (e *outageError) Unwrap() error { return e.err }
+
+// cycle claims due rows, publishes them and marks the result. It returns the
+// number of rows claimed.
+func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) (int, error) {
+	schema := r.ob.Schema()
+	// The claim runs on the lock connection: if that session (and so the
+	// lock) is gone, the claim fails and nothing is published.
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	rows, err := r.ob.ClaimDue(cctx, conn, r.cfg.BatchSize)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("relay %s: %w", schema, err)
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	// From here the batch is in flight: finish it even if ctx is cancelled,
+	// so a shutdown does not cause re-publishing.
+	wctx := context.WithoutCancel(ctx)
+	res := r.publish(wctx, w, rows)
+	if r.afterPublish != nil {
+		if err := r.afterPublish(); err != nil {
+			return 0, &crashError{err: err}
+		}
+	}
+	mctx, cancel := context.WithTimeout(wctx, r.cfg.WriteTimeout)
+	defer cancel()
+	if err := r.ob.MarkSent(mctx, conn, res.sent); err != nil {
+		return 0, fmt.Errorf("relay %s: %d rows published but not marked sent (they will be published again): %w", schema, len(res.sent), err)
+	}
+	for _, f := range res.failed {
+		if err := r.markFailed(mctx, conn, f.row, f.err); err != nil {
+			return 0, err
+		}
+	}
+	if r.m != nil {
+		r.m.published.Add(float64(len(res.sent)))
+		r.m.publishErrors.Add(float64(len(res.failed) + len(res.untouched)))
+	}
+	if len(res.untouched) > 0 {
+		return len(rows), &outageError{rows: len(res.untouched), err: fmt.Errorf("relay %s: publish %d rows (first row id %d): %w",
+			schema, len(res.untouched), res.untouched[0].ID, res.outage)}
+	}
+	return len(rows), nil
+}
+
+func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outbox.Row, cause error) error {
+	msg := cause.Error()
+	attrs := []any{"outbox_row_id", row.ID, "topic", row.Topic, "key", row.Key,
+		"message_id", row.Headers[message.HeaderMessageID], "attempt", row.Attempts + 1, "error", msg}
+	if row.Attempts+1 >= r.cfg.MaxAttempts {
+		if err := r.ob.MarkDead(ctx, conn, row.ID, msg); err != nil {
+			return fmt.Errorf("relay %s: park row %d dead: %w", r.ob.Schema(), row.ID, err)
+		}
+		r.log.Error("relay: row parked dead after its last publish attempt; needs an operator", attrs...)
+		return nil
+	}
+	d := r.rowBackoff(row.Attempts)
+	if err := r.ob.MarkFailed(ctx, conn, row.ID, msg, time.Now().Add(d)); err != nil {
+		return fmt.Errorf("relay %s: mark row %d failed: %w", r.ob.Schema(), row.ID, err)
+	}
+	r.log.Warn("relay: publish of row failed; will retry", append(attrs, "retry_in", d)...)
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (r *Relay) statsLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		r.refreshStats(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	s, err := r.ob.Stats(sctx, r.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("relay: refresh outbox gauges", "error", err)
+		}
+		return
+	}
+	r.m.pending.Set(float64(s.Pending))
+	r.m.oldest.Set(s.OldestUnsent.Seconds())
+	r.m.dead.Set(float64(s.Dead))
+}

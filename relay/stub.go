@@ -1,4 +1,0 @@
-package relay
-
-// Metrics is a placeholder until the relay lands; replaced by the real implementation.
-type Metrics struct{}

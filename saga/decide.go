@@ -1,0 +1,593 @@
+package saga
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// Journal event names.
+const (
+	JournalStarted          = "started"
+	JournalStepSucceeded    = "step succeeded"
+	JournalStepFailed       = "step failed"
+	JournalRetryAnswer      = "retry answered"
+	JournalTimeout          = "timeout"
+	JournalDeadline         = "deadline passed"
+	JournalResent           = "command re-sent"
+	JournalCompensated      = "step compensated"
+	JournalCompensationBusy = "compensation not done"
+	JournalOutputRejected   = "output rejected"
+	JournalLate             = "late reply"
+	JournalIllegal          = "illegal event"
+	JournalOperator         = "operator "
+)
+
+// CommandID is the message id of the attempt-th send of step's action in
+// saga sagaID. It is derived, not random, so Decide stays pure and a reply's
+// in_reply_to can be checked against every send the saga made.
+func CommandID(sagaID uuid.UUID, step string, action message.Action, attempt int) uuid.UUID {
+	return uuid.NewSHA1(sagaID, []byte(step+"\x00"+string(action)+"\x00"+strconv.Itoa(attempt)))
+}
+
+// Backoff is the delay before the attempt+1-th send under p: exponential,
+// capped, with up to half taken off by a jitter derived from the saga, step
+// and attempt (deterministic, so Decide stays pure).
+func Backoff(p RetryPolicy, sagaID uuid.UUID, step string, attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(p.InitialInterval) * math.Pow(p.Multiplier, float64(attempt-1))
+	if d > float64(p.MaxInterval) || math.IsInf(d, 0) || math.IsNaN(d) {
+		d = float64(p.MaxInterval)
+	}
+	h := fnv.New64a()
+	h.Write(sagaID[:])
+	h.Write([]byte(step))
+	h.Write([]byte{byte(attempt), byte(attempt >> 8)})
+	frac := float64(h.Sum64()%1024) / 1024
+	return time.Duration(d * (1 - retryJitterFraction*frac))
+}
+
+// Decide is the one door every state change passes through: given a
+// definition, the current instance and an event, it returns the next
+// instance, the commands to send and the journal entries. It does no I/O
+// and is deterministic.
+//
+// Errors: ErrUnknownStep (wrapped) for a reply naming a step the definition
+// lacks; a *RefusedError for an operator action not allowed now; other
+// errors for inputs that do not belong together (wrong type, corrupt
+// instance) or a start whose first command cannot be built. Events the
+// transition table does not allow are not errors: the decision is unchanged
+// with an ignored journal entry (Late or Illegal set).
+func Decide(def *Def, in Instance, ev Event) (Decision, error) {
+	if def == nil {
+		return Decision{}, errors.New("saga: decide: nil definition")
+	}
+	if in.Type != def.Name || in.DefVersion != def.Version {
+		return Decision{}, fmt.Errorf("saga %s: decide: instance is %q v%d, definition is %q v%d", in.ID, in.Type, in.DefVersion, def.Name, def.Version)
+	}
+	if len(in.Steps) != len(def.Steps) {
+		return Decision{}, fmt.Errorf("saga %s: decide: instance has %d steps, definition %d", in.ID, len(in.Steps), len(def.Steps))
+	}
+	if in.Cursor < -1 || in.Cursor >= len(in.Steps) {
+		return Decision{}, fmt.Errorf("saga %s: decide: cursor %d out of range", in.ID, in.Cursor)
+	}
+	m := &machine{def: def, prev: in, in: in.clone(), at: ev.At}
+	switch ev.Kind {
+	case EventStart:
+		return m.start()
+	case EventReply:
+		if ev.Reply == nil {
+			return Decision{}, errors.New("saga: decide: reply event without reply")
+		}
+		return m.reply(ev.Reply)
+	case EventTimer:
+		return m.timer()
+	case EventOperator:
+		if ev.Operator == nil {
+			return Decision{}, errors.New("saga: decide: operator event without operator")
+		}
+		return m.operator(*ev.Operator)
+	}
+	return Decision{}, fmt.Errorf("saga %s: decide: unknown event kind %q", in.ID, ev.Kind)
+}
+
+type machine struct {
+	def  *Def
+	prev Instance
+	in   Instance
+	at   time.Time
+	d    Decision
+}
+
+func (m *machine) note(e JournalEntry) {
+	e.SagaID = m.in.ID
+	e.At = m.at
+	m.d.Journal = append(m.d.Journal, e)
+}
+
+func (m *machine) finish() (Decision, error) {
+	m.d.Changed = true
+	m.in.Version = m.prev.Version + 1
+	m.in.UpdatedAt = m.at
+	if m.in.State.Terminal() && m.in.FinishedAt == nil {
+		at := m.at
+		m.in.FinishedAt = &at
+	}
+	for i := range m.d.Journal {
+		m.d.Journal[i].From = m.prev.State
+		m.d.Journal[i].To = m.in.State
+	}
+	m.d.Next = m.in
+	return m.d, nil
+}
+
+// ignore leaves the instance as it was and journals why.
+func (m *machine) ignore(late bool, e JournalEntry) (Decision, error) {
+	e.Ignored = true
+	if late {
+		e.Event = JournalLate
+	} else {
+		e.Event = JournalIllegal
+	}
+	e.SagaID, e.At, e.From, e.To = m.prev.ID, m.at, m.prev.State, m.prev.State
+	return Decision{Next: m.prev, Journal: []JournalEntry{e}, Late: late, Illegal: !late}, nil
+}
+
+func (m *machine) noop() (Decision, error) { return Decision{Next: m.prev}, nil }
+
+func (m *machine) settle(i int, action message.Action, outcome message.Outcome) {
+	s := &m.in.Steps[i]
+	start := s.StartedAt
+	if action == message.Compensate {
+		start = s.CompStartedAt
+	}
+	var d time.Duration
+	if start != nil {
+		d = m.at.Sub(*start)
+	}
+	m.d.Settled = append(m.d.Settled, SettledStep{Step: s.Name, Action: action, Outcome: outcome, Duration: d})
+}
+
+func (m *machine) start() (Decision, error) {
+	if m.prev.Cursor != -1 || m.prev.State != Running {
+		return m.ignore(false, JournalEntry{Reason: "start of a saga that already started"})
+	}
+	if m.def.Deadline > 0 {
+		dl := m.at.Add(m.def.Deadline)
+		m.in.DeadlineAt = &dl
+	}
+	m.note(JournalEntry{Event: JournalStarted, Step: m.def.Steps[0].Name})
+	if err := m.sendForward(0); err != nil {
+		return Decision{}, fmt.Errorf("saga %s (%s): start: step %q: build command: %w", m.in.ID, m.def.Name, m.def.Steps[0].Name, err)
+	}
+	return m.finish()
+}
+
+func (m *machine) sendForward(i int) error {
+	sd := &m.def.Steps[i]
+	payload, err := sd.command(m.in.Data)
+	if err != nil {
+		return err
+	}
+	s := &m.in.Steps[i]
+	s.Attempts++
+	id := CommandID(m.in.ID, sd.Name, message.Forward, s.Attempts)
+	s.State, s.AwaitID = StepRunning, id
+	due := m.at.Add(sd.Timeout)
+	s.DueAt = &due
+	if s.StartedAt == nil {
+		at := m.at
+		s.StartedAt = &at
+	}
+	m.in.Cursor = i
+	m.emit(sd, message.Forward, id, s.Attempts, payload)
+	return nil
+}
+
+func (m *machine) sendCompensate(i int) error {
+	sd := &m.def.Steps[i]
+	if sd.compensation == nil {
+		return fmt.Errorf("step %q has no compensation", sd.Name)
+	}
+	payload, err := sd.compensation(m.in.Data)
+	if err != nil {
+		return err
+	}
+	s := &m.in.Steps[i]
+	s.CompAttempts++
+	id := CommandID(m.in.ID, sd.Name, message.Compensate, s.CompAttempts)
+	s.State, s.AwaitID = StepCompensating, id
+	due := m.at.Add(sd.Timeout)
+	s.DueAt = &due
+	if s.CompStartedAt == nil {
+		at := m.at
+		s.CompStartedAt = &at
+	}
+	m.in.Cursor = i
+	m.emit(sd, message.Compensate, id, s.CompAttempts, payload)
+	return nil
+}
+
+func (m *machine) emit(sd *StepDef, action message.Action, id uuid.UUID, attempt int, payload []byte) {
+	m.d.Send = append(m.d.Send, Outgoing{Participant: sd.Participant, Command: message.Command{
+		MessageID: id, SagaID: m.in.ID, SagaType: m.in.Type, AggregateID: m.in.AggregateID,
+		Step: sd.Name, Action: action, Attempt: attempt, SentAt: m.at, Payload: payload,
+	}})
+}
+
+// advance moves past succeeded step i.
+func (m *machine) advance(i int) {
+	if i == len(m.def.Steps)-1 {
+		m.in.State = Completed
+		m.in.DeadlineAt = nil
+		return
+	}
+	if err := m.sendForward(i + 1); err != nil {
+		m.cannotSend(i+1, err)
+	}
+}
+
+// cannotSend handles a forward command that could not be built (a
+// definition bug): step i was never sent.
+func (m *machine) cannotSend(i int, err error) {
+	s := &m.in.Steps[i]
+	s.State, s.DueAt = StepFailed, nil
+	s.LastError = "build command: " + err.Error()
+	if m.def.afterPivot(i) {
+		m.fail(fmt.Sprintf("step %q: cannot build its command: %v", s.Name, err))
+		return
+	}
+	m.compensateFrom(i - 1)
+}
+
+// compensateFrom enters (or continues) compensation with the highest step
+// at or below from that needs it: succeeded steps, and steps whose outcome
+// is unknown. Compensation runs in reverse order of completion, which for a
+// sequential saga is reverse step order.
+func (m *machine) compensateFrom(from int) {
+	m.in.State = Compensating
+	m.in.DeadlineAt = nil
+	for j := from; j >= 0; j-- {
+		st := m.in.Steps[j].State
+		if st != StepSucceeded && st != StepUnknown {
+			continue
+		}
+		if err := m.sendCompensate(j); err != nil {
+			m.fail(fmt.Sprintf("cannot build the compensation of step %q: %v", m.in.Steps[j].Name, err))
+		}
+		return
+	}
+	m.in.State = Compensated
+}
+
+func (m *machine) fail(reason string) {
+	m.in.State = Failed
+	m.in.DeadlineAt = nil
+	if m.in.Cursor >= 0 {
+		m.in.Steps[m.in.Cursor].DueAt = nil
+	}
+	if len(m.d.Journal) > 0 {
+		j := &m.d.Journal[len(m.d.Journal)-1]
+		if j.Reason == "" {
+			j.Reason = reason
+		} else {
+			j.Reason += "; " + reason
+		}
+	}
+}
+
+func (m *machine) flag(reason string) {
+	if m.in.Flag == "" {
+		m.in.Flag = reason
+	}
+}
+
+func (m *machine) sentBy(i int, action message.Action, id uuid.UUID) bool {
+	s := m.in.Steps[i]
+	n := s.Attempts
+	if action == message.Compensate {
+		n = s.CompAttempts
+	}
+	for k := n; k >= 1; k-- {
+		if CommandID(m.in.ID, s.Name, action, k) == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *machine) reply(r *message.Reply) (Decision, error) {
+	i, ok := m.def.StepIndex(r.Step)
+	if !ok {
+		return Decision{}, fmt.Errorf("saga %s (%s): reply %s names step %q: %w", m.in.ID, m.in.Type, r.MessageID, r.Step, ErrUnknownStep)
+	}
+	if r.SagaID != m.in.ID {
+		return Decision{}, fmt.Errorf("saga %s: reply %s is for saga %s", m.in.ID, r.MessageID, r.SagaID)
+	}
+	mid := r.MessageID
+	base := JournalEntry{Step: r.Step, Action: string(r.Action), MessageID: &mid}
+	if !m.sentBy(i, r.Action, r.InReplyTo) {
+		base.Reason = fmt.Sprintf("in_reply_to %s is not a command this saga sent", r.InReplyTo)
+		return m.ignore(false, base)
+	}
+	s := &m.in.Steps[i]
+	if m.in.State.Terminal() {
+		base.Reason = fmt.Sprintf("%s %s after the saga was %s", r.Action, r.Outcome, m.in.State)
+		return m.ignore(true, base)
+	}
+	switch r.Action {
+	case message.Forward:
+		if m.in.State != Running || m.in.Cursor != i || (s.State != StepRunning && s.State != StepRetrying) {
+			base.Reason = fmt.Sprintf("forward %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
+			return m.ignore(true, base)
+		}
+		switch r.Outcome {
+		case message.Success:
+			m.note(withEvent(base, JournalStepSucceeded, ""))
+			m.forwardSucceeded(i, r)
+		case message.Failure:
+			m.note(withEvent(base, JournalStepFailed, r.Reason))
+			m.forwardFailed(i, r.Reason)
+		case message.Retry:
+			if s.State != StepRunning || r.InReplyTo != s.AwaitID {
+				base.Reason = "retry answer to an earlier send"
+				return m.ignore(true, base)
+			}
+			m.note(withEvent(base, JournalRetryAnswer, r.Reason))
+			s.LastError = "retry: " + r.Reason
+			s.DueAt = nil
+			m.retryOrGiveUp(i)
+		default:
+			return Decision{}, fmt.Errorf("saga %s: reply %s: unknown outcome %q", m.in.ID, r.MessageID, r.Outcome)
+		}
+	case message.Compensate:
+		if m.in.State != Compensating || m.in.Cursor != i || (s.State != StepCompensating && s.State != StepCompRetrying) {
+			base.Reason = fmt.Sprintf("compensate %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
+			return m.ignore(true, base)
+		}
+		switch r.Outcome {
+		case message.Success:
+			m.note(withEvent(base, JournalCompensated, r.Reason))
+			m.settle(i, message.Compensate, message.Success)
+			at := m.at
+			s.State, s.DueAt, s.CompFinishedAt, s.CompensationNote = StepCompensated, nil, &at, r.Reason
+			m.compensateFrom(i - 1)
+		case message.Failure, message.Retry:
+			if s.State != StepCompensating || r.InReplyTo != s.AwaitID {
+				base.Reason = "answer to an earlier compensation send"
+				return m.ignore(true, base)
+			}
+			m.note(withEvent(base, JournalCompensationBusy, r.Reason))
+			m.compensationRetry(i, fmt.Sprintf("compensation %s: %s", r.Outcome, r.Reason))
+		default:
+			return Decision{}, fmt.Errorf("saga %s: reply %s: unknown outcome %q", m.in.ID, r.MessageID, r.Outcome)
+		}
+	default:
+		return Decision{}, fmt.Errorf("saga %s: reply %s: unknown action %q", m.in.ID, r.MessageID, r.Action)
+	}
+	return m.finish()
+}
+
+func withEvent(e JournalEntry, event, reason string) JournalEntry {
+	e.Event, e.Reason = event, reason
+	return e
+}
+
+func (m *machine) forwardSucceeded(i int, r *message.Reply) {
+	s := &m.in.Steps[i]
+	m.settle(i, message.Forward, message.Success)
+	at := m.at
+	s.State, s.DueAt, s.FinishedAt, s.LastError = StepSucceeded, nil, &at, ""
+	if len(r.Payload) > 0 && string(r.Payload) != "null" {
+		s.Output = r.Payload
+	}
+	data, err := m.def.Steps[i].onSuccess(m.in.Data, r.Payload)
+	if err != nil {
+		s.LastError = "output rejected: " + err.Error()
+		m.note(JournalEntry{Event: JournalOutputRejected, Step: s.Name, Reason: err.Error()})
+		if m.def.beforePivot(i) {
+			m.compensateFrom(i)
+		} else {
+			m.fail(fmt.Sprintf("step %q succeeded but its output was rejected: %v", s.Name, err))
+		}
+		return
+	}
+	m.in.Data = data
+	if i == m.def.Pivot {
+		m.in.DeadlineAt = nil
+	}
+	m.advance(i)
+}
+
+func (m *machine) forwardFailed(i int, reason string) {
+	s := &m.in.Steps[i]
+	m.settle(i, message.Forward, message.Failure)
+	at := m.at
+	s.State, s.DueAt, s.FinishedAt, s.LastError = StepFailed, nil, &at, reason
+	if m.def.afterPivot(i) {
+		m.fail(fmt.Sprintf("step %q answered a business failure after the pivot (a definition error: steps after the pivot must not fail): %s", s.Name, reason))
+		return
+	}
+	m.compensateFrom(i - 1)
+}
+
+func (m *machine) pivotExhausted(i int) bool {
+	s, sd := &m.in.Steps[i], &m.def.Steps[i]
+	if s.Attempts >= sd.Retry.MaxAttempts {
+		return true
+	}
+	return sd.Deadline > 0 && s.StartedAt != nil && !m.at.Before(s.StartedAt.Add(sd.Deadline))
+}
+
+// retryOrGiveUp follows the transition table after a retry answer or (past
+// the pivot) a timeout of step i's forward.
+func (m *machine) retryOrGiveUp(i int) {
+	s, sd := &m.in.Steps[i], &m.def.Steps[i]
+	switch {
+	case m.def.beforePivot(i):
+		if s.Attempts >= sd.Retry.MaxAttempts {
+			// Give up: an earlier send may still land, so compensate this
+			// step too; the barrier closes it either way.
+			s.State = StepUnknown
+			s.LastError = fmt.Sprintf("gave up after %d attempts: %s", s.Attempts, s.LastError)
+			m.compensateFrom(i)
+			return
+		}
+	case i == m.def.Pivot:
+		if m.pivotExhausted(i) {
+			s.State = StepUnknown
+			m.fail(fmt.Sprintf("pivot %q got no definite answer after %d attempts; not compensated blindly: an operator must resolve it", s.Name, s.Attempts))
+			return
+		}
+	default:
+		if s.Attempts >= sd.Retry.MaxAttempts {
+			m.flag(fmt.Sprintf("step %q has not succeeded after %d attempts (still retrying)", s.Name, s.Attempts))
+		}
+	}
+	s.State = StepRetrying
+	due := m.at.Add(Backoff(sd.Retry, m.in.ID, s.Name, s.Attempts))
+	s.DueAt = &due
+}
+
+func (m *machine) compensationRetry(i int, why string) {
+	s, sd := &m.in.Steps[i], &m.def.Steps[i]
+	s.LastError = why
+	if s.CompAttempts >= sd.CompRetry.MaxAttempts {
+		m.flag(fmt.Sprintf("compensation of step %q has not succeeded after %d attempts (still retrying)", s.Name, s.CompAttempts))
+	}
+	s.State = StepCompRetrying
+	due := m.at.Add(Backoff(sd.CompRetry, m.in.ID, s.Name+"/compensate", s.CompAttempts))
+	s.DueAt = &due
+}
+
+func (m *machine) timer() (Decision, error) {
+	if m.in.State.Terminal() || m.in.Cursor < 0 {
+		return m.noop()
+	}
+	i := m.in.Cursor
+	s := &m.in.Steps[i]
+	if m.in.State == Running && m.in.DeadlineAt != nil && !m.at.Before(*m.in.DeadlineAt) && m.def.beforePivot(i) {
+		m.note(JournalEntry{Event: JournalDeadline, Step: s.Name, Reason: fmt.Sprintf("saga deadline %s passed before the pivot", m.in.DeadlineAt.Format(time.RFC3339Nano))})
+		if s.State == StepRunning || s.State == StepRetrying {
+			s.State, s.DueAt = StepUnknown, nil
+			s.LastError = "saga deadline passed"
+		}
+		m.compensateFrom(i)
+		return m.finish()
+	}
+	if s.DueAt == nil || m.at.Before(*s.DueAt) {
+		return m.noop()
+	}
+	switch s.State {
+	case StepRunning:
+		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward), Reason: fmt.Sprintf("no reply to attempt %d within %s", s.Attempts, m.def.Steps[i].Timeout)})
+		s.DueAt = nil
+		s.LastError = fmt.Sprintf("attempt %d timed out", s.Attempts)
+		if m.def.beforePivot(i) {
+			s.State = StepUnknown
+			m.compensateFrom(i)
+		} else {
+			m.retryOrGiveUp(i)
+		}
+	case StepRetrying:
+		if i == m.def.Pivot && m.pivotExhausted(i) {
+			m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward)})
+			s.State = StepUnknown
+			m.fail(fmt.Sprintf("pivot %q passed its deadline without a definite answer; not compensated blindly: an operator must resolve it", s.Name))
+			break
+		}
+		m.note(JournalEntry{Event: JournalResent, Step: s.Name, Action: string(message.Forward), Reason: fmt.Sprintf("attempt %d", s.Attempts+1)})
+		if err := m.sendForward(i); err != nil {
+			m.cannotSend(i, err)
+		}
+	case StepCompensating:
+		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Compensate), Reason: fmt.Sprintf("no reply to compensation attempt %d", s.CompAttempts)})
+		m.compensationRetry(i, fmt.Sprintf("compensation attempt %d timed out", s.CompAttempts))
+	case StepCompRetrying:
+		m.note(JournalEntry{Event: JournalResent, Step: s.Name, Action: string(message.Compensate), Reason: fmt.Sprintf("attempt %d", s.CompAttempts+1)})
+		if err := m.sendCompensate(i); err != nil {
+			m.fail(fmt.Sprintf("cannot build the compensation of step %q: %v", s.Name, err))
+		}
+	default:
+		return m.ignore(false, JournalEntry{Step: s.Name, Reason: fmt.Sprintf("timer while the step is %s", s.State)})
+	}
+	return m.finish()
+}
+
+func (m *machine) operator(op Operator) (Decision, error) {
+	refuse := func(format string, args ...any) (Decision, error) {
+		return Decision{}, &RefusedError{Action: op.Action, Why: fmt.Sprintf(format, args...)}
+	}
+	if op.Actor == "" {
+		return refuse("an actor is required")
+	}
+	if op.Reason == "" {
+		return refuse("a reason is required")
+	}
+	entry := JournalEntry{Event: JournalOperator + string(op.Action), Actor: op.Actor, Reason: op.Reason}
+	switch op.Action {
+	case ActionRetry:
+		if m.in.State.Terminal() {
+			return refuse("the saga is %s; only a running or compensating saga has a step to retry", m.in.State)
+		}
+		i := m.in.Cursor
+		s := &m.in.Steps[i]
+		entry.Step = s.Name
+		switch s.State {
+		case StepRunning, StepRetrying:
+			entry.Action = string(message.Forward)
+			m.note(entry)
+			if err := m.sendForward(i); err != nil {
+				m.cannotSend(i, err)
+			}
+		case StepCompensating, StepCompRetrying:
+			entry.Action = string(message.Compensate)
+			m.note(entry)
+			if err := m.sendCompensate(i); err != nil {
+				m.fail(fmt.Sprintf("cannot build the compensation of step %q: %v", s.Name, err))
+			}
+		default:
+			return refuse("step %q is %s; nothing to retry", s.Name, s.State)
+		}
+	case ActionCompensate:
+		if m.in.State != Running {
+			return refuse("the saga is %s; only a running saga can be compensated", m.in.State)
+		}
+		i := m.in.Cursor
+		if m.def.Pivot >= 0 && i >= m.def.Pivot {
+			return refuse("the pivot %q has been sent: past the point of no return the saga only goes forward", m.def.Steps[m.def.Pivot].Name)
+		}
+		s := &m.in.Steps[i]
+		entry.Step = s.Name
+		m.note(entry)
+		if s.State == StepRunning || s.State == StepRetrying {
+			s.State, s.DueAt = StepUnknown, nil
+			s.LastError = "compensated by operator " + op.Actor
+		}
+		m.compensateFrom(i)
+	case ActionResolve:
+		if m.in.State != Failed {
+			return refuse("the saga is %s; only a failed saga can be resolved", m.in.State)
+		}
+		if op.Outcome != Completed && op.Outcome != Compensated {
+			return refuse("outcome %q must be completed or compensated", op.Outcome)
+		}
+		m.note(entry)
+		m.in.State = op.Outcome
+		m.in.Flag = ""
+		at := m.at
+		m.in.FinishedAt = &at
+	default:
+		return refuse("unknown action; want retry, compensate or resolve")
+	}
+	return m.finish()
+}

@@ -1,0 +1,451 @@
+package saga
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Kind is a step's role relative to the saga's point of no return.
+type Kind string
+
+const (
+	// Compensable steps run before the pivot and have a compensation.
+	Compensable Kind = "compensable"
+	// Pivot is the single point of no return: once it succeeds the saga
+	// only goes forward.
+	Pivot Kind = "pivot"
+	// Retryable steps run after the pivot and are retried until they succeed.
+	Retryable Kind = "retryable"
+)
+
+// Defaults for step and saga options.
+const (
+	StepTimeoutDefault        = 10 * time.Second
+	RetryInitialDefault       = 200 * time.Millisecond
+	RetryMaxIntervalDefault   = 30 * time.Second
+	RetryMultiplierDefault    = 2.0
+	RetryMaxAttemptsDefault   = 5  // before the pivot: sends before giving up
+	PivotMaxAttemptsDefault   = 10 // pivot: sends without a definite answer before failed
+	FlagAfterDefault          = 10 // after the pivot and for compensations: attempts before flagging
+	DefinitionVersionDefault  = 1
+	maxNameLen                = 100
+	retryJitterFraction       = 0.5
+	definitionNamePattern     = `^[a-z0-9][a-z0-9._-]*$`
+	participantNamePattern    = `^[a-z0-9][a-z0-9._-]*$`
+	errNamePatternDescription = "lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"
+)
+
+var (
+	nameRE        = regexp.MustCompile(definitionNamePattern)
+	participantRE = regexp.MustCompile(participantNamePattern)
+)
+
+// RetryPolicy says how a step's command is re-sent after a `retry` reply or
+// a timeout. Backoff is InitialInterval * Multiplier^(n-1), capped at
+// MaxInterval, with up to half of it taken off at random (deterministically
+// per saga, step and attempt).
+type RetryPolicy struct {
+	InitialInterval time.Duration `json:"initial_interval"`
+	MaxInterval     time.Duration `json:"max_interval"`
+	Multiplier      float64       `json:"multiplier"`
+	// MaxAttempts: before the pivot, sends before the step counts as failed
+	// and the saga compensates; for the pivot, sends without a definite answer
+	// before the saga becomes failed; after the pivot and for compensations,
+	// attempts after which the saga is flagged (it keeps retrying).
+	MaxAttempts int `json:"max_attempts"`
+}
+
+func (p RetryPolicy) withDefaults(kind Kind) RetryPolicy {
+	if p.InitialInterval <= 0 {
+		p.InitialInterval = RetryInitialDefault
+	}
+	if p.MaxInterval <= 0 {
+		p.MaxInterval = RetryMaxIntervalDefault
+	}
+	if p.MaxInterval < p.InitialInterval {
+		p.MaxInterval = p.InitialInterval
+	}
+	if p.Multiplier < 1 {
+		p.Multiplier = RetryMultiplierDefault
+	}
+	if p.MaxAttempts <= 0 {
+		switch kind {
+		case Compensable:
+			p.MaxAttempts = RetryMaxAttemptsDefault
+		case Pivot:
+			p.MaxAttempts = PivotMaxAttemptsDefault
+		default:
+			p.MaxAttempts = FlagAfterDefault
+		}
+	}
+	return p
+}
+
+// Step is one typed step of a saga over data T.
+type Step[T any] struct {
+	// Name is the step's stable external name (used on the wire).
+	Name string
+	// Participant owns the step; commands go to "<participant>.commands".
+	Participant string
+	Kind        Kind
+	// Command builds the forward command's payload from the saga data.
+	Command func(data T) (any, error)
+	// Compensation builds the compensate command's payload. Required for
+	// compensable steps, forbidden for the pivot and retryable steps.
+	Compensation func(data T) (any, error)
+	// OnSuccess merges the step's output (the reply payload, possibly
+	// empty) into the data. Nil ignores the output.
+	OnSuccess func(data *T, output json.RawMessage) error
+	// Timeout bounds the wait for a reply to one send.
+	Timeout time.Duration
+	Retry   RetryPolicy
+	// Deadline (pivot only): total time from the first send without a
+	// definite answer after which the saga becomes failed. Zero: bounded by
+	// Retry.MaxAttempts only.
+	Deadline time.Duration
+}
+
+// Definition is a saga type defined in Go over data T.
+type Definition[T any] struct {
+	// Name is the saga type's stable external name.
+	Name    string
+	Version int
+	Steps   []Step[T]
+	// Deadline bounds the phase before the pivot (the whole saga when there
+	// is no pivot): when it passes, the saga compensates. Zero: none.
+	Deadline time.Duration
+	// CompensationFlagAfter: compensation attempts after which the saga is
+	// flagged for an operator (it keeps retrying). Default FlagAfterDefault.
+	CompensationFlagAfter int
+}
+
+// StepDef is a step with its types erased; what the state machine reads.
+type StepDef struct {
+	Name        string
+	Participant string
+	Kind        Kind
+	Timeout     time.Duration
+	Retry       RetryPolicy
+	Deadline    time.Duration
+	// CompRetry governs compensation re-sends (MaxAttempts = flag after).
+	CompRetry RetryPolicy
+
+	command      func(data json.RawMessage) (json.RawMessage, error)
+	compensation func(data json.RawMessage) (json.RawMessage, error)
+	onSuccess    func(data, output json.RawMessage) (json.RawMessage, error)
+}
+
+// HasCompensation reports whether the step can be compensated.
+func (s *StepDef) HasCompensation() bool { return s.compensation != nil }
+
+// Def is a validated, type-erased saga definition.
+type Def struct {
+	Name     string
+	Version  int
+	Steps    []StepDef
+	Deadline time.Duration
+	// Pivot is the index of the pivot step, or -1 when there is none.
+	Pivot int
+
+	index map[string]int
+}
+
+// StepIndex returns the index of the step called name.
+func (d *Def) StepIndex(name string) (int, bool) {
+	i, ok := d.index[name]
+	return i, ok
+}
+
+// afterPivot reports whether step i runs after the pivot.
+func (d *Def) afterPivot(i int) bool { return d.Pivot >= 0 && i > d.Pivot }
+
+// beforePivot reports whether step i is compensable territory (before the
+// pivot, or any step of a saga without pivot).
+func (d *Def) beforePivot(i int) bool { return d.Pivot < 0 || i < d.Pivot }
+
+// DefinitionError names the saga and step a definition problem is about.
+type DefinitionError struct {
+	Saga, Step string
+	Problem    string
+}
+
+func (e *DefinitionError) Error() string {
+	if e.Step == "" {
+		return fmt.Sprintf("saga definition %q: %s", e.Saga, e.Problem)
+	}
+	return fmt.Sprintf("saga definition %q, step %q: %s", e.Saga, e.Step, e.Problem)
+}
+
+// ErrInvalidDefinition is wrapped by every DefinitionError.
+var ErrInvalidDefinition = errors.New("invalid saga definition")
+
+func (e *DefinitionError) Unwrap() error { return ErrInvalidDefinition }
+
+// Build validates d and erases its types.
+func (d Definition[T]) Build() (*Def, error) {
+	bad := func(step, format string, args ...any) error {
+		return &DefinitionError{Saga: d.Name, Step: step, Problem: fmt.Sprintf(format, args...)}
+	}
+	if !nameRE.MatchString(d.Name) || len(d.Name) > maxNameLen {
+		return nil, bad("", "name must be %s, at most %d characters", errNamePatternDescription, maxNameLen)
+	}
+	if len(d.Steps) == 0 {
+		return nil, bad("", "has no steps")
+	}
+	if d.Version == 0 {
+		d.Version = DefinitionVersionDefault
+	}
+	if d.Version < 0 {
+		return nil, bad("", "version %d must be positive", d.Version)
+	}
+	def := &Def{Name: d.Name, Version: d.Version, Deadline: d.Deadline, Pivot: -1, index: map[string]int{}}
+	for i, s := range d.Steps {
+		if !nameRE.MatchString(s.Name) || len(s.Name) > maxNameLen {
+			return nil, bad(s.Name, "step %d: name must be %s, at most %d characters", i, errNamePatternDescription, maxNameLen)
+		}
+		if _, dup := def.index[s.Name]; dup {
+			return nil, bad(s.Name, "duplicate step name")
+		}
+		def.index[s.Name] = i
+		if !participantRE.MatchString(s.Participant) {
+			return nil, bad(s.Name, "participant %q must be %s", s.Participant, errNamePatternDescription)
+		}
+		if s.Command == nil {
+			return nil, bad(s.Name, "has no Command (payload builder)")
+		}
+		switch s.Kind {
+		case Pivot:
+			if def.Pivot >= 0 {
+				return nil, bad(s.Name, "second pivot (step %q is already the pivot); a saga has at most one", d.Steps[def.Pivot].Name)
+			}
+			def.Pivot = i
+		case Compensable, Retryable:
+		default:
+			return nil, bad(s.Name, "kind %q must be compensable, pivot or retryable", s.Kind)
+		}
+		if s.Timeout < 0 || s.Deadline < 0 {
+			return nil, bad(s.Name, "timeout and deadline must not be negative")
+		}
+	}
+	for i, s := range d.Steps {
+		switch {
+		case def.beforePivot(i) && s.Kind != Compensable:
+			if def.Pivot < 0 {
+				return nil, bad(s.Name, "is %s but the saga has no pivot: without a pivot every step must be compensable", s.Kind)
+			}
+			return nil, bad(s.Name, "is %s but runs before the pivot %q: steps before the pivot must be compensable", s.Kind, d.Steps[def.Pivot].Name)
+		case def.beforePivot(i) && s.Compensation == nil:
+			return nil, bad(s.Name, "runs before the pivot but has no Compensation")
+		case i == def.Pivot && s.Compensation != nil:
+			return nil, bad(s.Name, "is the pivot (point of no return) and must not have a Compensation")
+		case def.afterPivot(i) && s.Kind != Retryable:
+			return nil, bad(s.Name, "is %s but runs after the pivot %q: steps after the pivot must be retryable", s.Kind, d.Steps[def.Pivot].Name)
+		case def.afterPivot(i) && s.Compensation != nil:
+			return nil, bad(s.Name, "runs after the pivot and must not have a Compensation")
+		}
+	}
+	flagAfter := d.CompensationFlagAfter
+	if flagAfter <= 0 {
+		flagAfter = FlagAfterDefault
+	}
+	for _, s := range d.Steps {
+		timeout := s.Timeout
+		if timeout == 0 {
+			timeout = StepTimeoutDefault
+		}
+		sd := StepDef{
+			Name: s.Name, Participant: s.Participant, Kind: s.Kind,
+			Timeout: timeout, Retry: s.Retry.withDefaults(s.Kind), Deadline: s.Deadline,
+			CompRetry: RetryPolicy{InitialInterval: s.Retry.InitialInterval, MaxInterval: s.Retry.MaxInterval, Multiplier: s.Retry.Multiplier, MaxAttempts: flagAfter}.withDefaults(Retryable),
+			command:   payloadBuilder(s.Command),
+		}
+		if s.Compensation != nil {
+			sd.compensation = payloadBuilder(s.Compensation)
+		}
+		sd.onSuccess = merger(s.OnSuccess)
+		def.Steps = append(def.Steps, sd)
+	}
+	return def, nil
+}
+
+func payloadBuilder[T any](f func(T) (any, error)) func(json.RawMessage) (json.RawMessage, error) {
+	return func(raw json.RawMessage) (json.RawMessage, error) {
+		var data T
+		if err := json.Unmarshal(raw, &data); err != nil {
+			return nil, fmt.Errorf("decode saga data: %w", err)
+		}
+		v, err := f(data)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode payload: %w", err)
+		}
+		if len(b) == 0 || (b[0] != '{' && string(b) != "null") {
+			return nil, fmt.Errorf("payload must encode to a JSON object, got %.40s", b)
+		}
+		return b, nil
+	}
+}
+
+func merger[T any](f func(*T, json.RawMessage) error) func(data, output json.RawMessage) (json.RawMessage, error) {
+	if f == nil {
+		return func(data, _ json.RawMessage) (json.RawMessage, error) { return data, nil }
+	}
+	return func(raw, output json.RawMessage) (json.RawMessage, error) {
+		var data T
+		if err := json.Unmarshal(raw, &data); err != nil {
+			return nil, fmt.Errorf("decode saga data: %w", err)
+		}
+		if err := f(&data, output); err != nil {
+			return nil, err
+		}
+		return json.Marshal(data)
+	}
+}
+
+// StepOverride changes a step's timeout and retry policy from configuration,
+// without recompiling. Zero fields keep the definition's value.
+type StepOverride struct {
+	Timeout  time.Duration
+	Deadline time.Duration
+	Retry    RetryPolicy
+}
+
+// Registry holds the saga definitions a process knows, by type and version.
+// It is safe for concurrent use.
+type Registry struct {
+	mu     sync.RWMutex
+	defs   map[string]map[int]*Def
+	latest map[string]int
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{defs: map[string]map[int]*Def{}, latest: map[string]int{}}
+}
+
+// ErrAlreadyRegistered is returned when a type and version is registered twice.
+var ErrAlreadyRegistered = errors.New("saga definition already registered")
+
+// Register adds d. Several versions of one type may be registered: new
+// sagas use the highest, running ones keep theirs.
+func (r *Registry) Register(d *Def) error {
+	if d == nil {
+		return errors.New("saga registry: Register(nil)")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.defs[d.Name] == nil {
+		r.defs[d.Name] = map[int]*Def{}
+	}
+	if _, ok := r.defs[d.Name][d.Version]; ok {
+		return fmt.Errorf("saga registry: %q version %d: %w", d.Name, d.Version, ErrAlreadyRegistered)
+	}
+	r.defs[d.Name][d.Version] = d
+	if d.Version > r.latest[d.Name] {
+		r.latest[d.Name] = d.Version
+	}
+	return nil
+}
+
+// Override applies o to step of every registered version of sagaType.
+func (r *Registry) Override(sagaType, step string, o StepOverride) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	vs, ok := r.defs[sagaType]
+	if !ok {
+		return fmt.Errorf("saga registry: override %q/%q: %w", sagaType, step, ErrUnknownType)
+	}
+	found := false
+	for _, d := range vs {
+		i, ok := d.index[step]
+		if !ok {
+			continue
+		}
+		found = true
+		s := &d.Steps[i]
+		if o.Timeout > 0 {
+			s.Timeout = o.Timeout
+		}
+		if o.Deadline > 0 {
+			s.Deadline = o.Deadline
+		}
+		p := s.Retry
+		if o.Retry.InitialInterval > 0 {
+			p.InitialInterval = o.Retry.InitialInterval
+		}
+		if o.Retry.MaxInterval > 0 {
+			p.MaxInterval = o.Retry.MaxInterval
+		}
+		if o.Retry.Multiplier >= 1 {
+			p.Multiplier = o.Retry.Multiplier
+		}
+		if o.Retry.MaxAttempts > 0 {
+			p.MaxAttempts = o.Retry.MaxAttempts
+		}
+		s.Retry = p.withDefaults(s.Kind)
+		s.CompRetry.InitialInterval, s.CompRetry.MaxInterval, s.CompRetry.Multiplier = s.Retry.InitialInterval, s.Retry.MaxInterval, s.Retry.Multiplier
+	}
+	if !found {
+		return fmt.Errorf("saga registry: override %q/%q: %w", sagaType, step, ErrUnknownStep)
+	}
+	return nil
+}
+
+// Latest returns the newest version of sagaType.
+func (r *Registry) Latest(sagaType string) (*Def, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	v, ok := r.latest[sagaType]
+	if !ok {
+		return nil, false
+	}
+	return r.defs[sagaType][v], true
+}
+
+// Lookup returns sagaType at version.
+func (r *Registry) Lookup(sagaType string, version int) (*Def, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.defs[sagaType][version]
+	return d, ok
+}
+
+// Types lists the registered saga types, sorted.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.latest))
+	for t := range r.latest {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Participants lists every participant named by a registered definition.
+func (r *Registry) Participants() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, vs := range r.defs {
+		for _, d := range vs {
+			for _, s := range d.Steps {
+				if !seen[s.Participant] {
+					seen[s.Participant] = true
+					out = append(out, s.Participant)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,250 @@
+package saga
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// State is a saga's state.
+type State string
+
+const (
+	Running      State = "running"
+	Compensating State = "compensating"
+	Completed    State = "completed"
+	Compensated  State = "compensated"
+	// Failed needs an operator: a step after the pivot answered a business
+	// failure, or the pivot's outcome stayed unknown past its deadline.
+	Failed State = "failed"
+)
+
+// Terminal reports whether s has no outgoing edge but operator repair.
+func (s State) Terminal() bool { return s == Completed || s == Compensated || s == Failed }
+
+// Valid reports whether s is a known saga state.
+func (s State) Valid() bool {
+	switch s {
+	case Running, Compensating, Completed, Compensated, Failed:
+		return true
+	}
+	return false
+}
+
+// StepStatus is a step's state.
+type StepStatus string
+
+const (
+	StepPending StepStatus = "pending"
+	// StepRunning: a forward command was sent; waiting for its reply or timeout.
+	StepRunning StepStatus = "running"
+	// StepRetrying: waiting for the backoff before re-sending the forward.
+	StepRetrying  StepStatus = "retrying"
+	StepSucceeded StepStatus = "succeeded"
+	// StepFailed: a definite business failure; nothing of it remains.
+	StepFailed StepStatus = "failed"
+	// StepUnknown: the saga gave up on the forward without a definite
+	// answer (timeout or retries exhausted before the pivot); it is
+	// compensated, which the barrier makes safe whatever happened.
+	StepUnknown      StepStatus = "unknown"
+	StepCompensating StepStatus = "compensating"
+	StepCompRetrying StepStatus = "compensation_retrying"
+	StepCompensated  StepStatus = "compensated"
+)
+
+// StepState is the persisted state of one step of one saga.
+type StepState struct {
+	Name  string     `json:"name"`
+	Kind  Kind       `json:"kind"`
+	State StepStatus `json:"state"`
+	// Attempts counts forward sends; CompAttempts compensation sends.
+	Attempts     int `json:"attempts"`
+	CompAttempts int `json:"compensation_attempts"`
+	// AwaitID is the message id of the latest command sent for the step.
+	AwaitID uuid.UUID `json:"await_id,omitzero"`
+	// DueAt is when the active command times out (running, compensating) or
+	// is re-sent (retrying, compensation_retrying).
+	DueAt            *time.Time      `json:"due_at,omitempty"`
+	StartedAt        *time.Time      `json:"started_at,omitempty"`
+	FinishedAt       *time.Time      `json:"finished_at,omitempty"`
+	CompStartedAt    *time.Time      `json:"compensation_started_at,omitempty"`
+	CompFinishedAt   *time.Time      `json:"compensation_finished_at,omitempty"`
+	LastError        string          `json:"last_error,omitempty"`
+	Output           json.RawMessage `json:"output,omitempty"`
+	CompensationNote string          `json:"compensation_note,omitempty"`
+}
+
+// Instance is one saga's persisted state.
+type Instance struct {
+	ID             uuid.UUID       `json:"id"`
+	Type           string          `json:"type"`
+	DefVersion     int             `json:"definition_version"`
+	AggregateID    string          `json:"aggregate_id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	State          State           `json:"state"`
+	Data           json.RawMessage `json:"data"`
+	Steps          []StepState     `json:"steps"`
+	// Cursor is the index of the active step (forward or compensation).
+	Cursor  int   `json:"cursor"`
+	Version int64 `json:"version"`
+	// Flag is non-empty when the saga needs an operator's eye while it keeps
+	// retrying (compensation or post-pivot retries beyond the threshold).
+	Flag       string     `json:"flag,omitempty"`
+	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// CurrentStep is the name of the active step, or "" for a terminal saga.
+func (in *Instance) CurrentStep() string {
+	if in.State.Terminal() || in.Cursor < 0 || in.Cursor >= len(in.Steps) {
+		return ""
+	}
+	return in.Steps[in.Cursor].Name
+}
+
+// NextWakeup is when a timer must look at the saga: the active step's due
+// time or the pre-pivot deadline, whichever is first. Nil when terminal.
+func (in *Instance) NextWakeup() *time.Time {
+	if in.State.Terminal() {
+		return nil
+	}
+	var w *time.Time
+	if in.Cursor >= 0 && in.Cursor < len(in.Steps) {
+		w = in.Steps[in.Cursor].DueAt
+	}
+	if in.State == Running && in.DeadlineAt != nil && (w == nil || in.DeadlineAt.Before(*w)) {
+		w = in.DeadlineAt
+	}
+	return w
+}
+
+func (in Instance) clone() Instance {
+	out := in
+	out.Steps = append([]StepState(nil), in.Steps...)
+	return out
+}
+
+// NewInstance returns a fresh, not yet started instance of def.
+func NewInstance(def *Def, id uuid.UUID, aggregateID, idempotencyKey string, data json.RawMessage, now time.Time) Instance {
+	in := Instance{
+		ID: id, Type: def.Name, DefVersion: def.Version, AggregateID: aggregateID,
+		IdempotencyKey: idempotencyKey, State: Running, Data: data, Cursor: -1,
+		CreatedAt: now, UpdatedAt: now,
+	}
+	for _, s := range def.Steps {
+		in.Steps = append(in.Steps, StepState{Name: s.Name, Kind: s.Kind, State: StepPending})
+	}
+	return in
+}
+
+// EventKind says where an event came from.
+type EventKind string
+
+const (
+	EventStart    EventKind = "start"
+	EventReply    EventKind = "reply"
+	EventTimer    EventKind = "timer"
+	EventOperator EventKind = "operator"
+)
+
+// OperatorAction is what an operator asked for.
+type OperatorAction string
+
+const (
+	// ActionRetry re-sends the active step's command now, skipping backoff.
+	ActionRetry OperatorAction = "retry"
+	// ActionCompensate starts compensation now; refused once the pivot was sent.
+	ActionCompensate OperatorAction = "compensate"
+	// ActionResolve settles a failed saga with a supplied outcome.
+	ActionResolve OperatorAction = "resolve"
+)
+
+// Operator carries an operator event's fields.
+type Operator struct {
+	Action OperatorAction `json:"action"`
+	Actor  string         `json:"actor"`
+	Reason string         `json:"reason"`
+	// Outcome (resolve only): completed or compensated.
+	Outcome State `json:"outcome,omitempty"`
+}
+
+// Event is anything that may move a saga.
+type Event struct {
+	Kind     EventKind
+	At       time.Time
+	Reply    *message.Reply
+	Operator *Operator
+}
+
+// Outgoing is a command to publish to a participant.
+type Outgoing struct {
+	Participant string
+	Command     message.Command
+}
+
+// JournalEntry is one row of a saga's history.
+type JournalEntry struct {
+	ID        int64      `json:"id,omitempty"`
+	SagaID    uuid.UUID  `json:"saga_id"`
+	At        time.Time  `json:"at"`
+	Event     string     `json:"event"`
+	From      State      `json:"from,omitempty"`
+	To        State      `json:"to,omitempty"`
+	Step      string     `json:"step,omitempty"`
+	Action    string     `json:"action,omitempty"`
+	MessageID *uuid.UUID `json:"message_id,omitempty"`
+	Actor     string     `json:"actor,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	// Ignored marks late, stray or illegal events that changed nothing.
+	Ignored bool `json:"ignored,omitempty"`
+}
+
+// Decision is what Decide returns.
+type Decision struct {
+	// Changed is false when nothing is to be written but (maybe) Journal.
+	Changed bool
+	Next    Instance
+	Send    []Outgoing
+	Journal []JournalEntry
+	// Late is set when the event was a reply no longer awaited.
+	Late bool
+	// Illegal is set when the event is not allowed by the transition table.
+	Illegal bool
+	// Outcomes of steps settled by this event (for metrics).
+	Settled []SettledStep
+}
+
+// SettledStep reports a step action that received a definite answer.
+type SettledStep struct {
+	Step     string
+	Action   message.Action
+	Outcome  message.Outcome
+	Duration time.Duration
+}
+
+// Sentinel errors of the state machine and engine.
+var (
+	ErrUnknownType = errors.New("unknown saga type")
+	ErrUnknownStep = errors.New("unknown step")
+	ErrNotFound    = errors.New("saga not found")
+	// ErrRefused: an operator action not allowed in the saga's state.
+	ErrRefused = errors.New("operator action refused")
+)
+
+// RefusedError explains why an operator action was refused.
+type RefusedError struct {
+	Action OperatorAction
+	Why    string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrRefused, e.Action, e.Why)
+}
+func (e *RefusedError) Unwrap() error { return ErrRefused }

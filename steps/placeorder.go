@@ -1,0 +1,150 @@
+// Package steps holds the reference saga definitions built from package
+// saga. PlaceOrder is the seeds' order scenario:
+//
+//	reserve-inventory (inventory, compensable)
+//	lock-coupon       (coupon,    compensable)
+//	charge-payment    (payment,   pivot)
+//	create-shipment   (shipping,  retryable)
+//	award-points      (points,    retryable)
+//
+// A failure before or at the pivot releases the coupon and the stock, in
+// that order; once the payment is charged, shipping and points are retried
+// until they succeed.
+package steps
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// Order is the place-order saga's data: the request, then what the steps
+// returned.
+type Order struct {
+	OrderID     string `json:"order_id"`
+	Customer    string `json:"customer"`
+	SKU         string `json:"sku"`
+	Qty         int    `json:"qty"`
+	Coupon      string `json:"coupon,omitempty"`
+	AmountCents int64  `json:"amount_cents"`
+
+	ReservationID string `json:"reservation_id,omitempty"`
+	DiscountCents int64  `json:"discount_cents,omitempty"`
+	PaymentID     string `json:"payment_id,omitempty"`
+	ShipmentID    string `json:"shipment_id,omitempty"`
+	PointsBalance int64  `json:"points_balance,omitempty"`
+}
+
+// Validate checks an order before a saga is started for it.
+func (o Order) Validate() error {
+	switch {
+	case o.OrderID == "":
+		return errors.New("order_id is required")
+	case o.Customer == "":
+		return errors.New("customer is required")
+	case o.SKU == "":
+		return errors.New("sku is required")
+	case o.Qty <= 0:
+		return fmt.Errorf("qty must be positive, got %d", o.Qty)
+	case o.AmountCents < 0:
+		return fmt.Errorf("amount_cents must not be negative, got %d", o.AmountCents)
+	}
+	return nil
+}
+
+// Charged is what the payment participant charges: amount less discount.
+func (o Order) Charged() int64 {
+	if c := o.AmountCents - o.DiscountCents; c > 0 {
+		return c
+	}
+	return 0
+}
+
+// PointsFor is the loyalty points an order earns: one per whole currency unit charged.
+func (o Order) PointsFor() int64 { return o.Charged() / 100 }
+
+func merge[R any](apply func(*Order, R)) func(*Order, json.RawMessage) error {
+	return func(o *Order, out json.RawMessage) error {
+		if len(out) == 0 || string(out) == "null" {
+			return nil // nothing to merge (e.g. an order without coupon)
+		}
+		var r R
+		if err := json.Unmarshal(out, &r); err != nil {
+			return fmt.Errorf("decode output: %w", err)
+		}
+		apply(o, r)
+		return nil
+	}
+}
+
+// PlaceOrderDefinition is the typed definition; Timeout and retry values are
+// defaults that configuration may override per step.
+func PlaceOrderDefinition() saga.Definition[Order] {
+	reserve := func(o Order) (any, error) {
+		if err := o.Validate(); err != nil {
+			return nil, err
+		}
+		return orderapi.ReserveInventory{OrderID: o.OrderID, SKU: o.SKU, Qty: o.Qty}, nil
+	}
+	lock := func(o Order) (any, error) { return orderapi.LockCoupon{OrderID: o.OrderID, Code: o.Coupon}, nil }
+	fast := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2}
+	return saga.Definition[Order]{
+		Name:     orderapi.SagaType,
+		Version:  1,
+		Deadline: 2 * time.Minute,
+		Steps: []saga.Step[Order]{
+			{
+				Name: orderapi.StepReserveInventory, Participant: orderapi.Inventory, Kind: saga.Compensable,
+				Command: reserve, Compensation: reserve,
+				OnSuccess: merge(func(o *Order, r orderapi.ReserveInventoryResult) { o.ReservationID = r.ReservationID }),
+				Timeout:   10 * time.Second, Retry: fast,
+			},
+			{
+				Name: orderapi.StepLockCoupon, Participant: orderapi.Coupon, Kind: saga.Compensable,
+				Command: lock, Compensation: lock,
+				OnSuccess: merge(func(o *Order, r orderapi.LockCouponResult) { o.DiscountCents = r.DiscountCents }),
+				Timeout:   10 * time.Second, Retry: fast,
+			},
+			{
+				Name: orderapi.StepChargePayment, Participant: orderapi.Payment, Kind: saga.Pivot,
+				Command: func(o Order) (any, error) {
+					return orderapi.ChargePayment{OrderID: o.OrderID, Customer: o.Customer, AmountCents: o.Charged()}, nil
+				},
+				OnSuccess: merge(func(o *Order, r orderapi.ChargePaymentResult) { o.PaymentID = r.PaymentID }),
+				Timeout:   10 * time.Second, Retry: saga.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaxInterval: 10 * time.Second, Multiplier: 2, MaxAttempts: 20},
+			},
+			{
+				Name: orderapi.StepCreateShipment, Participant: orderapi.Shipping, Kind: saga.Retryable,
+				Command: func(o Order) (any, error) {
+					return orderapi.CreateShipment{OrderID: o.OrderID, Customer: o.Customer, SKU: o.SKU, Qty: o.Qty}, nil
+				},
+				OnSuccess: merge(func(o *Order, r orderapi.CreateShipmentResult) { o.ShipmentID = r.ShipmentID }),
+				Timeout:   10 * time.Second, Retry: fast,
+			},
+			{
+				Name: orderapi.StepAwardPoints, Participant: orderapi.Points, Kind: saga.Retryable,
+				Command: func(o Order) (any, error) {
+					return orderapi.AwardPoints{OrderID: o.OrderID, Customer: o.Customer, Points: o.PointsFor()}, nil
+				},
+				OnSuccess: merge(func(o *Order, r orderapi.AwardPointsResult) { o.PointsBalance = r.Balance }),
+				Timeout:   10 * time.Second, Retry: fast,
+			},
+		},
+	}
+}
+
+// PlaceOrder returns the validated place-order definition.
+func PlaceOrder() (*saga.Def, error) { return PlaceOrderDefinition().Build() }
+
+// Register registers every reference saga in r.
+func Register(r *saga.Registry) error {
+	d, err := PlaceOrder()
+	if err != nil {
+		return err
+	}
+	return r.Register(d)
+}
