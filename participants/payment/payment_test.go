@@ -1,0 +1,135 @@
+package payment
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/testkit"
+)
+
+const schema = "payment"
+
+type fixture struct {
+	pool *pgxpool.Pool
+	h    *handlers
+}
+
+func setup(t *testing.T, opts Options) fixture {
+	t.Helper()
+	h, err := newHandlers(schema, opts)
+	if err != nil {
+		t.Fatalf("newHandlers: %v", err)
+	}
+	return fixture{pool: reftest.Setup(t, schema, Migrations), h: h}
+}
+
+func cmd(t *testing.T, saga uuid.UUID, customer string, cents int64) message.Command {
+	return reftest.Command(t, saga, orderapi.StepChargePayment, message.Forward, 1,
+		orderapi.ChargePayment{OrderID: "order-" + saga.String()[:8], Customer: customer, AmountCents: cents})
+}
+
+func (f fixture) charges(t *testing.T) map[uuid.UUID]int {
+	t.Helper()
+	c, err := Charges(testkit.Context(t, 30*time.Second), f.pool, schema)
+	if err != nil {
+		t.Fatalf("charges: %v", err)
+	}
+	return c
+}
+
+func TestChargeOnceAndDeclineOverLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{})
+	ok, big := uuid.New(), uuid.New()
+
+	res := reftest.MustExec(t, f.pool, f.h.charge, cmd(t, ok, "ann", LimitCentsDefault))
+	reftest.WantOutcome(t, res, message.Success, "")
+	first := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID
+	if first == "" {
+		t.Fatal("payment id is empty")
+	}
+	// A repeated forward charges nothing more and answers the same payment.
+	res = reftest.MustExec(t, f.pool, f.h.charge, cmd(t, ok, "ann", LimitCentsDefault))
+	reftest.WantOutcome(t, res, message.Success, "")
+	if again := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID; again != first {
+		t.Fatalf("repeated charge answered payment %q, want %q", again, first)
+	}
+
+	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, big, "bob", LimitCentsDefault+1)), message.Failure, orderapi.ReasonPaymentDeclined)
+
+	if got := f.charges(t); len(got) != 1 || got[ok] != 1 {
+		t.Fatalf("charges = %v, want exactly one for %s", got, ok)
+	}
+	sums, err := Charged(testkit.Context(t, 30*time.Second), f.pool, schema)
+	if err != nil {
+		t.Fatalf("charged: %v", err)
+	}
+	if len(sums) != 1 || sums["ann"] != LimitCentsDefault {
+		t.Fatalf("charged = %v, want ann=%d only", sums, LimitCentsDefault)
+	}
+}
+
+func TestCustomLimitAndFreeOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{LimitCents: 1000})
+	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, uuid.New(), "ann", 1001)), message.Failure, orderapi.ReasonPaymentDeclined)
+	free := uuid.New()
+	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, free, "ann", 0)), message.Success, "")
+	if got := f.charges(t); len(got) != 1 || got[free] != 1 {
+		t.Fatalf("charges = %v, want one for the free order %s", got, free)
+	}
+}
+
+func TestInvalidPayloads(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{})
+	for name, c := range map[string]struct {
+		field   string
+		payload any
+	}{
+		"empty":           {"payload", nil},
+		"not json":        {"payload", []byte(`{"amount_cents": 1.5}`)},
+		"no order":        {"order_id", orderapi.ChargePayment{Customer: "ann", AmountCents: 1}},
+		"no customer":     {"customer", orderapi.ChargePayment{OrderID: "o1", AmountCents: 1}},
+		"negative amount": {"amount_cents", orderapi.ChargePayment{OrderID: "o1", Customer: "ann", AmountCents: -1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reftest.WantInvalid(t, f.pool, f.h.charge, reftest.Command(t, uuid.New(), orderapi.StepChargePayment, message.Forward, 1, c.payload), c.field)
+		})
+	}
+	if got := f.charges(t); len(got) != 0 {
+		t.Fatalf("charges after invalid commands = %v, want none", got)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	if got := (Options{}).WithDefaults().LimitCents; got != LimitCentsDefault {
+		t.Fatalf("default limit = %d, want %d", got, LimitCentsDefault)
+	}
+	_, err := newHandlers(schema, Options{LimitCents: -1})
+	if err == nil || !strings.Contains(err.Error(), "LimitCents") {
+		t.Fatalf("negative limit: err = %v, want an error naming LimitCents", err)
+	}
+	p, err := participants.New(testkit.Pool(t), &participants.Config{Name: orderapi.Payment})
+	if err != nil {
+		t.Fatalf("participants.New: %v", err)
+	}
+	if err := Register(p, Options{LimitCents: -5}); err == nil {
+		t.Fatal("Register with a negative limit: err = nil")
+	}
+	if err := Register(p, Options{}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if err := Register(p, Options{}); err == nil {
+		t.Fatal("second Register: err = nil, want duplicate step error")
+	}
+}
