@@ -1,0 +1,516 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/testkit"
+)
+
+const wait = 30 * time.Second
+
+// env is what each test needs: a migrated database with an effects table, a
+// broker, a topic and a producer.
+type env struct {
+	pool    *pgxpool.Pool
+	brokers []string
+	topic   string
+	group   string
+	w       *kafka.Writer
+}
+
+func setup(t *testing.T, partitions int) *env {
+	t.Helper()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Participant("p")))
+	ctx := testkit.Context(t, wait)
+	// No unique constraint: a message handled twice shows up as two rows.
+	if _, err := pool.Exec(ctx, `CREATE TABLE effects (message_id uuid NOT NULL, body text NOT NULL)`); err != nil {
+		t.Fatalf("create effects table: %v", err)
+	}
+	brokers := testkit.Brokers(t)
+	topic := testkit.Topic(t, brokers, "inbox", partitions)
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	t.Cleanup(func() { _ = w.Close() })
+	return &env{pool: pool, brokers: brokers, topic: topic, group: "g-" + testkit.RandomSuffix(4), w: w}
+}
+
+func record(id uuid.UUID, body string) kafka.Message {
+	return kafka.Message{
+		Key:     []byte(body),
+		Value:   []byte(body),
+		Headers: []kafka.Header{{Key: message.HeaderMessageID, Value: []byte(id.String())}},
+	}
+}
+
+func (e *env) produce(t *testing.T, msgs ...kafka.Message) {
+	t.Helper()
+	if err := e.w.WriteMessages(testkit.Context(t, wait), msgs...); err != nil {
+		t.Fatalf("produce %d messages to %s: %v", len(msgs), e.topic, err)
+	}
+}
+
+// writeEffect is the usual handler: one effects row per message.
+func writeEffect(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	id, err := uuid.Parse(header(m, message.HeaderMessageID))
+	if err != nil {
+		return inbox.Permanent(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO effects (message_id, body) VALUES ($1, $2)`, id, string(m.Value))
+	return err
+}
+
+func header(m kafka.Message, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func newMetrics(t *testing.T) *inbox.Metrics {
+	t.Helper()
+	m, err := inbox.NewMetrics(prometheus.NewRegistry(), "test")
+	if err != nil {
+		t.Fatalf("NewMetrics: %v", err)
+	}
+	return m
+}
+
+func (e *env) config(m *inbox.Metrics) *inbox.Config {
+	return &inbox.Config{
+		Brokers:        e.brokers,
+		GroupID:        e.group,
+		Topics:         []string{e.topic},
+		Schema:         "p",
+		Name:           "test",
+		BackoffInitial: 5 * time.Millisecond,
+		BackoffMax:     50 * time.Millisecond,
+		Metrics:        m,
+	}
+}
+
+// run starts c and returns a stop function that cancels it and checks that
+// Run returned nil within a bounded wait.
+func run(t *testing.T, c *inbox.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v after cancel, want nil", err)
+				}
+			case <-time.After(wait):
+				t.Errorf("Run did not return within %s of cancel", wait)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(testkit.Context(t, wait), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// effectsOncePerID fails unless every id has exactly one effects row and no
+// other rows exist.
+func effectsOncePerID(t *testing.T, pool *pgxpool.Pool, ids []uuid.UUID) {
+	t.Helper()
+	if got := count(t, pool, `SELECT count(*) FROM effects`); got != len(ids) {
+		t.Fatalf("effects has %d rows, want %d (one per message)", got, len(ids))
+	}
+	if got := count(t, pool, `SELECT count(DISTINCT message_id) FROM effects WHERE message_id = ANY($1)`, ids); got != len(ids) {
+		t.Fatalf("effects has %d distinct expected ids, want %d", got, len(ids))
+	}
+}
+
+func waitCounter(t *testing.T, c prometheus.Counter, want float64, what string) {
+	t.Helper()
+	testkit.Eventually(t, wait, what, func() (bool, error) {
+		return testutil.ToFloat64(c) == want, nil
+	})
+}
+
+// lag is the number of messages of topic not covered by group's committed
+// offsets.
+func lag(t *testing.T, brokers []string, group, topic string, partitions int) int64 {
+	t.Helper()
+	ctx := testkit.Context(t, wait)
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	parts := make([]int, partitions)
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for i := range parts {
+		parts[i] = i
+		reqs[i] = kafka.LastOffsetOf(i)
+	}
+	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil || committed.Error != nil {
+		t.Fatalf("offset fetch for group %s: %v %v", group, err, committed)
+	}
+	ends, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		t.Fatalf("list offsets of %s: %v", topic, err)
+	}
+	end := map[int]int64{}
+	for _, p := range ends.Topics[topic] {
+		if p.Error != nil {
+			t.Fatalf("list offsets of %s partition %d: %v", topic, p.Partition, p.Error)
+		}
+		end[p.Partition] = p.LastOffset
+	}
+	var total int64
+	for _, p := range committed.Topics[topic] {
+		if p.Error != nil {
+			t.Fatalf("offset fetch %s partition %d: %v", topic, p.Partition, p.Error)
+		}
+		c := max(p.CommittedOffset, 0)
+		total += end[p.Partition] - c
+	}
+	return total
+}
+
+func TestHandledOnceAndDuplicatesSkipped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 3)
+	m := newMetrics(t)
+	c, err := inbox.New(e.pool, writeEffect, e.config(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+
+	const n = 30
+	ids := make([]uuid.UUID, n)
+	var msgs []kafka.Message
+	for i := range ids {
+		ids[i] = uuid.New()
+		msgs = append(msgs, record(ids[i], "m"+strconv.Itoa(i)))
+	}
+	e.produce(t, msgs...)
+	waitCounter(t, m.Messages("test"), n, "all messages handled")
+	effectsOncePerID(t, e.pool, ids)
+	if got := count(t, e.pool, `SELECT count(*) FROM p.inbox WHERE topic = $1`, e.topic); got != n {
+		t.Fatalf("inbox has %d rows for %s, want %d", got, e.topic, n)
+	}
+
+	// The same ids again (a relay re-publishing after a crash), plus the
+	// same id twice inside what is likely one batch.
+	dup := append(append([]kafka.Message(nil), msgs...), record(ids[0], "m0"))
+	e.produce(t, dup...)
+	waitCounter(t, m.Duplicates("test"), n+1, "duplicates counted")
+	effectsOncePerID(t, e.pool, ids)
+	if got := testutil.ToFloat64(m.Messages("test")); got != n {
+		t.Fatalf("messages_total = %v after duplicates, want %d", got, n)
+	}
+	testkit.Eventually(t, wait, "offsets committed up to the end of every partition", func() (bool, error) {
+		return lag(t, e.brokers, e.group, e.topic, 3) == 0, nil
+	})
+	if got := testutil.CollectAndCount(m.Messages("test")); got != 1 {
+		t.Fatalf("messages_total collects %d series, want 1", got)
+	}
+}
+
+func TestTransientErrorRetriesWithoutSkipping(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	m := newMetrics(t)
+	const failures = 3
+	target := uuid.New()
+	var mu sync.Mutex
+	calls := 0
+	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+		// The write happens before the failure: it must be rolled back.
+		if err := writeEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		if header(msg, message.HeaderMessageID) == target.String() {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls <= failures {
+				return fmt.Errorf("database is restarting (call %d)", calls)
+			}
+		}
+		return nil
+	}
+	c, err := inbox.New(e.pool, h, e.config(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+
+	ids := []uuid.UUID{uuid.New(), target, uuid.New(), uuid.New()}
+	var msgs []kafka.Message
+	for i, id := range ids {
+		msgs = append(msgs, record(id, "t"+strconv.Itoa(i)))
+	}
+	e.produce(t, msgs...)
+	waitCounter(t, m.Messages("test"), float64(len(ids)), "all messages handled after retries")
+	effectsOncePerID(t, e.pool, ids)
+	mu.Lock()
+	got := calls
+	mu.Unlock()
+	if got != failures+1 {
+		t.Fatalf("handler called %d times for the failing message, want %d", got, failures+1)
+	}
+	if got := testutil.ToFloat64(m.HandleErrors("test")); got != failures {
+		t.Fatalf("handle_errors_total = %v, want %d", got, failures)
+	}
+	if got := testutil.ToFloat64(m.DeadLettered("test")); got != 0 {
+		t.Fatalf("dlq_messages_total = %v, want 0 (transient errors are never dead-lettered)", got)
+	}
+}
+
+func TestPoisonMessagesGoToDLQAndPartitionMovesOn(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	dlqTopic := e.topic + inbox.DLQSuffixDefault
+	if err := kafkaclient.EnsureTopics(testkit.Context(t, wait), e.brokers, 1, 1, dlqTopic); err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(t)
+	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+		if err := writeEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		switch string(msg.Value) {
+		case "permanent":
+			return inbox.Permanent(errors.New("amount is negative"))
+		case "invalid":
+			_, err := message.DecodeCommand([]byte(`{"message_id":1}`))
+			return fmt.Errorf("decode: %w", err)
+		case "panic":
+			panic("handler bug")
+		}
+		return nil
+	}
+	c, err := inbox.New(e.pool, h, e.config(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+
+	good := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New()}
+	permanentID, invalidID, panicID := uuid.New(), uuid.New(), uuid.New()
+	noHeader := kafka.Message{Key: []byte("k"), Value: []byte("no-header")}
+	badHeader := kafka.Message{Key: []byte("k"), Value: []byte("bad-header"),
+		Headers: []kafka.Header{{Key: message.HeaderMessageID, Value: []byte("not-a-uuid")}}}
+	// One partition: every poison message sits before a good one.
+	e.produce(t,
+		record(good[0], "ok0"),
+		noHeader,
+		record(permanentID, "permanent"),
+		record(good[1], "ok1"),
+		record(panicID, "panic"),
+		badHeader,
+		record(invalidID, "invalid"),
+		record(good[2], "ok2"),
+	)
+	waitCounter(t, m.DeadLettered("test"), 5, "five messages dead-lettered")
+	waitCounter(t, m.Messages("test"), 3, "good messages handled")
+	// The handler's writes for the poison messages were rolled back.
+	effectsOncePerID(t, e.pool, good[:3])
+	if got := count(t, e.pool, `SELECT count(*) FROM p.inbox WHERE message_id = ANY($1)`, []uuid.UUID{permanentID, invalidID, panicID}); got != 0 {
+		t.Fatalf("inbox keeps %d rows of dead-lettered messages, want 0", got)
+	}
+
+	// Still running after a panic: a later message is handled.
+	e.produce(t, record(good[3], "ok3"))
+	waitCounter(t, m.Messages("test"), 4, "message after the poison ones handled")
+	effectsOncePerID(t, e.pool, good)
+
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	ctx := testkit.Context(t, wait)
+	want := []struct{ value, key, reason string }{
+		{"no-header", "k", "is missing"},
+		{"permanent", "permanent", "amount is negative"},
+		{"panic", "panic", "handler bug"},
+		{"bad-header", "k", "not a UUID"},
+		{"invalid", "invalid", `"message_id"`},
+	}
+	for i, w := range want {
+		d, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("read dead-letter record %d: %v", i, err)
+		}
+		if string(d.Value) != w.value {
+			t.Fatalf("dead-letter record %d has value %q, want %q (original order)", i, d.Value, w.value)
+		}
+		if reason := header(d, message.HeaderDLQReason); !strings.Contains(reason, w.reason) {
+			t.Fatalf("dead-letter record %q has reason %q, want it to contain %q", w.value, reason, w.reason)
+		}
+		if got := header(d, message.HeaderDLQTopic); got != e.topic {
+			t.Fatalf("dead-letter record %q: original topic header %q, want %q", w.value, got, e.topic)
+		}
+		if _, err := strconv.ParseInt(header(d, message.HeaderDLQOffset), 10, 64); err != nil {
+			t.Fatalf("dead-letter record %q: offset header: %v", w.value, err)
+		}
+		if got := header(d, inbox.HeaderDLQPartition); got != "0" {
+			t.Fatalf("dead-letter record %q: partition header %q, want 0", w.value, got)
+		}
+		if string(d.Key) != w.key {
+			t.Fatalf("dead-letter record %q has key %q, want the original key", w.value, d.Key)
+		}
+	}
+	if got := testutil.ToFloat64(m.HandleErrors("test")); got != 0 {
+		t.Fatalf("handle_errors_total = %v, want 0 (poison is not transient)", got)
+	}
+}
+
+func TestCrashBetweenDBCommitAndOffsetCommit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	const n = 20
+	ids := make([]uuid.UUID, n)
+	var msgs []kafka.Message
+	for i := range ids {
+		ids[i] = uuid.New()
+		msgs = append(msgs, record(ids[i], "c"+strconv.Itoa(i)))
+	}
+	e.produce(t, msgs...)
+
+	errCrash := errors.New("simulated crash after database commit")
+	m1 := newMetrics(t)
+	first, err := inbox.New(e.pool, writeEffect, e.config(m1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := 0
+	inbox.SetAfterDBCommit(first, func(batch []kafka.Message) error {
+		crashed = len(batch)
+		return errCrash
+	})
+	ctx := testkit.Context(t, wait)
+	if err := first.Run(ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("Run = %v, want the simulated crash", err)
+	}
+	if crashed == 0 {
+		t.Fatal("the crash hook saw an empty batch")
+	}
+	if got := count(t, e.pool, `SELECT count(*) FROM effects`); got != crashed {
+		t.Fatalf("after the crash effects has %d rows, want the %d of the committed batch", got, crashed)
+	}
+	if got := lag(t, e.brokers, e.group, e.topic, 2); got != n {
+		t.Fatalf("after the crash lag is %d, want %d (no offset committed)", got, n)
+	}
+
+	// Restart in the same group: everything is redelivered; the crashed
+	// batch is deduplicated, the rest handled, each exactly once.
+	m2 := newMetrics(t)
+	second, err := inbox.New(e.pool, writeEffect, e.config(m2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, second)
+	waitCounter(t, m2.Messages("test"), float64(n-crashed), "remaining messages handled")
+	waitCounter(t, m2.Duplicates("test"), float64(crashed), "redelivered batch deduplicated")
+	effectsOncePerID(t, e.pool, ids)
+	testkit.Eventually(t, wait, "offsets committed after restart", func() (bool, error) {
+		return lag(t, e.brokers, e.group, e.topic, 2) == 0, nil
+	})
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	base := func() *inbox.Config {
+		return &inbox.Config{Brokers: []string{"127.0.0.1:9092"}, GroupID: "g", Topics: []string{"t"}, Schema: "p"}
+	}
+	cases := []struct {
+		field string
+		mut   func(*inbox.Config)
+	}{
+		{"Brokers", func(c *inbox.Config) { c.Brokers = nil }},
+		{"GroupID", func(c *inbox.Config) { c.GroupID = "" }},
+		{"Topics", func(c *inbox.Config) { c.Topics = nil }},
+		{"Topics[1]", func(c *inbox.Config) { c.Topics = []string{"a", ""} }},
+		{"Schema", func(c *inbox.Config) { c.Schema = "" }},
+		{"BatchSize", func(c *inbox.Config) { c.BatchSize = -1 }},
+		{"BackoffMax", func(c *inbox.Config) { c.BackoffInitial, c.BackoffMax = time.Second, time.Millisecond }},
+	}
+	for _, tc := range cases {
+		cfg := base()
+		tc.mut(cfg)
+		_, err := inbox.New(pool, writeEffect, cfg)
+		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
+			t.Errorf("New with bad %s: err = %v, want one naming Config.%s", tc.field, err, tc.field)
+		}
+	}
+	if _, err := inbox.New(pool, nil, base()); err == nil || !strings.Contains(err.Error(), "handler") {
+		t.Errorf("New with nil handler: err = %v", err)
+	}
+	if _, err := inbox.New(pool, writeEffect, base()); err != nil {
+		t.Errorf("New with a good config: %v", err)
+	}
+}
+
+func TestPermanentClassification(t *testing.T) {
+	t.Parallel()
+	base := errors.New("boom")
+	if inbox.Permanent(nil) != nil {
+		t.Fatal("Permanent(nil) != nil")
+	}
+	p := fmt.Errorf("step reserve: %w", inbox.Permanent(base))
+	if !inbox.IsPermanent(p) || !errors.Is(p, base) {
+		t.Fatalf("wrapped Permanent: IsPermanent=%v errors.Is=%v", inbox.IsPermanent(p), errors.Is(p, base))
+	}
+	if p.Error() != "step reserve: boom" {
+		t.Fatalf("Permanent changes the error text: %q", p.Error())
+	}
+	_, derr := message.DecodeReply([]byte(`not json`))
+	if !inbox.IsPermanent(fmt.Errorf("x: %w", derr)) {
+		t.Fatal("an error wrapping message.ErrInvalid is not permanent")
+	}
+	if inbox.IsPermanent(base) || inbox.IsPermanent(context.DeadlineExceeded) {
+		t.Fatal("a plain error is permanent")
+	}
+}
+
+func TestNewMetricsRejectsDoubleRegistration(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	if _, err := inbox.NewMetrics(reg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inbox.NewMetrics(reg, "x"); err == nil {
+		t.Fatal("registering the same metrics twice succeeded")
+	}
+	n, err := testutil.GatherAndCount(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 { // vectors without children gather nothing
+		t.Fatalf("gathered %d series before any use, want 0", n)
+	}
+}
