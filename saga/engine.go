@@ -1,0 +1,411 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/outbox"
+)
+
+// Engine defaults.
+const (
+	SchemaDefault        = "sagaflow"
+	ReplyTopicDefault    = "saga.replies"
+	CommandSuffix        = ".commands"
+	TimerIntervalDefault = 100 * time.Millisecond
+	TimerBatchDefault    = 200
+	GaugeIntervalDefault = 5 * time.Second
+	maxVersionConflicts  = 20
+)
+
+// ErrInvalidInput is wrapped by errors about a bad start request.
+var ErrInvalidInput = errors.New("invalid input")
+
+// Config configures an Engine.
+type Config struct {
+	// Schema holds the saga, journal, outbox and inbox tables.
+	Schema string
+	// ReplyTopic is where participants reply (the commands' reply_to).
+	ReplyTopic string
+	// TopicPrefix is put before "<participant>.commands".
+	TopicPrefix string
+	// TimerInterval is how often due timers are looked for.
+	TimerInterval time.Duration
+	// TimerBatch is how many due sagas one timer transaction handles.
+	TimerBatch int
+	// GaugeInterval is how often the in-flight gauge is refreshed.
+	GaugeInterval time.Duration
+	Logger        *slog.Logger
+	Metrics       *Metrics
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{0,200}$`)
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = SchemaDefault
+	}
+	if c.ReplyTopic == "" {
+		c.ReplyTopic = ReplyTopicDefault
+	}
+	if c.TimerInterval <= 0 {
+		c.TimerInterval = TimerIntervalDefault
+	}
+	if c.TimerBatch <= 0 {
+		c.TimerBatch = TimerBatchDefault
+	}
+	if c.GaugeInterval <= 0 {
+		c.GaugeInterval = GaugeIntervalDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if !topicRE.MatchString(c.ReplyTopic) || c.ReplyTopic == "" {
+		return fmt.Errorf("saga engine: Config.ReplyTopic %q is not a valid topic name", c.ReplyTopic)
+	}
+	if !topicRE.MatchString(c.TopicPrefix) {
+		return fmt.Errorf("saga engine: Config.TopicPrefix %q has characters a topic name cannot have", c.TopicPrefix)
+	}
+	return nil
+}
+
+// Engine applies events to sagas through Decide, each in one Postgres
+// transaction together with the journal row and the outgoing commands.
+type Engine struct {
+	pool *pgxpool.Pool
+	reg  *Registry
+	cfg  Config
+	st   *store
+	ob   *outbox.Outbox
+}
+
+// NewEngine returns an engine over pool for the definitions in reg.
+func NewEngine(pool *pgxpool.Pool, reg *Registry, cfg *Config) (*Engine, error) {
+	if pool == nil || reg == nil {
+		return nil, errors.New("saga engine: pool and registry are required")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ob, err := outbox.New(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("saga engine: %w", err)
+	}
+	return &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}, nil
+}
+
+// Outbox is the orchestrator's outbox (for its relay).
+func (e *Engine) Outbox() *outbox.Outbox { return e.ob }
+
+// Registry is the engine's definitions.
+func (e *Engine) Registry() *Registry { return e.reg }
+
+// CommandTopic is the topic of participant's commands.
+func (e *Engine) CommandTopic(participant string) string {
+	return e.cfg.TopicPrefix + participant + CommandSuffix
+}
+
+// ReplyTopic is the topic replies are expected on.
+func (e *Engine) ReplyTopic() string { return e.cfg.ReplyTopic }
+
+// StartRequest asks for a new saga.
+type StartRequest struct {
+	Type string
+	// IdempotencyKey: a second start with the same type and key returns
+	// the first saga instead of creating another.
+	IdempotencyKey string
+	AggregateID    string
+	// Data is the saga's initial data: a JSON object, or any value that
+	// encodes to one.
+	Data any
+	// ID optionally fixes the saga id (default: a new random UUID).
+	ID uuid.UUID
+}
+
+func (e *Engine) prepare(req StartRequest) (*Def, json.RawMessage, error) {
+	def, ok := e.reg.Latest(req.Type)
+	if !ok {
+		return nil, nil, fmt.Errorf("start saga: type %q: %w", req.Type, ErrUnknownType)
+	}
+	if req.IdempotencyKey == "" {
+		return nil, nil, fmt.Errorf("start saga %q: %w: idempotency_key is required", req.Type, ErrInvalidInput)
+	}
+	if len(req.IdempotencyKey) > 200 {
+		return nil, nil, fmt.Errorf("start saga %q: %w: idempotency_key is longer than 200 characters", req.Type, ErrInvalidInput)
+	}
+	if req.AggregateID == "" {
+		return nil, nil, fmt.Errorf("start saga %q: %w: aggregate_id is required", req.Type, ErrInvalidInput)
+	}
+	var data json.RawMessage
+	switch d := req.Data.(type) {
+	case json.RawMessage:
+		data = d
+	case []byte:
+		data = d
+	default:
+		b, err := json.Marshal(d)
+		if err != nil {
+			return nil, nil, fmt.Errorf("start saga %q: %w: data: %v", req.Type, ErrInvalidInput, err)
+		}
+		data = b
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w: data must be a JSON object", req.Type, ErrInvalidInput)
+	}
+	return def, data, nil
+}
+
+// Start starts a saga in its own transaction. created is false when a saga
+// with the same type and idempotency key already existed (it is returned).
+func (e *Engine) Start(ctx context.Context, req StartRequest) (in Instance, created bool, err error) {
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		in, created, err = e.StartTx(ctx, tx, req)
+		return err
+	})
+	return in, created, err
+}
+
+// StartTx starts a saga inside the caller's transaction, so a service can
+// start it atomically with its own writes.
+func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (Instance, bool, error) {
+	def, data, err := e.prepare(req)
+	if err != nil {
+		return Instance{}, false, err
+	}
+	id := req.ID
+	if id == uuid.Nil {
+		id = uuid.New()
+	}
+	now := e.cfg.Now()
+	in := NewInstance(def, id, req.AggregateID, req.IdempotencyKey, data, now)
+	d, err := Decide(def, in, Event{Kind: EventStart, At: now})
+	if err != nil {
+		return Instance{}, false, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	ok, err := e.st.insert(ctx, tx, &d.Next)
+	if err != nil {
+		return Instance{}, false, err
+	}
+	if !ok {
+		existing, err := e.st.loadByKey(ctx, tx, req.Type, req.IdempotencyKey)
+		return existing, false, err
+	}
+	if err := e.write(ctx, tx, d); err != nil {
+		return Instance{}, false, err
+	}
+	e.cfg.Metrics.observe(def.Name, EventStart, in, d)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga started", slog.String("saga_id", id.String()), slog.String("saga_type", def.Name))
+	return d.Next, true, nil
+}
+
+// write appends the decision's journal and enqueues its commands.
+func (e *Engine) write(ctx context.Context, tx DB, d Decision) error {
+	if err := e.st.appendJournal(ctx, tx, d.Journal); err != nil {
+		return err
+	}
+	if len(d.Send) == 0 {
+		return nil
+	}
+	msgs := make([]outbox.Message, 0, len(d.Send))
+	for _, o := range d.Send {
+		c := o.Command
+		c.ReplyTo = e.cfg.ReplyTopic
+		b, err := message.EncodeCommand(c)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, outbox.Message{
+			Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
+			Headers: message.Headers(c.MessageID, c.SagaID),
+		})
+	}
+	return e.ob.Enqueue(ctx, tx, msgs...)
+}
+
+// apply runs ev through the door for saga id inside tx: load, decide,
+// conditional update (reload and re-decide on a version conflict), journal,
+// outbox.
+func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event) (Instance, Decision, error) {
+	for attempt := 0; ; attempt++ {
+		in, err := e.st.load(ctx, tx, id)
+		if err != nil {
+			return Instance{}, Decision{}, err
+		}
+		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
+		if !ok {
+			return in, Decision{}, fmt.Errorf("saga %s: type %q version %d: %w", id, in.Type, in.DefVersion, ErrUnknownType)
+		}
+		ev := mk()
+		d, err := Decide(def, in, ev)
+		if err != nil {
+			return in, Decision{}, err
+		}
+		if !d.Changed {
+			if err := e.st.appendJournal(ctx, tx, d.Journal); err != nil {
+				return in, d, err
+			}
+			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
+			for _, j := range d.Journal {
+				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", id.String()),
+					slog.String("step", j.Step), slog.String("event", j.Event), slog.String("reason", j.Reason))
+			}
+			return in, d, nil
+		}
+		ok, err = e.st.update(ctx, tx, &d.Next, in.Version)
+		if err != nil {
+			return in, d, err
+		}
+		if !ok {
+			if e.cfg.Metrics != nil {
+				e.cfg.Metrics.conflicts.Inc()
+			}
+			if attempt >= maxVersionConflicts {
+				return in, d, fmt.Errorf("saga %s: gave up after %d version conflicts", id, attempt+1)
+			}
+			continue
+		}
+		if err := e.write(ctx, tx, d); err != nil {
+			return in, d, err
+		}
+		e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
+		if d.Next.State != in.State {
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", id.String()),
+				slog.String("from", string(in.State)), slog.String("to", string(d.Next.State)), slog.String("step", d.Next.CurrentStep()))
+		}
+		return d.Next, d, nil
+	}
+}
+
+// ApplyReply applies a participant's reply inside tx (the inbox's
+// transaction). A reply for an unknown saga or step returns an error
+// wrapping message.ErrInvalid, so the inbox sends it to the dead-letter topic.
+func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) error {
+	_, _, err := e.apply(ctx, tx, r.SagaID, func() Event {
+		return Event{Kind: EventReply, At: e.cfg.Now(), Reply: &r}
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: reply %s: unknown saga %s", message.ErrInvalid, r.MessageID, r.SagaID)
+	case errors.Is(err, ErrUnknownStep):
+		return fmt.Errorf("%w: %v", message.ErrInvalid, err)
+	}
+	return err
+}
+
+// Operate applies an operator action in its own transaction. A refused
+// action returns a *RefusedError and writes nothing.
+func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op Operator) (Instance, error) {
+	var out Instance
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		in, _, err := e.apply(ctx, tx, id, func() Event {
+			return Event{Kind: EventOperator, At: e.cfg.Now(), Operator: &op}
+		})
+		out = in
+		return err
+	})
+	if err == nil {
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
+			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason))
+	}
+	return out, err
+}
+
+// FireDue applies a timer event to up to limit sagas whose wake-up time has
+// come, in one transaction (rows claimed with FOR UPDATE SKIP LOCKED, so
+// replicas share the work). It returns how many it looked at.
+func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
+	n := 0
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		now := e.cfg.Now()
+		ids, err := e.st.due(ctx, tx, now, limit)
+		if err != nil {
+			return err
+		}
+		n = len(ids)
+		for _, id := range ids {
+			if _, _, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} }); err != nil {
+				return fmt.Errorf("timer for saga %s: %w", id, err)
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// RunTimers fires due timers until ctx is cancelled, and refreshes the
+// in-flight gauge. Errors are logged and retried with backoff.
+func (e *Engine) RunTimers(ctx context.Context) error {
+	tick := time.NewTicker(e.cfg.TimerInterval)
+	defer tick.Stop()
+	lastGauge := time.Time{}
+	backoff := e.cfg.TimerInterval
+	for {
+		n, err := e.FireDue(ctx, e.cfg.TimerBatch)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := e.cfg.TimerInterval
+		if err != nil {
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "timer batch failed; retrying", slog.String("error", err.Error()))
+			backoff = min(backoff*2, 10*time.Second)
+			wait = backoff
+		} else {
+			backoff = e.cfg.TimerInterval
+			if n >= e.cfg.TimerBatch {
+				wait = 0
+			}
+		}
+		if e.cfg.Metrics != nil && time.Since(lastGauge) >= e.cfg.GaugeInterval {
+			lastGauge = time.Now()
+			if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "refresh saga gauges", slog.String("error", err.Error()))
+			}
+		}
+		if wait == 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Engine) refreshGauges(ctx context.Context) error {
+	counts, err := e.InFlight(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range []State{Running, Compensating} {
+		e.cfg.Metrics.inFlight.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+	return nil
+}

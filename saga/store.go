@@ -1,0 +1,177 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the store needs from a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// store owns the SQL of the orchestrator's saga and journal tables.
+type store struct {
+	sagas, journal string
+
+	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
+}
+
+const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at`
+
+func newStore(schema string) *store {
+	s := &store{
+		sagas:   pgx.Identifier{schema, "sagas"}.Sanitize(),
+		journal: pgx.Identifier{schema, "journal"}.Sanitize(),
+	}
+	s.insertSQL = `INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+ON CONFLICT (type, idempotency_key) DO NOTHING`
+	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
+	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
+	s.updateSQL = `UPDATE ` + s.sagas + ` SET state = $3, current_step = $4, data = $5, steps = $6, version = $7,
+  flag = $8, deadline_at = $9, next_wakeup_at = $10, updated_at = $11, finished_at = $12
+WHERE id = $1 AND version = $2`
+	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored)
+SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[])`
+	s.dueSQL = `SELECT id FROM ` + s.sagas + ` WHERE next_wakeup_at <= $1 ORDER BY next_wakeup_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
+FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
+	return s
+}
+
+func currentStepName(in *Instance) string {
+	if in.Cursor >= 0 && in.Cursor < len(in.Steps) {
+		return in.Steps[in.Cursor].Name
+	}
+	return ""
+}
+
+// insert stores a new instance; false when (type, idempotency key) exists.
+func (s *store) insert(ctx context.Context, db DB, in *Instance) (bool, error) {
+	steps, err := json.Marshal(in.Steps)
+	if err != nil {
+		return false, err
+	}
+	tag, err := db.Exec(ctx, s.insertSQL, in.ID, in.Type, in.DefVersion, in.AggregateID, in.IdempotencyKey,
+		string(in.State), currentStepName(in), in.Data, steps, in.Version, in.Flag, in.DeadlineAt,
+		in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup())
+	if err != nil {
+		return false, fmt.Errorf("insert saga %s: %w", in.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func scanInstance(row pgx.Row) (Instance, error) {
+	var in Instance
+	var state, current string
+	var steps []byte
+	err := row.Scan(&in.ID, &in.Type, &in.DefVersion, &in.AggregateID, &in.IdempotencyKey, &state, &current,
+		&in.Data, &steps, &in.Version, &in.Flag, &in.DeadlineAt, &in.CreatedAt, &in.UpdatedAt, &in.FinishedAt)
+	if err != nil {
+		return Instance{}, err
+	}
+	in.State = State(state)
+	if err := json.Unmarshal(steps, &in.Steps); err != nil {
+		return Instance{}, fmt.Errorf("saga %s: decode steps: %w", in.ID, err)
+	}
+	in.Cursor = -1
+	for i, st := range in.Steps {
+		if st.Name == current {
+			in.Cursor = i
+		}
+	}
+	return in, nil
+}
+
+func (s *store) load(ctx context.Context, db DB, id uuid.UUID) (Instance, error) {
+	in, err := scanInstance(db.QueryRow(ctx, s.loadSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, fmt.Errorf("saga %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Instance{}, fmt.Errorf("load saga %s: %w", id, err)
+	}
+	return in, nil
+}
+
+func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (Instance, error) {
+	in, err := scanInstance(db.QueryRow(ctx, s.loadByKeySQL, sagaType, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Instance{}, fmt.Errorf("saga %s/%s: %w", sagaType, key, ErrNotFound)
+	}
+	if err != nil {
+		return Instance{}, fmt.Errorf("load saga %s/%s: %w", sagaType, key, err)
+	}
+	return in, nil
+}
+
+// update writes next if the stored version is still prevVersion; false
+// when someone else moved the saga first.
+func (s *store) update(ctx context.Context, db DB, next *Instance, prevVersion int64) (bool, error) {
+	steps, err := json.Marshal(next.Steps)
+	if err != nil {
+		return false, err
+	}
+	tag, err := db.Exec(ctx, s.updateSQL, next.ID, prevVersion, string(next.State), currentStepName(next), next.Data, steps,
+		next.Version, next.Flag, next.DeadlineAt, next.NextWakeup(), next.UpdatedAt, next.FinishedAt)
+	if err != nil {
+		return false, fmt.Errorf("update saga %s at version %d: %w", next.ID, prevVersion, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (s *store) appendJournal(ctx context.Context, db DB, entries []JournalEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	n := len(entries)
+	ids, ats := make([]uuid.UUID, n), make([]time.Time, n)
+	events, froms, tos, steps, actions, actors, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	msgs := make([]*uuid.UUID, n)
+	ignored := make([]bool, n)
+	for i, e := range entries {
+		ids[i], ats[i], events[i], froms[i], tos[i] = e.SagaID, e.At, e.Event, string(e.From), string(e.To)
+		steps[i], actions[i], msgs[i], actors[i], reasons[i], ignored[i] = e.Step, e.Action, e.MessageID, e.Actor, e.Reason, e.Ignored
+	}
+	if _, err := db.Exec(ctx, s.journalSQL, ids, ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored); err != nil {
+		return fmt.Errorf("append %d journal entries for saga %s: %w", n, entries[0].SagaID, err)
+	}
+	return nil
+}
+
+func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]JournalEntry, error) {
+	rows, err := db.Query(ctx, s.readJournalSQL, id)
+	if err != nil {
+		return nil, fmt.Errorf("read journal of saga %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []JournalEntry
+	for rows.Next() {
+		var e JournalEntry
+		var from, to string
+		if err := rows.Scan(&e.ID, &e.SagaID, &e.At, &e.Event, &from, &to, &e.Step, &e.Action, &e.MessageID, &e.Actor, &e.Reason, &e.Ignored); err != nil {
+			return nil, fmt.Errorf("read journal of saga %s: %w", id, err)
+		}
+		e.From, e.To = State(from), State(to)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (s *store) due(ctx context.Context, db DB, now time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, s.dueSQL, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim due timers: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+}
