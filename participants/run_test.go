@@ -65,7 +65,9 @@ func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 	second := command(uuid.New(), "reserve", message.Forward)
 	first.ReplyTo, second.ReplyTo = replyTopic, replyTopic
 	garbage := []byte(`{"message_id": "not-a-uuid", "saga_id": 42}`)
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	toRecord := func(c message.Command) kafka.Message {
 		m := record(t, c, message.Headers(c.MessageID, c.SagaID))
