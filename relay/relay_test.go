@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
+	"github.com/sagaflow/sagaflow/devbroker"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -545,4 +547,74 @@ func TestNewValidatesConfig(t *testing.T) {
 	if _, err := relay.NewMetrics(reg, "dup"); err == nil {
 		t.Fatal("registering the metrics twice on one registry did not fail")
 	}
+}
+
+// A record the broker refuses (larger than its message.max.bytes) fails in
+// kafka.WriteErrors together with the rows that shared its partition batch;
+// those are retried one by one and get through, the big one is parked dead.
+func TestOversizedRowRefusedByBrokerDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	c := consume(t, f.brokers, f.topic)
+	big := msg(f.topic, "k", strings.Repeat("x", 2<<20))
+	f.enqueue(t, msg(f.topic, "k", "0"), big, msg(f.topic, "k", "1"), msg(f.topic, "other", "2"))
+	r := f.newRelay(t, relay.Config{MaxAttempts: 2, RetryBackoff: time.Millisecond})
+	start(t, r)
+	testkit.Eventually(t, 30*time.Second, "valid rows on Kafka", func() (bool, error) { return c.count() >= 3, nil })
+	testkit.Eventually(t, 30*time.Second, "oversized row parked dead", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE dead_at IS NOT NULL AND attempts = 2 AND key = 'k' AND length(value) > 1000`) == 1, nil
+	})
+	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE sent_at IS NOT NULL`); n != 3 {
+		t.Fatalf("%d rows sent, want 3", n)
+	}
+	var order []string
+	for _, m := range c.snapshot() {
+		if string(m.Key) == "k" {
+			order = append(order, string(m.Value))
+		}
+		if len(m.Value) > 1000 {
+			t.Fatal("the oversized record reached the topic")
+		}
+	}
+	if strings.Join(order, ",") != "0,1" {
+		t.Fatalf("key k delivered %v, want [0 1]", order)
+	}
+}
+
+// While Kafka is unreachable no row is marked failed (attempts untouched);
+// the relay backs off, counts the errors, and publishes once Kafka is back.
+func TestKafkaOutageBacksOffWithoutBurningAttempts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	f.brokers = []string{addr}
+	r := f.newRelay(t, relay.Config{WriteTimeout: 2 * time.Second})
+	start(t, r)
+	f.enqueue(t, msg("outage-topic", "k", "0"), msg("outage-topic", "k", "1"))
+	testkit.Eventually(t, 30*time.Second, "publish errors counted", func() (bool, error) {
+		return metricValue(t, f.reg, "sagaflow_relay_publish_errors_total") >= 4, nil
+	})
+	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE attempts = 0 AND last_error IS NULL AND sent_at IS NULL`); n != 2 {
+		t.Fatalf("%d rows untouched during the outage, want 2", n)
+	}
+	if !r.Leader() {
+		t.Fatal("relay gave up leadership during a Kafka outage")
+	}
+
+	br, err := devbroker.Start(devbroker.Config{Addr: addr})
+	if err != nil {
+		t.Fatalf("restart broker on %s: %v", addr, err)
+	}
+	t.Cleanup(br.Close)
+	testkit.Eventually(t, 30*time.Second, "rows sent after Kafka came back", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE sent_at IS NOT NULL AND attempts = 1`) == 2, nil
+	})
+	c := consume(t, f.brokers, "outage-topic")
+	testkit.Eventually(t, 30*time.Second, "messages on Kafka", func() (bool, error) { return c.count() == 2, nil })
 }
