@@ -72,7 +72,8 @@ ORDER BY id LIMIT $1`
 	o.markSentSQL = `UPDATE ` + t + ` SET sent_at = now(), attempts = attempts + 1 WHERE id = ANY($1) AND sent_at IS NULL`
 	o.markFailedSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, available_at = $3 WHERE id = $1 AND sent_at IS NULL`
 	o.markDeadSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, dead_at = now() WHERE id = $1 AND sent_at IS NULL`
-	o.statsSQL = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8,
+	o.statsSQL = `SELECT count(*) FILTER (WHERE dead_at IS NULL),
+  coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8,
   count(*) FILTER (WHERE dead_at IS NOT NULL) FROM ` + t + ` WHERE sent_at IS NULL`
 	o.purgeSQL = `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + ` WHERE sent_at < $1 LIMIT $2)`
 	return o, nil
@@ -180,7 +181,8 @@ func (o *Outbox) MarkDead(ctx context.Context, db DB, id int64, cause string) er
 	return nil
 }
 
-// Stats describes the unsent part of the outbox.
+// Stats describes the unsent part of the outbox. Pending and OldestUnsent
+// leave out dead rows, which are counted in Dead.
 type Stats struct {
 	Pending      int64
 	OldestUnsent time.Duration
