@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,7 +92,9 @@ type FieldError struct {
 	Reason string
 }
 
-func (e *FieldError) Error() string { return fmt.Sprintf("%v: field %q %s", ErrInvalid, e.Field, e.Reason) }
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%v: field %q %s", ErrInvalid, e.Field, e.Reason)
+}
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 func missing(field string) error { return &FieldError{Field: field, Reason: "is missing"} }
@@ -112,6 +116,8 @@ func (c *Command) Validate() error {
 		return &FieldError{Field: "attempt", Reason: fmt.Sprintf("is %d, want >= 1", c.Attempt)}
 	case c.ReplyTo == "":
 		return missing("reply_to")
+	case c.SentAt.Year() < 0 || c.SentAt.Year() > 9999:
+		return &FieldError{Field: "sent_at", Reason: fmt.Sprintf("has year %d, want 0 to 9999 (RFC 3339)", c.SentAt.Year())}
 	}
 	return validPayload(c.Payload)
 }
@@ -136,11 +142,15 @@ func (r *Reply) Validate() error {
 }
 
 func validPayload(p json.RawMessage) error {
+	p = bytes.TrimSpace(p)
 	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
 		return nil
 	}
 	if p[0] != '{' {
 		return &FieldError{Field: "payload", Reason: "must be a JSON object"}
+	}
+	if !json.Valid(p) {
+		return &FieldError{Field: "payload", Reason: "is not valid JSON"}
 	}
 	return nil
 }
@@ -150,7 +160,11 @@ func EncodeCommand(c Command) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("encode command for saga %s step %q: %w", c.SagaID, c.Step, err)
 	}
-	return json.Marshal(c)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode command for saga %s step %q: %w: %v", c.SagaID, c.Step, ErrInvalid, err)
+	}
+	return b, nil
 }
 
 // EncodeReply validates and encodes r.
@@ -158,7 +172,11 @@ func EncodeReply(r Reply) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("encode reply for saga %s step %q: %w", r.SagaID, r.Step, err)
 	}
-	return json.Marshal(r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode reply for saga %s step %q: %w: %v", r.SagaID, r.Step, ErrInvalid, err)
+	}
+	return b, nil
 }
 
 // DecodeCommand parses and validates a command record value. Every error
@@ -197,24 +215,73 @@ func decode(b []byte, v any) error {
 	if err := json.Unmarshal(b, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
+			if te.Field == "" {
+				return fmt.Errorf("%w: value is a JSON %s, want an object", ErrInvalid, te.Value)
+			}
 			return &FieldError{Field: te.Field, Reason: fmt.Sprintf("has JSON type %s, want %s", te.Value, te.Type)}
+		}
+		var se *json.SyntaxError
+		if !errors.As(err, &se) {
+			// A value's own decoder (UUID, time) failed: encoding/json does
+			// not say which field it was, so find it.
+			if field := failingField(b, v); field != "" {
+				return &FieldError{Field: field, Reason: fmt.Sprintf("is not valid: %v", err)}
+			}
 		}
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
 
+// failingField returns the JSON name of the first field of the struct v
+// points to whose value in the object b does not decode on its own.
+func failingField(b []byte, v any) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(b, &obj) != nil {
+		return ""
+	}
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		// encoding/json matches keys case-insensitively; the last one wins.
+		var raw json.RawMessage
+		for k, r := range obj {
+			if strings.EqualFold(k, name) {
+				raw = r
+			}
+		}
+		if raw == nil {
+			continue
+		}
+		if json.Unmarshal(raw, reflect.New(f.Type).Interface()) != nil {
+			return name
+		}
+	}
+	return ""
+}
+
 // CheckHeaders verifies that the record's headers, when present, agree with
 // the envelope's ids. Headers are optional on input (a participant written in
 // another language may omit them); when present they must match.
 func CheckHeaders(headers map[string]string, messageID, sagaID uuid.UUID) error {
-	if h, ok := headers[HeaderMessageID]; ok && h != messageID.String() {
+	if h, ok := headers[HeaderMessageID]; ok && !sameUUID(h, messageID) {
 		return &FieldError{Field: "header " + HeaderMessageID, Reason: fmt.Sprintf("is %q but body message_id is %s", h, messageID)}
 	}
-	if h, ok := headers[HeaderSagaID]; ok && h != sagaID.String() {
+	if h, ok := headers[HeaderSagaID]; ok && !sameUUID(h, sagaID) {
 		return &FieldError{Field: "header " + HeaderSagaID, Reason: fmt.Sprintf("is %q but body saga_id is %s", h, sagaID)}
 	}
 	return nil
+}
+
+// sameUUID compares by value, so an upper-case header from another
+// language's UUID type still matches.
+func sameUUID(h string, id uuid.UUID) bool {
+	got, err := uuid.Parse(h)
+	return err == nil && got == id
 }
 
 // Headers returns the headers every produced record carries.
