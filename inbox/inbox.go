@@ -297,6 +297,9 @@ func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, out chan<- kafka.
 
 func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, fetched <-chan kafka.Message, fetchDone <-chan struct{}) error {
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		var first kafka.Message
 		select {
 		case <-ctx.Done():

@@ -514,3 +514,57 @@ func TestNewMetricsRejectsDoubleRegistration(t *testing.T) {
 		t.Fatalf("gathered %d series before any use, want 0", n)
 	}
 }
+
+func TestCancelFinishesInFlightBatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	m := newMetrics(t)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+		return writeEffect(ctx, tx, msg)
+	}
+	c, err := inbox.New(e.pool, h, e.config(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	id := uuid.New()
+	e.produce(t, record(id, "slow"))
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("handler was not called")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a batch was in flight", err)
+	default:
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v after cancel, want nil", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Run did not return after the in-flight batch finished")
+	}
+	effectsOncePerID(t, e.pool, []uuid.UUID{id})
+	if got := lag(t, e.brokers, e.group, e.topic, 1); got != 0 {
+		t.Fatalf("lag = %d after shutdown, want 0 (the in-flight batch's offset committed)", got)
+	}
+	if err := c.Run(testkit.Context(t, time.Millisecond)); err != nil {
+		t.Fatalf("Run again with an expiring context = %v, want nil", err)
+	}
+}
