@@ -166,7 +166,7 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 		if err := claim.Rollback(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
 		}
-		p.log(cmd).InfoContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
+		p.log(cmd).DebugContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
 		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
 	case message.Success, message.Failure:
 		var payload *string
@@ -183,7 +183,7 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
 		if handled {
-			p.log(cmd).InfoContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
+			p.log(cmd).DebugContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
 		}
 		return rec, nil
 	}
@@ -242,7 +242,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(cmd).InfoContext(ctx, "empty compensation: no forward effect to undo")
+		p.log(cmd).DebugContext(ctx, "empty compensation: no forward effect to undo")
 		return rec, nil
 	}
 
@@ -267,7 +267,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(cmd).InfoContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
+		p.log(cmd).DebugContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
 		return rec, nil
 	case res.Outcome == message.Retry || res.Outcome == message.Failure:
 		// Compensations are retried until they succeed: record nothing.

@@ -1,0 +1,515 @@
+// Package cli is the orchestrator command line: demo, serve, participants,
+// dev-broker, migrate and config. Configuration comes from a YAML file
+// (--config), SAGAFLOW_* environment variables and flags, in rising order
+// of precedence; viper only fills the packages' Config structs.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/demo"
+	"github.com/sagaflow/sagaflow/devbroker"
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/reference"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps"
+	"github.com/sagaflow/sagaflow/workload"
+)
+
+// Main runs the command line with args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := Root(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var ex exitError
+		if errors.As(err, &ex) {
+			return ex.code
+		}
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	return 0
+}
+
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// Root builds the command tree.
+func Root(stdout, stderr io.Writer) *cobra.Command {
+	v := newViper()
+	var cfgFile string
+	root := &cobra.Command{
+		Use:           "orchestrator",
+		Short:         "Saga orchestrator over Kafka with a Postgres outbox and inbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return loadFile(v, cfgFile)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&cfgFile, "config", "", "YAML configuration file")
+	pf := root.PersistentFlags()
+	pf.String("database-url", "", "Postgres URL (database.url)")
+	pf.String("brokers", "", "Kafka brokers, comma-separated (kafka.brokers)")
+	pf.String("log-level", "", "log level (log.level)")
+	pf.String("log-format", "", "log format (log.format)")
+	bind(v, pf.Lookup("database-url"), "database.url")
+	bind(v, pf.Lookup("brokers"), "kafka.brokers")
+	bind(v, pf.Lookup("log-level"), "log.level")
+	bind(v, pf.Lookup("log-format"), "log.format")
+
+	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd())
+	return root
+}
+
+func bind(v *viper.Viper, f *pflag.Flag, key string) {
+	_ = v.BindPFlag(key, f)
+}
+
+func newPool(ctx context.Context, v *viper.Viper) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(v.GetString("database.url"))
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	cfg.MaxConns = int32(v.GetInt("database.max_conns"))
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func registry(v *viper.Viper) (*saga.Registry, error) {
+	reg := saga.NewRegistry()
+	if err := steps.Register(reg); err != nil {
+		return nil, err
+	}
+	if err := applyOverrides(v, reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+func engineConfig(v *viper.Viper) saga.Config {
+	return saga.Config{
+		Schema: v.GetString("orchestrator.schema"), ReplyTopic: v.GetString("kafka.reply_topic"),
+		TopicPrefix: v.GetString("kafka.topic_prefix"), TimerInterval: v.GetDuration("orchestrator.timer_interval"),
+		TimerBatch: v.GetInt("orchestrator.timer_batch"),
+	}
+}
+
+type metricSet struct {
+	reg   *prometheus.Registry
+	saga  *saga.Metrics
+	inbox *inbox.Metrics
+	relay *relay.Metrics
+}
+
+func newMetrics() (*metricSet, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
+	m := &metricSet{reg: reg}
+	var err error
+	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func demoCmd(v *viper.Viper) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the place-order demo end to end (embedded broker unless --brokers) and check invariants",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			if asJSON && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			reg, err := registry(v)
+			if err != nil {
+				return err
+			}
+			ec := engineConfig(v)
+			cfg := demo.Config{
+				DatabaseURL: v.GetString("database.url"), FreshDatabase: v.GetString("demo.database"),
+				Brokers: brokers(v), Registry: reg, Engine: ec, Logger: log,
+				Mix: workload.Mix{
+					Orders: v.GetInt("demo.orders"), Seed: v.GetInt64("demo.seed"),
+					OutOfStockRate: v.GetFloat64("demo.out_of_stock_rate"), CouponTakenRate: v.GetFloat64("demo.coupon_taken_rate"),
+					DeclineRate: v.GetFloat64("demo.decline_rate"), LimitCents: v.GetInt64("participants.payment_limit_cents"),
+				},
+				ShippingFailRate: v.GetFloat64("demo.shipping_fail_rate"), PointsFailRate: v.GetFloat64("demo.points_fail_rate"),
+				Concurrency: v.GetInt("demo.concurrency"), Timeout: v.GetDuration("demo.timeout"),
+			}
+			if err := validateDemo(cfg); err != nil {
+				return err
+			}
+			sum, err := demo.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				if err := enc.Encode(sum); err != nil {
+					return err
+				}
+			} else {
+				printSummary(cmd.OutOrStdout(), sum)
+			}
+			if !sum.InvariantsOK || sum.NonTerminal > 0 {
+				return exitError{code: 2}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the readable summary")
+	f.Int("orders", 0, "orders to place (demo.orders)")
+	f.Int64("seed", 0, "seed of the orders (demo.seed)")
+	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
+	f.Float64("coupon-taken-rate", 0, "share of orders using a contested coupon (demo.coupon_taken_rate)")
+	f.Float64("decline-rate", 0, "share of orders over the payment limit (demo.decline_rate)")
+	f.Float64("shipping-fail-rate", 0, "transient failure chance per shipping attempt (demo.shipping_fail_rate)")
+	f.Float64("points-fail-rate", 0, "transient failure chance per points attempt (demo.points_fail_rate)")
+	f.Int("concurrency", 0, "concurrent saga starts (demo.concurrency)")
+	f.Duration("timeout", 0, "bound on the wait for terminal sagas (demo.timeout)")
+	f.String("database", "", "database the demo creates afresh (demo.database)")
+	for flag, key := range map[string]string{
+		"orders": "demo.orders", "seed": "demo.seed", "out-of-stock-rate": "demo.out_of_stock_rate",
+		"coupon-taken-rate": "demo.coupon_taken_rate", "decline-rate": "demo.decline_rate",
+		"shipping-fail-rate": "demo.shipping_fail_rate", "points-fail-rate": "demo.points_fail_rate",
+		"concurrency": "demo.concurrency", "timeout": "demo.timeout", "database": "demo.database",
+	} {
+		_ = v.BindPFlag(key, f.Lookup(flag))
+	}
+	return cmd
+}
+
+func validateDemo(c demo.Config) error {
+	rate := func(name string, r float64) error {
+		if r < 0 || r > 1 {
+			return fmt.Errorf("%s %v must be between 0 and 1", name, r)
+		}
+		return nil
+	}
+	if c.Mix.Orders < 1 {
+		return fmt.Errorf("demo.orders %d must be at least 1", c.Mix.Orders)
+	}
+	return errors.Join(rate("demo.out_of_stock_rate", c.Mix.OutOfStockRate), rate("demo.coupon_taken_rate", c.Mix.CouponTakenRate),
+		rate("demo.decline_rate", c.Mix.DeclineRate), rate("demo.shipping_fail_rate", c.ShippingFailRate),
+		rate("demo.points_fail_rate", c.PointsFailRate))
+}
+
+func printSummary(w io.Writer, s demo.Summary) {
+	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
+	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
+	if s.InvariantsOK {
+		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
+		return
+	}
+	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))
+	for _, v := range s.Violations {
+		fmt.Fprintln(w, "  -", v)
+	}
+}
+
+func serveCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			bs := brokers(v)
+			if len(bs) == 0 {
+				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for serve; `orchestrator dev-broker` runs one for development")
+			}
+			reg, err := registry(v)
+			if err != nil {
+				return err
+			}
+			ms, err := newMetrics()
+			if err != nil {
+				return err
+			}
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			ec := engineConfig(v)
+			ec.Metrics = ms.saga
+			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
+				Brokers: bs, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
+				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
+				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: v.GetInt("orchestrator.inbox_batch")},
+				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch")},
+			})
+			if err != nil {
+				return err
+			}
+			if err := svc.Prepare(ctx); err != nil {
+				return err
+			}
+			sets, _ := svc.Migrations()
+			srv := api.New(svc.Engine(), &api.Config{
+				AdminToken: v.GetString("http.admin_token"), ProtectReads: v.GetBool("http.protect_reads"),
+				Gatherer: ms.reg, Logger: log,
+				Ready: func(ctx context.Context) error {
+					if err := pool.Ping(ctx); err != nil {
+						return fmt.Errorf("postgres: %w", err)
+					}
+					n, err := migrations.Pending(ctx, pool, sets...)
+					if err != nil {
+						return fmt.Errorf("schema: %w", err)
+					}
+					if n > 0 {
+						return fmt.Errorf("schema: %d migrations pending", n)
+					}
+					return nil
+				},
+			})
+			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, svc.Run)
+		},
+	}
+	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
+	_ = v.BindPFlag("http.addr", cmd.Flags().Lookup("addr"))
+	return cmd
+}
+
+// serveHTTP serves h on addr while run runs; both stop on ctx.
+func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, run func(context.Context) error) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http.addr %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("HTTP API listening", slog.String("addr", ln.Addr().String()))
+	errc := make(chan error, 2)
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { errc <- run(runCtx) }()
+	var runErr error
+	select {
+	case <-ctx.Done():
+		runErr = <-errc
+	case runErr = <-errc:
+		cancel()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = hs.Shutdown(sctx)
+	return runErr
+}
+
+func participantsCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "participants",
+		Short: "Run the five reference participants against Postgres and Kafka",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			bs := brokers(v)
+			if len(bs) == 0 {
+				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for participants")
+			}
+			ms, err := newMetrics()
+			if err != nil {
+				return err
+			}
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			set, err := reference.New(pool, reference.Options{
+				Brokers: bs, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
+				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
+				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
+				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
+			})
+			if err != nil {
+				return err
+			}
+			if err := set.Prepare(ctx); err != nil {
+				return err
+			}
+			seed := workload.Schemas{Inventory: "inventory", Coupon: "coupon"}
+			for _, p := range set.Participants() {
+				switch p.Name() {
+				case "inventory":
+					seed.Inventory = p.Schema()
+				case "coupon":
+					seed.Coupon = p.Schema()
+				}
+			}
+			if stock, _ := cmd.Flags().GetInt("seed-stock"); stock > 0 {
+				items := map[string]int{}
+				for _, s := range strings.Split(v.GetString("participants.items"), ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						items[s] = stock
+					}
+				}
+				if err := workload.Seed(ctx, pool, seed, workload.Plan{Stock: items}); err != nil {
+					return err
+				}
+			}
+			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
+			return set.Run(ctx)
+		},
+	}
+	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
+	cmd.Flags().String("items", "sku-apple,sku-pear,sku-plum,sku-fig", "items seeded by --seed-stock (participants.items)")
+	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
+	return cmd
+}
+
+func devBrokerCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev-broker",
+		Short: "Run the embedded in-memory Kafka-protocol broker alone (development without Docker)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := devbroker.Start(devbroker.Config{Addr: v.GetString("dev_broker.addr"), Partitions: v.GetInt("kafka.partitions")})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","))
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().String("addr", "", "listen address (dev_broker.addr)")
+	_ = v.BindPFlag("dev_broker.addr", cmd.Flags().Lookup("addr"))
+	return cmd
+}
+
+func migrateCmd(v *viper.Viper) *cobra.Command {
+	var list, withParticipants bool
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply (or --list) the orchestrator's migrations (and the reference participants' with --participants)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			sets, err := migrations.Orchestrator(v.GetString("orchestrator.schema"))
+			if err != nil {
+				return err
+			}
+			if withParticipants {
+				set, err := reference.New(pool, reference.Options{SchemaPrefix: v.GetString("participants.schema_prefix")})
+				if err != nil {
+					return err
+				}
+				ps, err := set.Migrations()
+				if err != nil {
+					return err
+				}
+				sets = append(sets, ps...)
+			}
+			out := cmd.OutOrStdout()
+			if !list {
+				applied, err := migrations.Migrate(ctx, pool, sets...)
+				if err != nil {
+					return err
+				}
+				for _, a := range applied {
+					fmt.Fprintf(out, "applied %s/%s %03d_%s\n", a.Schema, a.Set, a.Version, a.Name)
+				}
+				if len(applied) == 0 {
+					fmt.Fprintln(out, "schema is up to date")
+				}
+				return nil
+			}
+			hist, err := migrations.History(ctx, pool, sets...)
+			if err != nil {
+				return err
+			}
+			done := map[string]time.Time{}
+			for _, a := range hist {
+				done[fmt.Sprintf("%s/%s/%d", a.Schema, a.Set, a.Version)] = a.AppliedAt
+			}
+			for _, s := range sets {
+				for _, m := range s.Migrations {
+					at, ok := done[fmt.Sprintf("%s/%s/%d", s.Schema, s.Name, m.Version)]
+					status := "pending"
+					if ok {
+						status = "applied " + at.Format(time.RFC3339)
+					}
+					fmt.Fprintf(out, "%-12s %-14s %03d_%-24s %s\n", s.Schema, s.Name, m.Version, m.Name, status)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&list, "list", false, "list migrations and whether they are applied")
+	cmd.Flags().BoolVar(&withParticipants, "participants", false, "include the reference participants' schemas")
+	return cmd
+}
+
+func configCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "config",
+		Short: "Print every configuration key with its default (the README's reference)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, "| key | env | default | meaning |")
+			fmt.Fprintln(out, "| --- | --- | --- | --- |")
+			for _, k := range Keys {
+				env := "SAGAFLOW_" + strings.ToUpper(strings.ReplaceAll(k.Name, ".", "_"))
+				fmt.Fprintf(out, "| `%s` | `%s` | `%v` | %s |\n", k.Name, env, k.Default, k.Doc)
+			}
+			fmt.Fprintf(out, "\nPer step: %s\n", StepKeysDoc)
+			return nil
+		},
+	}
+}

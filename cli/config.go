@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// Key is one configuration key with its default and documentation; the
+// README's configuration reference is generated from this table
+// (`orchestrator config`).
+type Key struct {
+	Name    string
+	Default any
+	Doc     string
+}
+
+// Keys lists every configuration key but the per-step overrides.
+var Keys = []Key{
+	{"database.url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres URL of the orchestrator (and, for `participants` and `demo`, the reference participants)."},
+	{"database.max_conns", 16, "Maximum connections of each pool."},
+	{"kafka.brokers", "", "Comma-separated Kafka bootstrap brokers. KAFKA_BROKERS is read too. Empty in `demo`: an embedded broker is started."},
+	{"kafka.topic_prefix", "", "Prefix of command topics (`<prefix><participant>.commands`)."},
+	{"kafka.reply_topic", saga.ReplyTopicDefault, "Topic participants reply on."},
+	{"kafka.partitions", 8, "Partitions of topics the processes create."},
+	{"kafka.replication", 1, "Replication factor of topics the processes create."},
+	{"orchestrator.schema", saga.SchemaDefault, "Postgres schema of the orchestrator's tables."},
+	{"orchestrator.group_id", "sagaflow-orchestrator", "Consumer group of the reply consumer (shared by replicas)."},
+	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
+	{"orchestrator.timer_batch", saga.TimerBatchDefault, "Due sagas handled per timer transaction."},
+	{"orchestrator.inbox_batch", 100, "Replies handled per inbox transaction."},
+	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
+	{"http.addr", "127.0.0.1:8080", "Listen address of the HTTP API (`serve`)."},
+	{"http.admin_token", "", "Bearer token for operator actions; empty disables them."},
+	{"http.protect_reads", false, "Require the token for read-only endpoints too."},
+	{"log.level", "info", "debug, info, warn or error."},
+	{"log.format", "text", "text or json."},
+	{"participants.schema_prefix", "", "Prefix of the reference participants' schemas."},
+	{"participants.shipping_fail_rate", 0.0, "Chance that one create-shipment attempt answers retry (transient)."},
+	{"participants.points_fail_rate", 0.0, "Chance that one award-points attempt answers retry (transient)."},
+	{"participants.payment_limit_cents", int64(100_000), "Charges above this are declined."},
+	{"participants.seed", int64(1), "Seed of the transient failures."},
+	{"demo.orders", 1000, "Orders the demo places."},
+	{"demo.seed", int64(1), "Seed of the demo's orders."},
+	{"demo.out_of_stock_rate", 0.10, "Share of orders for an item whose stock covers half of them."},
+	{"demo.coupon_taken_rate", 0.10, "Share of orders using a coupon contested by three orders."},
+	{"demo.decline_rate", 0.10, "Share of orders above the payment limit."},
+	{"demo.shipping_fail_rate", 0.20, "Transient failure chance per create-shipment attempt in the demo."},
+	{"demo.points_fail_rate", 0.20, "Transient failure chance per award-points attempt in the demo."},
+	{"demo.concurrency", 16, "Concurrent saga starts."},
+	{"demo.timeout", 2 * time.Minute, "Bound on the wait for every saga to be terminal."},
+	{"demo.database", "sagaflow_demo", "Database the demo creates afresh on the server of database.url; empty: use database.url as is."},
+	{"dev_broker.addr", "127.0.0.1:9092", "Listen address of `dev-broker`."},
+}
+
+// StepKeysDoc documents the per-step overrides.
+const StepKeysDoc = "sagas.<type>.steps.<step>.timeout, .deadline, .retry.initial_interval, .retry.max_interval, .retry.multiplier, .retry.max_attempts: override a step's timeout and retry policy without recompiling (e.g. `sagas.place-order.steps.charge-payment.timeout: 3s`)."
+
+func newViper() *viper.Viper {
+	v := viper.New()
+	for _, k := range Keys {
+		v.SetDefault(k.Name, k.Default)
+	}
+	v.SetEnvPrefix("SAGAFLOW")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	return v
+}
+
+func loadFile(v *viper.Viper, path string) error {
+	if path == "" {
+		return nil
+	}
+	v.SetConfigFile(path)
+	if err := v.ReadInConfig(); err != nil {
+		return fmt.Errorf("read config file %s: %w", path, err)
+	}
+	return nil
+}
+
+func brokers(v *viper.Viper) []string {
+	if b := kafkaclient.ParseBrokers(v.GetString("kafka.brokers")); len(b) > 0 {
+		return b
+	}
+	return kafkaclient.ParseBrokers(os.Getenv("KAFKA_BROKERS"))
+}
+
+func logger(v *viper.Viper) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(v.GetString("log.level"))); err != nil {
+		return nil, fmt.Errorf("log.level %q: want debug, info, warn or error", v.GetString("log.level"))
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f := v.GetString("log.format"); f {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("log.format %q: want text or json", f)
+	}
+}
+
+// applyOverrides reads sagas.<type>.steps.<step>.* into reg.
+func applyOverrides(v *viper.Viper, reg *saga.Registry) error {
+	sagas := v.GetStringMap("sagas")
+	types := make([]string, 0, len(sagas))
+	for t := range sagas {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		stepsMap := v.GetStringMap("sagas." + t + ".steps")
+		for step := range stepsMap {
+			base := "sagas." + t + ".steps." + step + "."
+			var o saga.StepOverride
+			var err error
+			dur := func(key string) time.Duration {
+				if err != nil || !v.IsSet(base+key) {
+					return 0
+				}
+				d, e := time.ParseDuration(v.GetString(base + key))
+				if e != nil || d <= 0 {
+					err = fmt.Errorf("config %s%s: %q is not a positive duration", base, key, v.GetString(base+key))
+				}
+				return d
+			}
+			o.Timeout = dur("timeout")
+			o.Deadline = dur("deadline")
+			o.Retry.InitialInterval = dur("retry.initial_interval")
+			o.Retry.MaxInterval = dur("retry.max_interval")
+			if err != nil {
+				return err
+			}
+			if v.IsSet(base + "retry.multiplier") {
+				o.Retry.Multiplier = v.GetFloat64(base + "retry.multiplier")
+				if o.Retry.Multiplier < 1 {
+					return fmt.Errorf("config %sretry.multiplier: %v must be at least 1", base, o.Retry.Multiplier)
+				}
+			}
+			if v.IsSet(base + "retry.max_attempts") {
+				o.Retry.MaxAttempts = v.GetInt(base + "retry.max_attempts")
+				if o.Retry.MaxAttempts < 1 {
+					return fmt.Errorf("config %sretry.max_attempts: %d must be at least 1", base, o.Retry.MaxAttempts)
+				}
+			}
+			if err := reg.Override(t, step, o); err != nil {
+				return fmt.Errorf("config sagas.%s.steps.%s: %w", t, step, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+// Package orchestrator wires one orchestrator process: the saga engine, the
+// consumer of the reply topic (through the inbox), the relay of the
+// orchestrator's outbox and the timer loop. Several processes may run the
+// same service on one database and consumer group: replies are applied with
+// conditional updates, timers are claimed with SKIP LOCKED, and the relay
+// publishes only while it holds the outbox's advisory lock.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// GroupIDDefault is the consumer group of the reply consumer.
+const GroupIDDefault = "sagaflow-orchestrator"
+
+// Config configures a Service.
+type Config struct {
+	Brokers []string
+	// GroupID of the reply consumer; every replica uses the same.
+	GroupID string
+	// Partitions and Replication for topics the service creates at start
+	// (reply topic, command topics of registered participants, their DLQs).
+	Partitions  int
+	Replication int
+	Engine      saga.Config
+	Inbox       inbox.Config
+	Relay       relay.Config
+	Logger      *slog.Logger
+	// Components run by Run; all true by default via DefaultRun.
+	Run RunSet
+}
+
+// RunSet picks what a process runs, so a deployment can split roles.
+type RunSet struct {
+	Replies, Relay, Timers bool
+}
+
+// DefaultRun runs every component.
+var DefaultRun = RunSet{Replies: true, Relay: true, Timers: true}
+
+// Service is a configured orchestrator process.
+type Service struct {
+	pool   *pgxpool.Pool
+	engine *saga.Engine
+	cfg    Config
+	log    *slog.Logger
+}
+
+// New builds the engine over reg. It does not touch Postgres or Kafka.
+func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := *cfg
+	if c.GroupID == "" {
+		c.GroupID = GroupIDDefault
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 8
+	}
+	if c.Replication <= 0 {
+		c.Replication = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Run == (RunSet{}) {
+		c.Run = DefaultRun
+	}
+	ec := c.Engine
+	if ec.Logger == nil {
+		ec.Logger = c.Logger
+	}
+	eng, err := saga.NewEngine(pool, reg, &ec)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{pool: pool, engine: eng, cfg: c, log: c.Logger}, nil
+}
+
+// Engine is the service's saga engine (start, status, operator actions).
+func (s *Service) Engine() *saga.Engine { return s.engine }
+
+// Migrations are the sets the orchestrator needs.
+func (s *Service) Migrations() ([]migrations.Set, error) {
+	return migrations.Orchestrator(s.engine.Outbox().Schema())
+}
+
+// Topics lists the topics the service produces to or consumes from.
+func (s *Service) Topics() []string {
+	t := []string{s.engine.ReplyTopic()}
+	for _, p := range s.engine.Registry().Participants() {
+		t = append(t, s.engine.CommandTopic(p))
+	}
+	return t
+}
+
+// Prepare applies migrations and creates the topics the service uses.
+func (s *Service) Prepare(ctx context.Context) error {
+	sets, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Migrate(ctx, s.pool, sets...); err != nil {
+		return err
+	}
+	if len(s.cfg.Brokers) == 0 {
+		return errors.New("orchestrator: no Kafka brokers configured")
+	}
+	topics := s.Topics()
+	for _, t := range s.Topics() {
+		topics = append(topics, t+inboxDLQSuffix(s.cfg.Inbox))
+	}
+	return kafkaclient.EnsureTopics(ctx, s.cfg.Brokers, s.cfg.Partitions, s.cfg.Replication, topics...)
+}
+
+func inboxDLQSuffix(c inbox.Config) string {
+	if c.DLQSuffix != "" {
+		return c.DLQSuffix
+	}
+	return inbox.DLQSuffixDefault
+}
+
+// HandleReply is the inbox handler of the reply topic: decode, check the
+// headers against the body, apply through the engine. Bad input wraps
+// message.ErrInvalid and goes to the dead-letter topic.
+func (s *Service) HandleReply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	r, err := message.DecodeReply(m.Value)
+	if err != nil {
+		return err
+	}
+	h := make(map[string]string, len(m.Headers))
+	for _, kv := range m.Headers {
+		h[kv.Key] = string(kv.Value)
+	}
+	if err := message.CheckHeaders(h, r.MessageID, r.SagaID); err != nil {
+		return fmt.Errorf("reply %s: %w", r.MessageID, err)
+	}
+	return s.engine.ApplyReply(ctx, tx, r)
+}
+
+// Run runs the selected components until ctx is cancelled. If one fails,
+// the others are stopped and the first error is returned.
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var comps []func(context.Context) error
+	if s.cfg.Run.Replies {
+		ic := s.cfg.Inbox
+		ic.Brokers, ic.GroupID, ic.Topics, ic.Schema = s.cfg.Brokers, s.cfg.GroupID, []string{s.engine.ReplyTopic()}, s.engine.Outbox().Schema()
+		if ic.Logger == nil {
+			ic.Logger = s.log
+		}
+		c, err := inbox.New(s.pool, s.HandleReply, &ic)
+		if err != nil {
+			return err
+		}
+		comps = append(comps, c.Run)
+	}
+	if s.cfg.Run.Relay {
+		rc := s.cfg.Relay
+		rc.Brokers = s.cfg.Brokers
+		if rc.Logger == nil {
+			rc.Logger = s.log
+		}
+		r, err := relay.New(s.pool, s.engine.Outbox(), &rc)
+		if err != nil {
+			return err
+		}
+		comps = append(comps, r.Run)
+	}
+	if s.cfg.Run.Timers {
+		comps = append(comps, s.engine.RunTimers)
+	}
+	return runAll(ctx, cancel, comps...)
+}
+
+// runAll runs fns concurrently; the first error cancels the rest.
+func runAll(ctx context.Context, cancel context.CancelFunc, fns ...func(context.Context) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(fns))
+	for _, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

@@ -1,0 +1,180 @@
+// Package reference runs the five reference participants of the
+// place-order saga (inventory, coupon, payment, shipping, points) together,
+// each in its own Postgres schema with its own outbox, inbox, barrier and
+// relay. The demo, the end-to-end tests and `orchestrator participants` use
+// it.
+package reference
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/coupon"
+	"github.com/sagaflow/sagaflow/participants/inventory"
+	"github.com/sagaflow/sagaflow/participants/payment"
+	"github.com/sagaflow/sagaflow/participants/points"
+	"github.com/sagaflow/sagaflow/participants/shipping"
+	"github.com/sagaflow/sagaflow/relay"
+)
+
+// Options configure the reference participants.
+type Options struct {
+	Brokers []string
+	// TopicPrefix is put before "<participant>.commands".
+	TopicPrefix string
+	// SchemaPrefix is put before each participant's schema name.
+	SchemaPrefix string
+	// ShippingFailRate and PointsFailRate are the chances that one attempt
+	// answers a transient failure (retry), to exercise forward retries.
+	ShippingFailRate, PointsFailRate float64
+	// Seed makes the transient failures reproducible.
+	Seed int64
+	// PaymentLimitCents: charges above it are declined.
+	PaymentLimitCents int64
+	InboxBatchSize    int
+	Partitions        int
+	Logger            *slog.Logger
+	InboxMetrics      *inbox.Metrics
+	RelayMetrics      *relay.Metrics
+}
+
+// Set is the five reference participants.
+type Set struct {
+	pool  *pgxpool.Pool
+	opts  Options
+	parts []*participants.Participant
+	extra map[string][]migrations.Set
+}
+
+// Names of the reference participants, in saga order.
+var Names = []string{orderapi.Inventory, orderapi.Coupon, orderapi.Payment, orderapi.Shipping, orderapi.Points}
+
+// Schema is the schema participant name uses under opts.
+func (o Options) Schema(name string) string { return o.SchemaPrefix + name }
+
+// New builds the participants; nothing touches Postgres or Kafka yet.
+func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Set{pool: pool, opts: opts, extra: map[string][]migrations.Set{}}
+	for _, name := range Names {
+		p, err := participants.New(pool, &participants.Config{
+			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers,
+			CommandTopic:   opts.TopicPrefix + name + ".commands",
+			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
+			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		var sets []migrations.Set
+		switch name {
+		case orderapi.Inventory:
+			err = inventory.Register(p, inventory.Options{})
+			if err == nil {
+				sets, err = inventory.Migrations(p.Schema())
+			}
+		case orderapi.Coupon:
+			err = coupon.Register(p, coupon.Options{})
+			if err == nil {
+				sets, err = coupon.Migrations(p.Schema())
+			}
+		case orderapi.Payment:
+			err = payment.Register(p, payment.Options{LimitCents: opts.PaymentLimitCents})
+			if err == nil {
+				sets, err = payment.Migrations(p.Schema())
+			}
+		case orderapi.Shipping:
+			err = shipping.Register(p, shipping.Options{FailRate: opts.ShippingFailRate, Seed: opts.Seed})
+			if err == nil {
+				sets, err = shipping.Migrations(p.Schema())
+			}
+		case orderapi.Points:
+			err = points.Register(p, points.Options{FailRate: opts.PointsFailRate, Seed: opts.Seed})
+			if err == nil {
+				sets, err = points.Migrations(p.Schema())
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reference participant %q: %w", name, err)
+		}
+		s.parts = append(s.parts, p)
+		s.extra[name] = sets
+	}
+	return s, nil
+}
+
+// Participants returns the participants in saga order.
+func (s *Set) Participants() []*participants.Participant { return s.parts }
+
+// Migrations are the SDK and business sets of every participant.
+func (s *Set) Migrations() ([]migrations.Set, error) {
+	var all []migrations.Set
+	for _, p := range s.parts {
+		sdk, err := p.Migrations()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, sdk...)
+		all = append(all, s.extra[p.Name()]...)
+	}
+	return all, nil
+}
+
+// Topics are the command topics the participants consume and their DLQs.
+func (s *Set) Topics() []string {
+	var t []string
+	for _, name := range Names {
+		c := s.opts.TopicPrefix + name + ".commands"
+		t = append(t, c, c+inbox.DLQSuffixDefault)
+	}
+	return t
+}
+
+// Prepare migrates every participant's schema and creates the topics.
+func (s *Set) Prepare(ctx context.Context) error {
+	sets, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	if _, err := migrations.Migrate(ctx, s.pool, sets...); err != nil {
+		return err
+	}
+	parts := s.opts.Partitions
+	if parts <= 0 {
+		parts = 8
+	}
+	return kafkaclient.EnsureTopics(ctx, s.opts.Brokers, parts, 1, s.Topics()...)
+}
+
+// Run runs every participant until ctx is cancelled; the first error stops
+// the others and is returned.
+func (s *Set) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(s.parts))
+	for _, p := range s.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(ctx); err != nil {
+				errs <- fmt.Errorf("participant %q: %w", p.Name(), err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

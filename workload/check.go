@@ -1,0 +1,172 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/participants/coupon"
+	"github.com/sagaflow/sagaflow/participants/inventory"
+	"github.com/sagaflow/sagaflow/participants/payment"
+	"github.com/sagaflow/sagaflow/participants/points"
+	"github.com/sagaflow/sagaflow/participants/shipping"
+)
+
+// Report is what Check found.
+type Report struct {
+	Sagas       int      `json:"sagas"`
+	Completed   int      `json:"completed"`
+	Compensated int      `json:"compensated"`
+	Failed      int      `json:"failed"`
+	NonTerminal int      `json:"non_terminal"`
+	Violations  []string `json:"violations"`
+}
+
+// OK reports whether no invariant was violated.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+const maxViolations = 50
+
+// Check reads every saga of the orchestrator schema and the reference
+// participants' tables, and checks:
+//   - no saga is left non-terminal (and none failed, unless allowFailed);
+//   - stock is conserved: available + reserved + sold equals the initial
+//     stock of every item, and only completed sagas hold a reservation;
+//   - no coupon is locked by a saga that did not complete;
+//   - one charge per completed saga, none for a compensated one;
+//   - exactly one shipment and one points entry per completed saga, none
+//     for a compensated one.
+func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[string]int, allowFailed bool) (Report, error) {
+	var rep Report
+	bad := func(format string, args ...any) {
+		if len(rep.Violations) < maxViolations {
+			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+		} else if len(rep.Violations) == maxViolations {
+			rep.Violations = append(rep.Violations, "... more violations not listed")
+		}
+	}
+	states := map[uuid.UUID]string{}
+	rows, err := pool.Query(ctx, `SELECT id, state FROM `+quote(s.Orchestrator)+`.sagas`)
+	if err != nil {
+		return rep, fmt.Errorf("check: read sagas: %w", err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return rep, err
+		}
+		states[id] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return rep, err
+	}
+	rep.Sagas = len(states)
+	for id, st := range states {
+		switch st {
+		case "completed":
+			rep.Completed++
+		case "compensated":
+			rep.Compensated++
+		case "failed":
+			rep.Failed++
+			if !allowFailed {
+				bad("saga %s is failed (needs an operator)", id)
+			}
+		default:
+			rep.NonTerminal++
+			bad("saga %s is still %s", id, st)
+		}
+	}
+
+	stock, err := inventory.Stock(ctx, pool, s.Inventory)
+	if err != nil {
+		return rep, fmt.Errorf("check: read stock: %w", err)
+	}
+	skus := make([]string, 0, len(initialStock))
+	for sku := range initialStock {
+		skus = append(skus, sku)
+	}
+	sort.Strings(skus)
+	for _, sku := range skus {
+		it := stock[sku]
+		if got := it.Available + it.Reserved + it.Sold; got != initialStock[sku] {
+			bad("stock of %s not conserved: available %d + reserved %d + sold %d = %d, initial %d", sku, it.Available, it.Reserved, it.Sold, got, initialStock[sku])
+		}
+	}
+	res, err := inventory.Reservations(ctx, pool, s.Inventory)
+	if err != nil {
+		return rep, fmt.Errorf("check: read reservations: %w", err)
+	}
+	heldBySKU := map[string]int{}
+	for id, r := range res {
+		if r.State == inventory.StateReserved {
+			heldBySKU[r.SKU] += r.Qty
+			if states[id] != "completed" && states[id] != "failed" {
+				bad("saga %s is %q but still holds a reservation of %d %s", id, states[id], r.Qty, r.SKU)
+			}
+		}
+	}
+	for _, sku := range skus {
+		if it := stock[sku]; it.Reserved+it.Sold != heldBySKU[sku] {
+			bad("item %s: reserved %d + sold %d but reservations held total %d", sku, it.Reserved, it.Sold, heldBySKU[sku])
+		}
+	}
+
+	locks, err := coupon.Locks(ctx, pool, s.Coupon)
+	if err != nil {
+		return rep, fmt.Errorf("check: read coupons: %w", err)
+	}
+	for code, id := range locks {
+		if id == uuid.Nil {
+			continue
+		}
+		if st := states[id]; st != "completed" && st != "failed" {
+			bad("coupon %s is locked by saga %s which is %q", code, id, st)
+		}
+	}
+
+	perSaga := []struct {
+		what string
+		read func(context.Context, *pgxpool.Pool, string) (map[uuid.UUID]int, error)
+		sch  string
+	}{
+		{"charge", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+			return payment.Charges(ctx, p, sc)
+		}, s.Payment},
+		{"shipment", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+			return shipping.Shipments(ctx, p, sc)
+		}, s.Shipping},
+		{"points entry", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+			return points.Entries(ctx, p, sc)
+		}, s.Points},
+	}
+	for _, ps := range perSaga {
+		counts, err := ps.read(ctx, pool, ps.sch)
+		if err != nil {
+			return rep, fmt.Errorf("check: read %ss: %w", ps.what, err)
+		}
+		for id, st := range states {
+			n := counts[id]
+			switch {
+			case st == "completed" && n != 1:
+				bad("completed saga %s has %d %ss, want exactly 1", id, n, ps.what)
+			case st == "compensated" && n != 0:
+				bad("compensated saga %s has %d %ss, want 0", id, n, ps.what)
+			case n > 1:
+				bad("saga %s (%s) has %d %ss, want at most 1", id, st, n, ps.what)
+			}
+		}
+		for id, n := range counts {
+			if _, ok := states[id]; !ok && n > 0 {
+				bad("%d %ss for saga %s that the orchestrator does not know", n, ps.what, id)
+			}
+		}
+	}
+	return rep, nil
+}
