@@ -1,0 +1,29 @@
+// Package retention deletes what the runtime no longer needs: outbox rows
+// already published, inbox (dedupe) rows past their window, and the saga and
+// journal rows of sagas that finished long ago.
+//
+// Every delete is a bounded batch (DELETE ... WHERE id IN (SELECT ... LIMIT
+// n)), one statement per transaction, so no lock is held for long and the
+// relay, the inbox and the engine keep running beside it. A cycle repeats a
+// table's batch until one comes back short, then moves on; cycles run every
+// Config.Interval.
+//
+// # Guarantees
+//
+//   - Unsent outbox rows are never deleted, whatever their age (only rows
+//     with sent_at before the cutoff go; dead rows stay for an operator).
+//   - Inbox rows younger than InboxAfter are kept, so a redelivered message
+//     inside the window is still caught as a duplicate. InboxAfter must
+//     therefore be longer than the longest time a message can be redelivered
+//     (the Kafka retention of the consumed topics, or the longest consumer
+//     lag you tolerate); the participant barrier keeps protecting the
+//     business effect after that, but the orchestrator's dedupe does not.
+//   - Only sagas in completed or compensated state whose finished_at is
+//     older than FinishedSagaAfter lose their row and journal; running,
+//     compensating and failed sagas are never purged. A saga row and its
+//     journal go in one transaction.
+//
+// Every purged row counts in sagaflow_retention_purged_total{table}, with
+// table the qualified name ("<schema>.outbox", "<schema>.inbox",
+// "<schema>.sagas", "<schema>.journal").
+package retention
