@@ -189,6 +189,11 @@ func (m *machine) sendForward(i int) error {
 		s.StartedAt = &at
 	}
 	m.in.Cursor = i
+	if i == m.def.Pivot {
+		// The deadline bounds the phase before the pivot; once the pivot is
+		// sent, its own attempts and deadline rule.
+		m.in.DeadlineAt = nil
+	}
 	m.emit(sd, message.Forward, id, s.Attempts, payload)
 	return nil
 }
@@ -532,6 +537,9 @@ func (m *machine) operator(op Operator) (Decision, error) {
 	}
 	if op.Reason == "" {
 		return refuse("a reason is required")
+	}
+	if m.in.Cursor < 0 {
+		return refuse("the saga has not started")
 	}
 	entry := JournalEntry{Event: JournalOperator + string(op.Action), Actor: op.Actor, Reason: op.Reason}
 	switch op.Action {
