@@ -909,15 +909,10 @@ func TestDecideRejectsMismatchedInputs(t *testing.T) {
 // engine, which writes nothing for an unchanged decision, keeps claiming
 // the saga (next_wakeup_at stays in the past) in a hot loop.
 //
-// BUG (saga/instance.go NextWakeup + saga/decide.go timer): once the pivot
-// has been sent, the pre-pivot saga deadline no longer applies (timer()
-// only checks it while m.def.beforePivot(cursor)), but DeadlineAt is only
-// cleared when the pivot succeeds, so NextWakeup still returns the
-// (passed) DeadlineAt while the pivot is outstanding. The timer at that
-// time is a no-op and next_wakeup_at stays in the past until the pivot's
-// due time. Fix: clear DeadlineAt when the pivot command is first sent
-// (in sendForward when i == def.Pivot, or in advance() before sending the
-// pivot), so NextWakeup falls back to the pivot step's DueAt.
+// Regression test: the pre-pivot saga deadline used to stay set while the
+// pivot was in flight, so NextWakeup returned the passed deadline, which
+// timer() no longer acts on once the cursor is at the pivot. Fixed in
+// a333fb7 (sendForward clears DeadlineAt when it sends the pivot).
 func TestDecideTimerAtNextWakeupMakesProgress(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withDeadline(30*time.Second)(t), uuid.NewSHA1(uuid.NameSpaceOID, []byte("wakeup")))
@@ -945,12 +940,8 @@ func TestDecideTimerAtNextWakeupMakesProgress(t *testing.T) {
 // created but not started (NewInstance, Cursor -1) must be refused, not
 // panic.
 //
-// BUG (saga/decide.go operator): ActionRetry and ActionCompensate index
-// m.in.Steps[m.in.Cursor] with Cursor == -1 and panic (index out of range).
-// The engine decides the start before inserting, so it cannot reach this
-// today, but Decide documents errors, not panics, for any input. Fix: at the
-// top of the retry and compensate cases, `if m.in.Cursor < 0 { return
-// refuse("the saga has not started") }`.
+// Regression test: ActionRetry and ActionCompensate used to index
+// Steps[Cursor] with Cursor -1 and panic. Fixed in a333fb7.
 func TestDecideOperatorBeforeStart(t *testing.T) {
 	t.Parallel()
 	def := pivotDef(t)

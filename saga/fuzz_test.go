@@ -1,0 +1,338 @@
+package saga_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// choices turns the fuzzer's bytes into decisions; exhausted input reads 0.
+type choices struct {
+	b []byte
+	i int
+}
+
+func (c *choices) more() bool { return c.i < len(c.b) }
+
+func (c *choices) next() int {
+	if c.i >= len(c.b) {
+		return 0
+	}
+	c.i++
+	return int(c.b[c.i-1])
+}
+
+var outcomes = []message.Outcome{message.Success, message.Failure, message.Retry}
+
+// model follows one saga through random events and checks the invariants
+// the state machine promises after every decision.
+type model struct {
+	t        testing.TB
+	h        *harness
+	replies  []*message.Reply // delivered
+	held     []*message.Reply // produced but not yet delivered (reordering)
+	fwdSent  map[int]bool
+	compSeen map[int]bool
+	lastComp int
+	compSent bool
+	pivotOK  bool
+	resolved bool
+}
+
+func newModel(t testing.TB, def *saga.Def, id uuid.UUID) *model {
+	return &model{t: t, h: newHarness(t, def, id), fwdSent: map[int]bool{}, compSeen: map[int]bool{}, lastComp: len(def.Steps)}
+}
+
+func (m *model) reply(c message.Command, outcome message.Outcome) *message.Reply {
+	return m.h.replyTo(c, outcome)
+}
+
+// outstanding is the command the saga awaits, if any.
+func (m *model) outstanding() (message.Command, bool) {
+	in := m.h.in
+	if in.State.Terminal() || in.Cursor < 0 || len(m.h.sent) == 0 {
+		return message.Command{}, false
+	}
+	s := in.Steps[in.Cursor]
+	for k := len(m.h.sent) - 1; k >= 0; k-- {
+		if m.h.sent[k].MessageID == s.AwaitID {
+			return m.h.sent[k], true
+		}
+	}
+	return message.Command{}, false
+}
+
+// apply decides ev and checks every invariant.
+func (m *model) apply(ev saga.Event) saga.Decision {
+	t, h := m.t, m.h
+	t.Helper()
+	prev := h.in
+	sentBefore := len(h.sent)
+	d, err := h.decide(ev)
+	if err != nil {
+		var re *saga.RefusedError
+		if ev.Kind != saga.EventOperator || !errors.As(err, &re) || !errors.Is(err, saga.ErrRefused) {
+			t.Fatalf("%s event: unexpected error %v", ev.Kind, err)
+		}
+		return d
+	}
+	if ev.Kind == saga.EventReply {
+		m.replies = append(m.replies, ev.Reply)
+	}
+	// A timer at or after the wake-up the saga asked for must move it;
+	// otherwise the engine's timer would claim it again and again.
+	if w := prev.NextWakeup(); ev.Kind == saga.EventTimer && w != nil && !ev.At.Before(*w) && !d.Changed {
+		t.Fatalf("timer at %s, at or after NextWakeup %s, changed nothing (saga %s, step %s %s)",
+			ev.At, w, prev.State, prev.CurrentStep(), prev.Steps[prev.Cursor].State)
+	}
+	next := h.in
+	if prev.State.Terminal() {
+		if ev.Kind != saga.EventOperator && (d.Changed || next.State != prev.State || next.Version != prev.Version) {
+			t.Fatalf("terminal %s saga moved on a %s event to %s v%d", prev.State, ev.Kind, next.State, next.Version)
+		}
+		if d.Changed && (prev.State != saga.Failed || ev.Operator.Action != saga.ActionResolve) {
+			t.Fatalf("terminal %s saga left by operator %s", prev.State, ev.Operator.Action)
+		}
+	}
+	if d.Changed && ev.Kind == saga.EventOperator && ev.Operator.Action == saga.ActionResolve {
+		m.resolved = true
+	}
+	def := h.def
+	for _, c := range h.sent[sentBefore:] {
+		i, _ := def.StepIndex(c.Step)
+		switch c.Action {
+		case message.Forward:
+			if m.compSent {
+				t.Fatalf("forward command for %s after compensation began", c.Step)
+			}
+			for j := 0; j < i; j++ {
+				if next.Steps[j].State != saga.StepSucceeded {
+					t.Fatalf("forward command for %s while earlier step %s is %s", c.Step, next.Steps[j].Name, next.Steps[j].State)
+				}
+			}
+			m.fwdSent[i] = true
+		case message.Compensate:
+			if def.Pivot >= 0 && i >= def.Pivot {
+				t.Fatalf("compensate command for %s, at or after the pivot", c.Step)
+			}
+			if m.pivotOK {
+				t.Fatalf("compensate command for %s after the pivot succeeded", c.Step)
+			}
+			if !m.fwdSent[i] {
+				t.Fatalf("compensate command for %s, whose forward was never sent", c.Step)
+			}
+			if i > m.lastComp || (i < m.lastComp && m.compSeen[i]) {
+				t.Fatalf("compensate command for step %d (%s) after step %d: not in strictly decreasing order", i, c.Step, m.lastComp)
+			}
+			m.lastComp, m.compSeen[i], m.compSent = i, true, true
+		}
+	}
+	if def.Pivot >= 0 && next.Steps[def.Pivot].State == saga.StepSucceeded {
+		m.pivotOK = true
+	}
+	if m.pivotOK && next.State == saga.Compensating {
+		t.Fatalf("saga compensating after its pivot succeeded")
+	}
+	if !m.resolved {
+		switch next.State {
+		case saga.Completed:
+			for _, s := range next.Steps {
+				if s.State != saga.StepSucceeded {
+					t.Fatalf("completed saga with step %s %s", s.Name, s.State)
+				}
+			}
+		case saga.Compensated:
+			if m.pivotOK {
+				t.Fatalf("compensated after the pivot succeeded")
+			}
+			for _, s := range next.Steps {
+				if s.State != saga.StepCompensated && s.State != saga.StepFailed && s.State != saga.StepPending {
+					t.Fatalf("compensated saga with step %s %s (an effect left behind)", s.Name, s.State)
+				}
+			}
+		}
+	}
+	return d
+}
+
+// step performs one event chosen by c.
+func (m *model) step(c *choices) {
+	h := m.h
+	h.tick(time.Duration(c.next()%4) * time.Second)
+	switch c.next() % 12 {
+	case 0, 1, 2: // answer the awaited command
+		if cmd, ok := m.outstanding(); ok {
+			m.apply(h.replyEv(m.reply(cmd, outcomes[c.next()%3])))
+		}
+	case 3: // answer any command sent so far (stale, duplicate, other attempts)
+		if len(h.sent) > 0 {
+			cmd := h.sent[c.next()%len(h.sent)]
+			m.apply(h.replyEv(m.reply(cmd, outcomes[c.next()%3])))
+		}
+	case 4: // redeliver a reply already delivered
+		if len(m.replies) > 0 {
+			m.apply(h.replyEv(m.replies[c.next()%len(m.replies)]))
+		}
+	case 5: // produce an answer now, deliver it later
+		if cmd, ok := m.outstanding(); ok {
+			m.held = append(m.held, m.reply(cmd, outcomes[c.next()%3]))
+		}
+	case 6: // deliver a held answer, out of order
+		if len(m.held) > 0 {
+			k := c.next() % len(m.held)
+			r := m.held[k]
+			m.held = append(m.held[:k], m.held[k+1:]...)
+			m.apply(h.replyEv(r))
+		}
+	case 7: // a stray reply: never sent, or naming another step
+		if len(h.sent) > 0 {
+			r := m.reply(h.sent[c.next()%len(h.sent)], outcomes[c.next()%3])
+			if c.next()%2 == 0 {
+				r.InReplyTo = uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprint("stray", c.i)))
+			} else {
+				r.Step = h.def.Steps[c.next()%len(h.def.Steps)].Name
+			}
+			if c.next()%2 == 0 {
+				r.Action = message.Compensate
+			}
+			m.apply(h.replyEv(r))
+		}
+	case 8, 9: // a timer
+		switch c.next() % 4 {
+		case 0, 1:
+			if w := h.in.NextWakeup(); w != nil && w.After(h.now) {
+				h.now = *w
+			}
+		case 2:
+			h.tick(time.Duration(c.next()) * 100 * time.Millisecond)
+		case 3:
+			h.tick(time.Duration(c.next()) * time.Second)
+		}
+		m.apply(saga.Event{Kind: saga.EventTimer, At: h.now})
+	case 10: // an operator
+		op := &saga.Operator{
+			Action:  []saga.OperatorAction{saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve}[c.next()%3],
+			Actor:   "ops",
+			Reason:  "fuzz",
+			Outcome: []saga.State{saga.Completed, saga.Compensated, saga.Failed}[c.next()%3],
+		}
+		switch c.next() % 8 {
+		case 0:
+			op.Actor = ""
+		case 1:
+			op.Reason = ""
+		}
+		m.apply(saga.Event{Kind: saga.EventOperator, At: h.now, Operator: op})
+	case 11: // a second start
+		m.apply(saga.Event{Kind: saga.EventStart, At: h.now})
+	}
+}
+
+// The fuzz target's definitions are built once; Decide never mutates them.
+var (
+	fuzzPivotDef   = buildOrPanic(pivotDefinition())
+	fuzzNoPivotDef = buildOrPanic(noPivotDefinition())
+)
+
+func buildOrPanic(d saga.Definition[item]) *saga.Def {
+	def, err := d.Build()
+	if err != nil {
+		panic(fmt.Sprintf("test definition %s: %v", d.Name, err))
+	}
+	return def
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})                // all success
+	f.Add([]byte{1, 0, 1, 1, 0, 1, 0, 0, 2, 0, 1})                            // a failure: compensate
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8}) // timeouts
+	f.Add([]byte{0, 0, 2, 0, 8, 0, 0, 0, 2, 0, 8, 0, 0, 10, 0, 0, 2, 0, 4, 0, 3, 3, 1})
+	f.Add([]byte{0, 5, 1, 0, 0, 0, 0, 6, 0, 0, 4, 0, 0, 7, 0, 0, 1, 0, 7, 1, 1, 1, 1, 10, 1, 1, 3})
+	f.Add([]byte("a mixture of everything: replies, stale, timers, operators \x08\x09\x0a\x0b"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4096 {
+			data = data[:4096]
+		}
+		id := uuid.NewSHA1(uuid.NameSpaceOID, data)
+		for _, def := range []*saga.Def{fuzzPivotDef, fuzzNoPivotDef} {
+			m := newModel(t, def, id)
+			m.apply(saga.Event{Kind: saga.EventStart, At: m.h.now})
+			c := &choices{b: data}
+			for n := 0; c.more() && n < 1000; n++ {
+				m.step(c)
+			}
+		}
+	})
+}
+
+// TestEventuallyTerminal: when every command eventually gets an answer
+// (success more likely than failure or retry) or its timer fires, every
+// saga ends in a terminal state within a bounded number of events.
+func TestEventuallyTerminal(t *testing.T) {
+	t.Parallel()
+	defs := map[string]*saga.Def{
+		"pivot":          pivotDef(t),
+		"no-pivot":       noPivotDef(t),
+		"pivot-deadline": withDeadline(15 * time.Second)(t),
+	}
+	const seeds, maxEvents = 300, 500
+	for name, def := range defs {
+		ends := map[saga.State]int{}
+		for seed := uint64(1); seed <= seeds; seed++ {
+			rng := rand.New(rand.NewPCG(seed, 0x5a6a))
+			m := newModel(t, def, uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprint(name, seed))))
+			h := m.h
+			m.apply(saga.Event{Kind: saga.EventStart, At: h.now})
+			n := 0
+			for ; n < maxEvents && !h.in.State.Terminal(); n++ {
+				cmd, ok := m.outstanding()
+				if ok && rng.Float64() < 0.8 {
+					h.tick(time.Duration(rng.IntN(3000)) * time.Millisecond)
+					var o message.Outcome
+					switch r := rng.Float64(); {
+					case r < 0.6:
+						o = message.Success
+					case r < 0.75:
+						o = message.Failure
+					default:
+						o = message.Retry
+					}
+					m.apply(h.replyEv(m.reply(cmd, o)))
+					continue
+				}
+				h.fireEv()
+				m.apply(saga.Event{Kind: saga.EventTimer, At: h.now})
+			}
+			if !h.in.State.Terminal() {
+				t.Fatalf("%s seed %d: still %s (step %s %s) after %d events", name, seed, h.in.State, h.in.CurrentStep(), h.in.Steps[h.in.Cursor].State, n)
+			}
+			ends[h.in.State]++
+			if h.in.State == saga.Failed {
+				failedOK := false
+				for i, s := range h.in.Steps {
+					if (def.Pivot >= 0 && i > def.Pivot && s.State == saga.StepFailed) || (i == def.Pivot && s.State == saga.StepUnknown) {
+						failedOK = true
+					}
+				}
+				if !failedOK {
+					t.Fatalf("%s seed %d: failed without a post-pivot failure or an unknown pivot: %s", name, seed, h.stepStates())
+				}
+			}
+		}
+		// The random walk must reach more than one ending, or it tests little.
+		if ends[saga.Completed] == 0 || ends[saga.Compensated] == 0 {
+			t.Fatalf("%s: endings %v: want both completed and compensated sagas", name, ends)
+		}
+		if def.Pivot < 0 && ends[saga.Failed] != 0 {
+			t.Fatalf("%s: a saga without pivot failed %d times; it should always compensate", name, ends[saga.Failed])
+		}
+	}
+}
