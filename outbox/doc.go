@@ -1,0 +1,22 @@
+// Package outbox is the transactional outbox: a table, in the schema of the
+// service that owns it, of Kafka records waiting to be published.
+//
+// [Outbox.Enqueue] inserts records inside the caller's transaction, so a
+// state change and the messages it causes commit together or not at all,
+// and sends a NOTIFY on [Outbox.Channel] that Postgres delivers only at
+// commit, waking the relay. A record may carry an AvailableAt in the future
+// (delayed publication).
+//
+// The relay (package relay) reads the table with [Outbox.ClaimDue] (due,
+// unsent, not dead rows in id order, under its publishing lock), publishes,
+// and records the result with [Outbox.MarkSent], [Outbox.MarkFailed] (retry
+// later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
+// rest). [Outbox.Stats] reports pending depth, the age of the oldest
+// unsent row and dead rows; [Outbox.PurgeSent] deletes sent rows by age.
+//
+// Guarantees: nothing enqueued in a committed transaction is lost; it is
+// published at least once (a crash between publish and mark re-publishes,
+// and receivers dedupe by message id); nothing from a rolled-back
+// transaction is ever published. The table is created by the "messaging"
+// migration set (package migrations).
+package outbox

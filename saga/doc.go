@@ -1,0 +1,100 @@
+// Package saga defines sagas in Go and runs them: typed definitions checked
+// against the pivot rules, the pure state machine [Decide], and the
+// [Engine] that applies events to sagas in Postgres.
+//
+// # Definitions
+//
+// A [Definition] over saga data T lists steps, each with a stable external
+// name, a participant (commands go to "<prefix><participant>.commands"), a
+// [Kind], a command builder, an optional compensation builder, a reply
+// merger (OnSuccess), a timeout and a [RetryPolicy]. [Definition.Build]
+// validates it and erases its types; the error is a *[DefinitionError]
+// naming the saga and step when: there is more than one [Pivot], a step
+// before the pivot has no compensation, a step at or after the pivot has
+// one, a step after the pivot is not [Retryable], two steps share a name,
+// or there are no steps. A definition without a pivot is all-compensable. A
+// [Registry] holds built definitions by name and version; per-step timeouts
+// and retry policies can be overridden from configuration
+// ([Registry.Override]) without recompiling.
+//
+// # The one door
+//
+// Every state change passes through [Decide](definition, instance, event),
+// which returns the next instance, the commands to send and the journal
+// entries. It does no I/O and is deterministic (command ids and backoff
+// jitter are derived from the saga id, step and attempt). Events come from
+// three sources: a participant's reply, a timer (step timeout, retry
+// backoff due, saga deadline) and an operator action. An event the
+// transition table does not allow (a late reply, a reply to a command this
+// saga never sent, an event after a terminal state) changes nothing: it is
+// journaled as ignored and counted, never applied.
+//
+// # States
+//
+// A saga is [Running], then [Completed], or [Compensating] then
+// [Compensated]; or [Failed], which needs an operator (a step after the
+// pivot answered a business failure, or the pivot got no definite answer
+// within its attempts or deadline). Terminal states absorb every event but
+// an audited operator resolve. A step is pending, running (command sent),
+// retrying (waiting for backoff), succeeded, failed, unknown (given up
+// without a definite answer), compensating, compensation_retrying or
+// compensated.
+//
+// # Transition table (summary)
+//
+//	event              before the pivot               the pivot                         after the pivot
+//	success            next step                      next step, no way back            next step; last: completed
+//	failure            compensate done steps,         compensate the steps before it    failed (definition error)
+//	                   reverse order: compensated
+//	retry answer       re-send with backoff; after    re-send with backoff until        re-send with backoff forever,
+//	                   MaxAttempts compensate         MaxAttempts/Deadline, then failed flagged after MaxAttempts
+//	timeout            compensate this step too       re-send (idempotent) until        re-send with backoff
+//	                   (unknown) and the done ones    MaxAttempts/Deadline, then failed
+//	saga deadline      compensate as for a timeout    no longer applies                 no longer applies
+//	late/stray reply   journaled as ignored           same                              same
+//
+// Compensations are retried with backoff until they succeed; after
+// CompensationFlagAfter attempts the saga is flagged (Instance.Flag) and
+// keeps retrying. Operator actions: retry (re-send the active command now),
+// compensate (refused once the pivot was sent) and resolve (a failed saga
+// to completed or compensated, with actor and reason in the journal); a
+// refused action returns a *[RefusedError] and writes nothing.
+//
+// # The engine's transaction
+//
+// [Engine.ApplyReply] (called inside the reply consumer's inbox
+// transaction, which has already deduplicated the message id),
+// [Engine.FireDue] and [Engine.Operate] each do in one Postgres
+// transaction: load the saga, [Decide], a conditional update
+// (WHERE id = $1 AND version = $2; zero rows means another writer moved
+// the saga: reload and decide again, never overwrite), append the journal,
+// and enqueue the commands in the outbox (package outbox), which a relay
+// publishes after commit. [Engine.Start] and [Engine.StartTx] create a saga
+// and its first command the same way; StartTx runs in the caller's
+// transaction, so a service can start a saga atomically with its own write.
+// A second start with the same type and idempotency key returns the first
+// saga.
+//
+// # Timers
+//
+// Each saga row carries its next wake-up time (the active step's timeout or
+// backoff, or the pre-pivot deadline). [Engine.RunTimers] claims due sagas
+// with FOR UPDATE SKIP LOCKED, so replicas share the work, and feeds each a
+// timer event through the same door. Delayed re-sends are plain outbox
+// rows written when the backoff ends.
+//
+// # Guarantees
+//
+//   - A state change, its journal row and the commands it causes commit
+//     together or not at all; nothing is lost between them.
+//   - Replies are applied at most once (inbox dedupe plus the version
+//     check); duplicates and late replies are journaled and ignored.
+//   - No step at or after a succeeded pivot is ever compensated, and
+//     compensations run in reverse order of completion.
+//   - Every saga reaches a terminal state within bounded time, or is
+//     failed or flagged with evidence in its steps and journal.
+//
+// Status queries: [Engine.Get] (one saga and its journal), [Engine.List]
+// (filters and keyset pagination), [Engine.InFlight], [Engine.Counts];
+// [Metrics] registers the engine's Prometheus metrics.
+package saga
