@@ -2,7 +2,7 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/testkit"
 )
@@ -119,7 +120,7 @@ func TestWindowParticipantCrashBeforeReplyPublished(t *testing.T) {
 		t.Fatalf("%d unsent replies, want %d", n, orders)
 	}
 	half.stop(t) // crash before the replies are published
-	if n := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE current_step <> $1 OR state <> 'running'`, orderapi.StepReserveInventory); n != 0 {
+	if n := e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE current_step <> $1 OR state <> 'running'`, orderapi.StepReserveInventory); n != 0 {
 		t.Fatalf("%d sagas moved without a reply", n)
 	}
 	e.run("participants restarted", e.participants().Run)
@@ -207,8 +208,222 @@ func TestWindowTwoStartsSameKey(t *testing.T) {
 	e.checkInvariants(false)
 }
 
-// silence unused imports until the remaining tests use them.
-var _ = json.Marshal
-var _ = message.ErrInvalid
-var _ kafka.Message
-var _ = context.Background
+// runParticipants runs the reference participants except those named in
+// skip, each with its own Run.
+func (e *env) runParticipants(set interface {
+	Participants() []*participants.Participant
+}, skip ...string) {
+	for _, p := range set.Participants() {
+		if slices.Contains(skip, p.Name()) {
+			continue
+		}
+		e.run("participant "+p.Name(), p.Run)
+	}
+}
+
+// outboxRow is an orchestrator outbox row read back as the record it is.
+type outboxRow struct {
+	id  int64
+	msg kafka.Message
+	cmd message.Command
+}
+
+func (e *env) commandsIn(topic string) []outboxRow {
+	e.t.Helper()
+	rows, err := e.check.Query(context.Background(), `SELECT id, key, value, headers FROM `+e.schemas.Orchestrator+`.outbox WHERE topic = $1 ORDER BY id`, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var r outboxRow
+		var key string
+		var hdr map[string]string
+		if err := rows.Scan(&r.id, &key, &r.msg.Value, &hdr); err != nil {
+			e.t.Fatal(err)
+		}
+		r.msg.Key = []byte(key)
+		for k, v := range hdr {
+			r.msg.Headers = append(r.msg.Headers, kafka.Header{Key: k, Value: []byte(v)})
+		}
+		if r.cmd, err = message.DecodeCommand(r.msg.Value); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+func countAction(rows []outboxRow, step string, a message.Action) int {
+	n := 0
+	for _, r := range rows {
+		if r.cmd.Step == step && r.cmd.Action == a {
+			n++
+		}
+	}
+	return n
+}
+
+// Row: command timed out but actually executed, before the pivot. The
+// inventory participant is down while reserve-inventory times out, so the
+// saga compensates the step blindly; when the participant comes back it
+// finds the forward and then its compensation on the topic: the late
+// success is undone by the compensation already sent, the late reply is
+// journaled and ignored, stock is conserved.
+func TestWindowCommandTimedOutButExecuted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 6, seed: 16, override: func(r *saga.Registry) error {
+		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 300 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
+	}})
+	ctx := testkit.Context(t, 2*time.Minute)
+	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
+	set := e.participants()
+	e.runParticipants(set, orderapi.Inventory)
+	e.startAll(ctx)
+	topic := e.prefix + orderapi.Inventory + ".commands"
+	testkit.Eventually(t, settle, "every reserve-inventory timed out and compensation sent", func() (bool, error) {
+		return countAction(e.commandsIn(topic), orderapi.StepReserveInventory, message.Compensate) >= 6, nil
+	})
+	late := e.metric("sagaflow_late_replies_total")
+	e.runParticipants(e.participants(), orderapi.Coupon, orderapi.Payment, orderapi.Shipping, orderapi.Points)
+	e.waitTerminal(settle)
+	rep := e.checkInvariants(false)
+	if rep.Compensated != 6 {
+		t.Fatalf("report %+v: want all 6 compensated", rep)
+	}
+	// Every forward executed (late: none was closed by an empty
+	// compensation), and every successful one was undone by the
+	// compensation that followed it.
+	if n := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier WHERE action = 'forward' AND NOT closed`); n != 6 {
+		t.Fatalf("%d late forwards executed, want 6", n)
+	}
+	ok := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier WHERE action = 'forward' AND outcome = 'success'`)
+	undone := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier b WHERE action = 'forward' AND outcome = 'success'
+		AND EXISTS (SELECT 1 FROM ` + e.schemas.Inventory + `.barrier c WHERE c.saga_id = b.saga_id AND c.action = 'compensate' AND c.outcome = 'success')`)
+	if ok == 0 || undone != ok {
+		t.Fatalf("%d of %d late successful forwards undone by their compensation", undone, ok)
+	}
+	testkit.Eventually(t, settle, "late success replies journaled as late", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE ignored AND step = $1 AND action = 'forward'`, orderapi.StepReserveInventory) >= 6, nil
+	})
+	if e.metric("sagaflow_late_replies_total") < late+6 {
+		t.Fatalf("late replies metric %v, want >= %v", e.metric("sagaflow_late_replies_total"), late+6)
+	}
+}
+
+// Row: command timed out but actually executed, at the pivot. The payment
+// participant is down while charge-payment times out and is re-sent; when
+// it comes back it executes the first copy and answers every other copy
+// with the recorded outcome: one charge per saga, nothing compensated after
+// the pivot.
+func TestWindowPivotTimedOutButExecuted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 6, seed: 17, override: func(r *saga.Registry) error {
+		return r.Override(orderapi.SagaType, orderapi.StepChargePayment, saga.StepOverride{Timeout: 200 * time.Millisecond,
+			Retry: saga.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaxInterval: 100 * time.Millisecond, MaxAttempts: 100}})
+	}})
+	ctx := testkit.Context(t, 2*time.Minute)
+	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
+	e.runParticipants(e.participants(), orderapi.Payment)
+	e.startAll(ctx)
+	topic := e.prefix + orderapi.Payment + ".commands"
+	testkit.Eventually(t, settle, "pivot re-sent at least once for every saga that reached it", func() (bool, error) {
+		at := e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE current_step = $1 AND state = 'running'`, orderapi.StepChargePayment)
+		open := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'running' AND current_step IN ('reserve-inventory', 'lock-coupon')`)
+		sent := countAction(e.commandsIn(topic), orderapi.StepChargePayment, message.Forward)
+		return at > 0 && open == 0 && sent >= 2*at, nil
+	})
+	sent := countAction(e.commandsIn(topic), orderapi.StepChargePayment, message.Forward)
+	e.runParticipants(e.participants(), orderapi.Inventory, orderapi.Coupon, orderapi.Shipping, orderapi.Points)
+	e.waitTerminal(settle)
+	rep := e.checkInvariants(false)
+	charged := e.count(`SELECT count(*) FROM ` + e.schemas.Payment + `.barrier WHERE action = 'forward'`)
+	if charged == 0 || charged > rep.Sagas {
+		t.Fatalf("%d pivot executions for %d sagas (sent %d copies)", charged, rep.Sagas, sent)
+	}
+	if sent <= charged {
+		t.Fatalf("pivot sent %d times for %d executions: no re-send happened", sent, charged)
+	}
+}
+
+// Row: compensation arrives before its forward. The orchestrator's relay is
+// held back while reserve-inventory times out; the compensation command is
+// delivered first (taken from the outbox and produced by hand), the
+// participant records an empty compensation, and when the relay then
+// publishes the forward it is refused (reason "compensated"): no stock
+// stays reserved.
+func TestWindowCompensationBeforeForward(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	e := newEnv(t, envOpts{orders: n, seed: 18, override: func(r *saga.Registry) error {
+		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 200 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
+	}})
+	ctx := testkit.Context(t, 2*time.Minute)
+	e.run("orchestrator without relay", e.service(orchestrator.RunSet{Replies: true, Timers: true}).Run)
+	e.run("participants", e.participants().Run)
+	e.startAll(ctx)
+	topic := e.prefix + orderapi.Inventory + ".commands"
+	var comps []kafka.Message
+	testkit.Eventually(t, settle, "compensations enqueued", func() (bool, error) {
+		comps = comps[:0]
+		for _, r := range e.commandsIn(topic) {
+			if r.cmd.Action == message.Compensate {
+				comps = append(comps, r.msg)
+			}
+		}
+		return len(comps) == n, nil
+	})
+	e.produce(topic, comps...)
+	e.waitTerminal(settle)
+	if got := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier WHERE action = 'forward' AND closed`); got != n {
+		t.Fatalf("%d forwards closed by an empty compensation, want %d", got, n)
+	}
+	var forwards []uuid.UUID
+	for _, r := range e.commandsIn(topic) {
+		if r.cmd.Action == message.Forward {
+			forwards = append(forwards, r.cmd.MessageID)
+		}
+	}
+	e.run("relay", e.service(orchestrator.RunSet{Relay: true}).Run)
+	testkit.Eventually(t, settle, "late forwards delivered to the participant", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Inventory+`.inbox WHERE message_id = ANY($1)`, forwards) == n, nil
+	})
+	rep := e.checkInvariants(false)
+	if rep.Compensated != n {
+		t.Fatalf("report %+v: want %d compensated", rep, n)
+	}
+	if got := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier WHERE action = 'forward' AND outcome = 'success'`); got != 0 {
+		t.Fatalf("%d forwards executed after their compensation", got)
+	}
+}
+
+// Row: two orchestrator replicas touch one saga. Two services share the
+// database and the consumer group; one is killed (context cancelled) while
+// sagas flow. No transition is applied twice, none is stuck.
+func TestWindowTwoReplicasOneSaga(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 40, seed: 19})
+	ctx := testkit.Context(t, 2*time.Minute)
+	a := e.run("replica a", e.service(orchestrator.DefaultRun).Run)
+	e.run("replica b", e.service(orchestrator.DefaultRun).Run)
+	e.run("participants", e.participants().Run)
+	e.startAll(ctx)
+	testkit.Eventually(t, settle, "some sagas finished", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE state NOT IN ('running', 'compensating')`) >= 5, nil
+	})
+	a.stop(t) // replica a dies mid-run
+	if e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE state IN ('running', 'compensating')`) == 0 {
+		t.Log("every saga finished before the kill; the kill exercised only shutdown")
+	}
+	e.waitTerminal(settle)
+	e.checkInvariants(false)
+	// A saga version is written once: the journal's transitions per saga
+	// equal the saga's final version minus its start.
+	if n := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas s WHERE (SELECT count(*) FROM ` + e.schemas.Orchestrator + `.journal j WHERE j.saga_id = s.id AND NOT j.ignored) > s.version`); n != 0 {
+		t.Fatalf("%d sagas have more journaled transitions than versions", n)
+	}
+}
