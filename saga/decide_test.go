@@ -260,7 +260,7 @@ type wakeFn func(h *harness, prev saga.Instance) (lo, hi time.Time)
 
 func noWake(*harness, saga.Instance) (lo, hi time.Time) { return }
 
-func in(d time.Duration) wakeFn {
+func wakeIn(d time.Duration) wakeFn {
 	return func(h *harness, _ saga.Instance) (time.Time, time.Time) { return h.now.Add(d), h.now.Add(d) }
 }
 
@@ -384,7 +384,7 @@ func TestDecideTransitions(t *testing.T) {
 		// --- The DESIGN.md table: before the pivot (step b). ---
 		{name: "before pivot/success: next step", prep: toB, event: okEv("b"),
 			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
-			wantSend: []wantCmd{fwd("p", 1)}, wantWake: in(20 * time.Second), wantEvent: saga.JournalStepSucceeded,
+			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded,
 			check: func(t *testing.T, h *harness, d saga.Decision) {
 				if len(d.Settled) != 1 || d.Settled[0].Step != "b" || d.Settled[0].Outcome != message.Success || d.Settled[0].Duration != time.Second {
 					t.Fatalf("Settled = %+v, want b forward success after 1s", d.Settled)
@@ -395,7 +395,7 @@ func TestDecideTransitions(t *testing.T) {
 			}},
 		{name: "before pivot/failure: compensate done steps in reverse", prep: toB, event: failEv("b"),
 			wantState: saga.Compensating, wantSteps: "compensating failed pending pending pending",
-			wantSend: []wantCmd{comp("a", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalStepFailed,
+			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalStepFailed,
 			check: func(t *testing.T, h *harness, d saga.Decision) {
 				if d.Journal[0].Reason != "because failure" || h.in.Steps[1].LastError != "because failure" {
 					t.Fatalf("failure reason not kept: journal %q, step %q", d.Journal[0].Reason, h.in.Steps[1].LastError)
@@ -414,20 +414,20 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: backoffWake("b", 1), wantEvent: saga.JournalRetryAnswer},
 		{name: "before pivot/retry backoff due: re-sent as attempt 2", prep: then(toB, doRetry("b")), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantSend: []wantCmd{fwd("b", 2)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{fwd("b", 2)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalResent},
 		// DESIGN says "after max attempts treat as failure"; Decide is
 		// stricter and compensates the step too (a duplicate of an earlier
 		// send may still execute, the barrier makes the compensation safe).
 		{name: "before pivot/retry reply at max attempts: compensate it and the done ones",
 			prep: then(toB, doRetry("b"), doFire, doRetry("b"), doFire), event: retryEv("b"),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalRetryAnswer},
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalRetryAnswer},
 		{name: "before pivot/timeout: compensate this step too", prep: toB, event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalTimeout},
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalTimeout},
 		{name: "before pivot/timeout then compensations: reverse order", prep: then(toB, doFire), event: answerEv("b", message.Compensate, message.Success),
 			wantState: saga.Compensating, wantSteps: "compensating compensated pending pending pending",
-			wantSend: []wantCmd{comp("a", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalCompensated},
+			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalCompensated},
 		{name: "before pivot/late reply: success after the step failed", prep: then(toB, doFail("b")),
 			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
 			wantState: saga.Compensating, wantSteps: "compensating failed pending pending pending",
@@ -439,7 +439,7 @@ func TestDecideTransitions(t *testing.T) {
 		// --- The pivot (step p). ---
 		{name: "pivot/success: next step, no way back", def: withDeadline(time.Hour), prep: toP, event: okEv("p"),
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
-			wantSend: []wantCmd{fwd("r1", 1)}, wantWake: in(15 * time.Second), wantEvent: saga.JournalStepSucceeded,
+			wantSend: []wantCmd{fwd("r1", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded,
 			check: func(t *testing.T, h *harness, d saga.Decision) {
 				if h.in.DeadlineAt != nil {
 					t.Fatalf("pre-pivot deadline %v still set after the pivot succeeded", h.in.DeadlineAt)
@@ -447,7 +447,7 @@ func TestDecideTransitions(t *testing.T) {
 			}},
 		{name: "pivot/failure: compensate steps before it", prep: toP, event: failEv("p"),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalStepFailed},
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalStepFailed},
 		{name: "pivot/retry reply: re-send with backoff", prep: toP, event: retryEv("p"),
 			wantState: saga.Running, wantSteps: "succeeded succeeded retrying pending pending",
 			wantWake: backoffWake("p", 1), wantEvent: saga.JournalRetryAnswer},
@@ -460,7 +460,7 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: backoffWake("p", 1), wantEvent: saga.JournalTimeout},
 		{name: "pivot/timeout backoff due: re-sent as attempt 2", prep: then(toP, doFire), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
-			wantSend: []wantCmd{fwd("p", 2)}, wantWake: in(20 * time.Second), wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{fwd("p", 2)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalResent},
 		{name: "pivot/timeout at max attempts: failed, never compensated",
 			prep: then(toP, doFire, doFire, doFire, doFire), event: fireEv,
 			wantState: saga.Failed, wantSteps: "succeeded succeeded unknown pending pending",
@@ -495,7 +495,7 @@ func TestDecideTransitions(t *testing.T) {
 		// --- After the pivot (r1, r2). ---
 		{name: "after pivot/success: next step", prep: toR1, event: okEv("r1"),
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded succeeded running",
-			wantSend: []wantCmd{fwd("r2", 1)}, wantWake: in(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
+			wantSend: []wantCmd{fwd("r2", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
 		{name: "after pivot/success of the last step: completed", prep: toR2, event: okEv("r2"),
 			wantState: saga.Completed, wantSteps: "succeeded succeeded succeeded succeeded succeeded",
 			wantWake: noWake, wantEvent: saga.JournalStepSucceeded,
@@ -522,7 +522,7 @@ func TestDecideTransitions(t *testing.T) {
 		{name: "after pivot/flagged step is still re-sent",
 			prep: then(toR1, doRetry("r1"), doFire, doRetry("r1"), doFire, doRetry("r1")), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
-			wantSend: []wantCmd{fwd("r1", 4)}, wantWake: in(15 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{fwd("r1", 4)}, wantWake: wakeIn(15 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
 		{name: "after pivot/timeout: re-send with backoff", prep: toR1, event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded retrying pending",
 			wantWake: backoffWake("r1", 1), wantEvent: saga.JournalTimeout},
@@ -533,13 +533,13 @@ func TestDecideTransitions(t *testing.T) {
 		{name: "after pivot/success answering an earlier send is accepted", prep: then(toR1, doRetry("r1"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("r1", message.Forward, 1, message.Success) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded succeeded running",
-			wantSend: []wantCmd{fwd("r2", 1)}, wantWake: in(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
+			wantSend: []wantCmd{fwd("r2", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
 
 		// --- Compensation (3-step saga without pivot). ---
 		{name: "compensation success continues in reverse order", def: noPivotDef, prep: toCompY,
 			event:     answerEv("y", message.Compensate, message.Success),
 			wantState: saga.Compensating, wantSteps: "compensating compensated failed",
-			wantSend: []wantCmd{comp("x", 1)}, wantWake: in(5 * time.Second), wantEvent: saga.JournalCompensated},
+			wantSend: []wantCmd{comp("x", 1)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalCompensated},
 		{name: "last compensation: compensated", def: noPivotDef,
 			prep:      then(toCompY, func(h *harness) { h.answer("y", message.Compensate, message.Success) }),
 			event:     answerEv("x", message.Compensate, message.Success),
@@ -559,14 +559,14 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: jitteredWake("y", 1), wantEvent: saga.JournalTimeout},
 		{name: "timer on compensation_retrying: re-sent", def: noPivotDef, prep: then(toCompY, doCompFail("y")), event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 2)}, wantWake: in(5 * time.Second), wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{comp("y", 2)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalResent},
 		{name: "compensation flagged after CompRetry.MaxAttempts", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     answerEv("y", message.Compensate, message.Failure),
 			wantState: saga.Compensating, wantSteps: "succeeded compensation_retrying failed",
 			wantWake: jitteredWake("y", 2), wantFlag: true, wantEvent: saga.JournalCompensationBusy},
 		{name: "flagged compensation keeps retrying", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire, doCompFail("y")), event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 3)}, wantWake: in(5 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{comp("y", 3)}, wantWake: wakeIn(5 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
 		{name: "compensation answer to an earlier send: late", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 1, message.Failure) },
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
@@ -574,12 +574,12 @@ func TestDecideTransitions(t *testing.T) {
 		{name: "compensation success answering an earlier send is accepted", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 1, message.Success) },
 			wantState: saga.Compensating, wantSteps: "compensating compensated failed",
-			wantSend: []wantCmd{comp("x", 1)}, wantWake: in(5 * time.Second), wantEvent: saga.JournalCompensated},
+			wantSend: []wantCmd{comp("x", 1)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalCompensated},
 
 		// --- Saga deadline. ---
 		{name: "pre-pivot saga deadline: compensate, running step included", def: withDeadline(5 * time.Second), prep: toB, event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalDeadline,
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalDeadline,
 			check: func(t *testing.T, h *harness, d saga.Decision) {
 				if !h.now.Equal(testT0.Add(5*time.Second)) || h.in.DeadlineAt != nil {
 					t.Fatalf("deadline fired at %s (want T0+5s), DeadlineAt now %v", h.now, h.in.DeadlineAt)
@@ -591,14 +591,14 @@ func TestDecideTransitions(t *testing.T) {
 				return saga.Event{Kind: saga.EventTimer, At: h.now}
 			},
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalDeadline},
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalDeadline},
 		{name: "no-pivot saga deadline applies at the last step", def: func(t testing.TB) *saga.Def {
 			d := noPivotDefinition()
 			d.Deadline = 3 * time.Second
 			return mustBuild(t, d)
 		}, prep: func(h *harness) { h.start(); h.ok("x"); h.ok("y") }, event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded succeeded compensating",
-			wantSend: []wantCmd{comp("z", 1)}, wantWake: in(5 * time.Second), wantEvent: saga.JournalDeadline},
+			wantSend: []wantCmd{comp("z", 1)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalDeadline},
 		{name: "timer before anything is due: nothing", prep: toB,
 			event:     func(h *harness) saga.Event { h.tick(time.Second); return saga.Event{Kind: saga.EventTimer, At: h.now} },
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending", wantWake: unchangedWake},
@@ -661,17 +661,17 @@ func TestDecideTransitions(t *testing.T) {
 		// --- Operator actions. ---
 		{name: "operator retry from retrying: sent now", prep: then(toB, doRetry("b")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantSend: []wantCmd{fwd("b", 2)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{fwd("b", 2)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry from post-pivot retrying: sent now", prep: then(toR1, doRetry("r1")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
-			wantSend: []wantCmd{fwd("r1", 2)}, wantWake: in(15 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{fwd("r1", 2)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry from compensation_retrying: sent now", def: noPivotDef, prep: then(toCompY, doCompFail("y")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 2)}, wantWake: in(5 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{comp("y", 2)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry on a terminal saga: refused", prep: then(toR1, doFail("r1")), event: opEv(saga.ActionRetry, ""), wantErr: saga.ErrRefused},
 		{name: "operator compensate before the pivot", prep: toB, event: opEv(saga.ActionCompensate, ""),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: in(10 * time.Second), wantEvent: saga.JournalOperator + "compensate"},
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalOperator + "compensate"},
 		{name: "operator compensate at the pivot: refused", prep: toP, event: opEv(saga.ActionCompensate, ""), wantErr: saga.ErrRefused},
 		{name: "operator compensate after the pivot: refused", prep: toR1, event: opEv(saga.ActionCompensate, ""), wantErr: saga.ErrRefused},
 		{name: "operator compensate while compensating: refused", prep: then(toB, doFail("b")), event: opEv(saga.ActionCompensate, ""), wantErr: saga.ErrRefused},
