@@ -1,6 +1,7 @@
 // Package api is the orchestrator's HTTP interface: start sagas, read their
-// status and history, act on them as an operator, and the health and
-// metrics endpoints. Every error answer is JSON {"error": "...", "field":
+// status and history (JSON, and the server-rendered status page under
+// /ui/), act on them as an operator, pipeline stats, and the health and
+// metrics endpoints. Every JSON error answer is {"error": "...", "field":
 // "..."} with a 4xx or 5xx status.
 package api
 
@@ -33,6 +34,12 @@ type Engine interface {
 	List(ctx context.Context, f saga.Filter) (saga.Page, error)
 	Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error)
 	Registry() *saga.Registry
+}
+
+// StatsReader is what GET /stats needs; the engine implements it. When the
+// Engine given to New does not, /stats answers 501.
+type StatsReader interface {
+	Stats(ctx context.Context, window time.Duration) (saga.Stats, error)
 }
 
 // Config configures the HTTP API.
@@ -69,6 +76,8 @@ func New(eng Engine, cfg *Config) *Server {
 	s.mux.HandleFunc("GET /sagas", s.read(s.list))
 	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
 	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
+	s.mux.HandleFunc("GET /stats", s.read(s.stats))
+	s.routePages()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})
@@ -230,6 +239,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 type StepView struct {
 	saga.StepState
 	Participant string `json:"participant"`
+	// Pivot marks the point of no return.
+	Pivot bool `json:"pivot,omitempty"`
 }
 
 // SagaView answers GET /sagas/{id}.
@@ -242,16 +253,25 @@ type SagaView struct {
 }
 
 func (s *Server) view(in saga.Instance, journal []saga.JournalEntry) SagaView {
-	v := SagaView{Instance: in, CurrentStep: in.CurrentStep(), Journal: journal, NextWakeup: in.NextWakeup()}
+	v := SagaView{Instance: in, CurrentStep: activeStep(in), Journal: journal, NextWakeup: in.NextWakeup()}
 	def, _ := s.eng.Registry().Lookup(in.Type, in.DefVersion)
 	for i, st := range in.Steps {
-		sv := StepView{StepState: st}
+		sv := StepView{StepState: st, Pivot: st.Kind == saga.Pivot}
 		if def != nil && i < len(def.Steps) {
 			sv.Participant = def.Steps[i].Participant
 		}
 		v.Steps = append(v.Steps, sv)
 	}
 	return v
+}
+
+// activeStep is the step a saga is at: the active one while it runs or
+// compensates, the one it stopped at when failed; "" once settled.
+func activeStep(in saga.Instance) string {
+	if in.State == saga.Failed && in.Cursor >= 0 && in.Cursor < len(in.Steps) {
+		return in.Steps[in.Cursor].Name
+	}
+	return in.CurrentStep()
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -286,8 +306,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	if v := get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return f, "limit", fmt.Errorf("limit %q must be an integer from 1 to 500", v)
+		if err != nil || n < 1 || n > saga.ListLimitMax {
+			return f, "limit", fmt.Errorf("limit %q must be an integer from 1 to %d", v, saga.ListLimitMax)
 		}
 		f.Limit = n
 	}
@@ -347,6 +367,44 @@ type ActionBody struct {
 	Outcome saga.State `json:"outcome,omitempty"`
 }
 
+// actionError is a refused or failed operator action: the HTTP status, the
+// field at fault and a message for a person.
+type actionError struct {
+	status int
+	field  string
+	msg    string
+}
+
+// act validates and applies an operator action through the engine's one
+// door. A refused action writes nothing.
+func (s *Server) act(ctx context.Context, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
+	switch action {
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
+	default:
+		return saga.Instance{}, &actionError{http.StatusNotFound, "action", fmt.Sprintf("unknown action %q; want retry, compensate or resolve", action)}
+	}
+	switch {
+	case strings.TrimSpace(b.Actor) == "":
+		return saga.Instance{}, &actionError{http.StatusBadRequest, "actor", "actor is required (who acts)"}
+	case strings.TrimSpace(b.Reason) == "":
+		return saga.Instance{}, &actionError{http.StatusBadRequest, "reason", "reason is required (why)"}
+	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
+		return saga.Instance{}, &actionError{http.StatusBadRequest, "outcome", "outcome must be completed or compensated"}
+	}
+	in, err := s.eng.Operate(ctx, id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
+	var refused *saga.RefusedError
+	switch {
+	case errors.Is(err, saga.ErrNotFound):
+		return in, &actionError{http.StatusNotFound, "id", fmt.Sprintf("no saga %s", id)}
+	case errors.As(err, &refused):
+		return in, &actionError{http.StatusConflict, "action", fmt.Sprintf("%s refused: %s", action, refused.Why)}
+	case err != nil:
+		s.cfg.Logger.ErrorContext(ctx, "operator action", slog.String("saga_id", id.String()), slog.String("action", string(action)), slog.String("error", err.Error()))
+		return in, &actionError{http.StatusInternalServerError, "", fmt.Sprintf("%s on saga %s failed: %v", action, id, err)}
+	}
+	return in, nil
+}
+
 func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -364,28 +422,9 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &b) {
 		return
 	}
-	switch {
-	case b.Actor == "":
-		fail(w, http.StatusBadRequest, "actor", "actor is required (who acts)")
-		return
-	case b.Reason == "":
-		fail(w, http.StatusBadRequest, "reason", "reason is required (why)")
-		return
-	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
-		fail(w, http.StatusBadRequest, "outcome", "outcome must be completed or compensated")
-		return
-	}
-	in, err := s.eng.Operate(r.Context(), id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
-	var refused *saga.RefusedError
-	switch {
-	case errors.Is(err, saga.ErrNotFound):
-		fail(w, http.StatusNotFound, "id", "no saga %s", id)
-		return
-	case errors.As(err, &refused):
-		fail(w, http.StatusConflict, "action", "%s", refused.Why)
-		return
-	case err != nil:
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+	in, aerr := s.act(r.Context(), id, action, b)
+	if aerr != nil {
+		fail(w, aerr.status, aerr.field, "%s", aerr.msg)
 		return
 	}
 	_, journal, err := s.eng.Get(r.Context(), id)

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // Get returns one saga and its journal.
@@ -21,15 +24,20 @@ func (e *Engine) Get(ctx context.Context, id uuid.UUID) (Instance, []JournalEntr
 	return in, j, err
 }
 
-// Filter selects sagas for List. Zero fields do not filter.
+// Filter selects sagas for List. Zero fields do not filter. Every filter is
+// served by an index (see migrations/sql/orchestrator), so List never reads
+// the whole history.
 type Filter struct {
 	State State
 	Type  string
-	Step  string
+	// Step keeps open sagas (running, compensating, failed) whose active
+	// step is Step.
+	Step string
 	// OlderThan keeps sagas created more than this long ago.
 	OlderThan time.Duration
-	// Stuck keeps failed or flagged sagas, and non-terminal ones that have
-	// not moved for StuckAfter.
+	// Stuck keeps the sagas an operator should look at: failed ones, and
+	// non-terminal ones that are flagged (retrying beyond the threshold),
+	// past their deadline, or have not moved for StuckAfter.
 	Stuck      bool
 	StuckAfter time.Duration
 	Limit      int
@@ -72,20 +80,28 @@ func decodeCursor(s string) (time.Time, uuid.UUID, error) {
 	return time.Unix(0, ns), id, nil
 }
 
-// List returns sagas matching f, newest first, with keyset pagination.
-func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		f.Limit = 50
+// List limits.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 500
+)
+
+// listQuery builds List's SQL for f.
+func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error) {
+	if f.Limit <= 0 || f.Limit > ListLimitMax {
+		f.Limit = ListLimitDefault
 	}
 	if f.State != "" && !f.State.Valid() {
-		return Page{}, fmt.Errorf("%w: state %q is not one of running, compensating, completed, compensated, failed", ErrInvalidInput, f.State)
+		return "", nil, 0, fmt.Errorf("%w: state %q is not one of running, compensating, completed, compensated, failed", ErrInvalidInput, f.State)
 	}
 	var where []string
-	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
+	// open is the predicate of the partial indexes over sagas that are not
+	// completed or compensated; stated literally so the planner uses them.
+	const open = "state NOT IN ('completed', 'compensated')"
 	if f.State != "" {
 		where = append(where, "state = "+arg(string(f.State)))
 	}
@@ -93,7 +109,7 @@ func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
 		where = append(where, "type = "+arg(f.Type))
 	}
 	if f.Step != "" {
-		where = append(where, "current_step = "+arg(f.Step))
+		where = append(where, open, "current_step = "+arg(f.Step))
 	}
 	now := e.cfg.Now()
 	if f.OlderThan > 0 {
@@ -104,20 +120,32 @@ func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
 		if after <= 0 {
 			after = StuckAfterDefault
 		}
-		where = append(where, "(state = 'failed' OR (state NOT IN ('completed', 'compensated') AND (flag <> '' OR updated_at < "+arg(now.Add(-after))+")))")
+		n := arg(now)
+		where = append(where, open, "(state = 'failed' OR flag <> '' OR deadline_at < "+n+" OR updated_at < "+arg(now.Add(-after))+")")
 	}
 	if f.Cursor != "" {
 		t, id, err := decodeCursor(f.Cursor)
 		if err != nil {
-			return Page{}, err
+			return "", nil, 0, err
 		}
 		where = append(where, "(created_at, id) < ("+arg(t)+", "+arg(id)+")")
 	}
-	q := `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas
+	q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at DESC, id DESC LIMIT " + arg(f.Limit+1)
+	return q, args, f.Limit, nil
+}
+
+// List returns sagas matching f, newest first, with keyset pagination on
+// (created_at, id): a page never skips or repeats a saga however many are
+// started meanwhile.
+func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
+	q, args, limit, err := e.listQuery(f)
+	if err != nil {
+		return Page{}, err
+	}
 	rows, err := e.pool.Query(ctx, q, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list sagas: %w", err)
@@ -134,12 +162,131 @@ func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
 	if err := rows.Err(); err != nil {
 		return Page{}, fmt.Errorf("list sagas: %w", err)
 	}
-	if len(p.Sagas) > f.Limit {
-		p.Sagas = p.Sagas[:f.Limit]
+	if len(p.Sagas) > limit {
+		p.Sagas = p.Sagas[:limit]
 		last := p.Sagas[len(p.Sagas)-1]
 		p.Next = encodeCursor(last.CreatedAt, last.ID)
 	}
 	return p, nil
+}
+
+// ExplainList returns Postgres' plan (EXPLAIN, text) of the query List runs
+// for f, so tests and operators can check it reads an index.
+func (e *Engine) ExplainList(ctx context.Context, f Filter) (string, error) {
+	q, args, _, err := e.listQuery(f)
+	if err != nil {
+		return "", err
+	}
+	return e.explain(ctx, q, args...)
+}
+
+func (e *Engine) explain(ctx context.Context, q string, args ...any) (string, error) {
+	rows, err := e.pool.Query(ctx, "EXPLAIN "+q, args...)
+	if err != nil {
+		return "", fmt.Errorf("explain %q: %w", q, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("explain %q: %w", q, err)
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// Stats is the pipeline summary of GET /stats.
+type Stats struct {
+	// Open counts sagas that are not completed or compensated (running,
+	// compensating, failed) by type and state: exact.
+	Open map[string]map[State]int64 `json:"open"`
+	// Finished counts sagas that reached completed, compensated or failed
+	// within the last Window, by type and state. Totals since the start
+	// are the Prometheus counter sagaflow_sagas_finished_total.
+	Finished map[string]map[State]int64 `json:"finished"`
+	Window   time.Duration              `json:"-"`
+	// OldestInFlight is the age of the oldest running or compensating
+	// saga; zero when none is.
+	OldestInFlight time.Duration `json:"-"`
+	// Outbox is the orchestrator outbox: depth, oldest unsent, dead rows.
+	Outbox outbox.Stats `json:"-"`
+	At     time.Time    `json:"at"`
+}
+
+// StatsWindowDefault is the window of Stats.Finished.
+const StatsWindowDefault = time.Hour
+
+const (
+	statsOpenSQL     = `SELECT type, state, count(*) FROM %s WHERE state NOT IN ('completed', 'compensated') GROUP BY type, state`
+	statsFinishedSQL = `SELECT type, state, count(*) FROM %s WHERE finished_at IS NOT NULL AND finished_at >= $1 GROUP BY type, state`
+	statsOldestSQL   = `SELECT min(created_at) FROM %s WHERE state IN ('running', 'compensating')`
+)
+
+// Stats summarizes sagas and the outbox with index-backed queries only:
+// open sagas (a partial index), sagas finished within window (an index on
+// finished_at), the oldest in-flight saga and the outbox's unsent rows.
+func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error) {
+	if window <= 0 {
+		window = StatsWindowDefault
+	}
+	now := e.cfg.Now()
+	st := Stats{Window: window, At: now}
+	var err error
+	if st.Open, err = e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas)); err != nil {
+		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
+	}
+	if st.Finished, err = e.countBy(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), now.Add(-window)); err != nil {
+		return Stats{}, fmt.Errorf("stats: finished sagas: %w", err)
+	}
+	var oldest *time.Time
+	if err := e.pool.QueryRow(ctx, fmt.Sprintf(statsOldestSQL, e.st.sagas)).Scan(&oldest); err != nil {
+		return Stats{}, fmt.Errorf("stats: oldest in-flight saga: %w", err)
+	}
+	if oldest != nil {
+		st.OldestInFlight = max(now.Sub(*oldest), 0)
+	}
+	if st.Outbox, err = e.ob.Stats(ctx, e.pool); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	return st, nil
+}
+
+// ExplainStats returns the plans of the saga queries Stats runs.
+func (e *Engine) ExplainStats(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{fmt.Sprintf(statsOpenSQL, e.st.sagas), nil},
+		{fmt.Sprintf(statsFinishedSQL, e.st.sagas), []any{e.cfg.Now().Add(-StatsWindowDefault)}},
+		{fmt.Sprintf(statsOldestSQL, e.st.sagas), nil},
+	} {
+		p, err := e.explain(ctx, q.sql, q.args...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string]map[State]int64, error) {
+	rows, err := e.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]map[State]int64{}
+	for rows.Next() {
+		var t, s string
+		var n int64
+		if err := rows.Scan(&t, &s, &n); err != nil {
+			return nil, err
+		}
+		if out[t] == nil {
+			out[t] = map[State]int64{}
+		}
+		out[t][State(s)] = n
+	}
+	return out, rows.Err()
 }
 
 // InFlight counts non-terminal sagas by state.

@@ -1,0 +1,436 @@
+package api
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// The status page: server-rendered HTML under /ui/, no JavaScript.
+//
+//	GET  /ui/sagas                      list with filters and keyset paging
+//	GET  /ui/sagas/{id}                 detail: step timeline, journal, actions
+//	POST /ui/sagas/{id}/actions/{name}  operator action (form with the admin token)
+//	POST /ui/login                      token for read pages when reads are protected
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"short": func(id uuid.UUID) string { return id.String()[:8] },
+}).ParseFS(templateFS, "templates/*.html"))
+
+// tokenCookie carries the token for read pages when reads are protected.
+const tokenCookie = "sagaflow_token"
+
+func (s *Server) routePages() {
+	s.mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/sagas", http.StatusFound)
+	})
+	s.mux.HandleFunc("GET /ui/sagas", s.page(s.listPage))
+	s.mux.HandleFunc("GET /ui/sagas/{id}", s.page(s.detailPage))
+	s.mux.HandleFunc("POST /ui/sagas/{id}/actions/{action}", s.actionPage)
+	s.mux.HandleFunc("POST /ui/login", s.login)
+}
+
+// page guards a read page: when reads are protected it wants the token in
+// the Authorization header or the cookie set by /ui/login.
+func (s *Server) page(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.ProtectReads && !s.authorized(r) {
+			c, err := r.Cookie(tokenCookie)
+			if err != nil || s.cfg.AdminToken == "" || !subtleEqual(c.Value, s.cfg.AdminToken) {
+				s.render(w, http.StatusUnauthorized, "login", loginData{Back: r.URL.RequestURI()})
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+type loginData struct {
+	Back  string
+	Error string
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	_ = r.ParseForm()
+	back := r.PostFormValue("back")
+	if !strings.HasPrefix(back, "/ui/") {
+		back = "/ui/sagas"
+	}
+	tok := r.PostFormValue("token")
+	if s.cfg.AdminToken == "" || !subtleEqual(tok, s.cfg.AdminToken) {
+		s.render(w, http.StatusUnauthorized, "login", loginData{Back: back, Error: "That token is not the admin token."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		s.cfg.Logger.Error("render page", "page", name, "error", err.Error())
+		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// ---- list ----
+
+type listData struct {
+	Filter saga.Filter
+	States []saga.State
+	Types  []string
+	Steps  []string
+	Rows   []listRow
+	Next   string
+	First  string
+	Stats  *StatsView
+	StRows []statsRow
+	Window string
+	Error  string
+	Now    string
+}
+
+type listRow struct {
+	ID      uuid.UUID
+	Type    string
+	State   saga.State
+	Step    string
+	Flag    string
+	Created string
+	Age     string
+	Moved   string
+}
+
+var allStates = []saga.State{saga.Running, saga.Compensating, saga.Completed, saga.Compensated, saga.Failed}
+
+func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	d := listData{States: allStates, Types: s.eng.Registry().Types(), Now: now.UTC().Format(time.RFC3339)}
+	steps := map[string]bool{}
+	for _, t := range d.Types {
+		if def, ok := s.eng.Registry().Latest(t); ok {
+			for _, st := range def.Steps {
+				if !steps[st.Name] {
+					steps[st.Name] = true
+					d.Steps = append(d.Steps, st.Name)
+				}
+			}
+		}
+	}
+	q := r.URL.Query()
+	if q.Get("stuck") == "on" {
+		q.Set("stuck", "true")
+	}
+	f, _, err := ParseFilter(q)
+	d.Filter = f
+	status := http.StatusOK
+	if err != nil {
+		d.Error, status = err.Error(), http.StatusBadRequest
+		s.render(w, status, "list", d)
+		return
+	}
+	p, err := s.eng.List(r.Context(), f)
+	if err != nil {
+		d.Error, status = err.Error(), http.StatusBadRequest
+		if !errors.Is(err, saga.ErrInvalidInput) {
+			status = http.StatusInternalServerError
+		}
+		s.render(w, status, "list", d)
+		return
+	}
+	for _, in := range p.Sagas {
+		d.Rows = append(d.Rows, listRow{ID: in.ID, Type: in.Type, State: in.State, Step: activeStep(in), Flag: in.Flag,
+			Created: in.CreatedAt.UTC().Format("2006-01-02 15:04:05"), Age: fmtDur(now.Sub(in.CreatedAt)), Moved: fmtDur(now.Sub(in.UpdatedAt)) + " ago"})
+	}
+	keep := url.Values{}
+	for _, k := range []string{"state", "type", "step", "stuck", "older_than", "stuck_after", "limit"} {
+		if v := q.Get(k); v != "" {
+			keep.Set(k, v)
+		}
+	}
+	if p.Next != "" {
+		n := url.Values{}
+		for k, v := range keep {
+			n[k] = v
+		}
+		n.Set("cursor", p.Next)
+		d.Next = "/ui/sagas?" + n.Encode()
+	}
+	if f.Cursor != "" {
+		d.First = "/ui/sagas?" + keep.Encode()
+	}
+	if v, _, _, err := s.readStats(r); err == nil {
+		d.Stats = &v
+		d.StRows = statsRows(v)
+		d.Window = fmtDur(time.Duration(v.WindowSeconds * float64(time.Second)))
+	}
+	s.render(w, status, "list", d)
+}
+
+// ---- detail ----
+
+type detailData struct {
+	Saga    SagaView
+	Def     int
+	Span    string
+	Steps   []stepRow
+	Journal []journalRow
+	Notice  string
+	Error   string
+	Form    ActionBody
+	Action  string
+	Now     string
+}
+
+type stepRow struct {
+	N            int
+	Name         string
+	Participant  string
+	Kind         saga.Kind
+	Pivot        bool
+	Active       bool
+	State        saga.StepStatus
+	Attempts     int
+	CompAttempts int
+	Fwd, Comp    *bar
+	LastError    string
+	Note         string
+	Output       string
+}
+
+type bar struct {
+	Style template.CSS
+	Class string
+	Label string
+}
+
+type journalRow struct {
+	At, Event, Step, Action, From, To, Actor, Reason, Message string
+	Ignored, Operator                                         bool
+}
+
+func (s *Server) detailPage(w http.ResponseWriter, r *http.Request) {
+	s.renderDetail(w, r, http.StatusOK, detailData{Notice: notice(r.URL.Query().Get("done"))})
+}
+
+func notice(done string) string {
+	switch saga.OperatorAction(done) {
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
+		return fmt.Sprintf("Operator action %q applied. It is the last operator row of the journal below.", done)
+	}
+	return ""
+}
+
+func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int, d detailData) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %q is not a UUID.", r.PathValue("id")))
+		return
+	}
+	in, journal, err := s.eng.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, saga.ErrNotFound):
+		s.render(w, http.StatusNotFound, "error", fmt.Sprintf("There is no saga %s.", id))
+		return
+	case err != nil:
+		s.render(w, http.StatusInternalServerError, "error", fmt.Sprintf("Cannot read saga %s: %v", id, err))
+		return
+	}
+	now := time.Now()
+	d.Saga = s.view(in, journal)
+	d.Now = now.UTC().Format(time.RFC3339)
+	d.Steps, d.Span = timeline(d.Saga, now)
+	for i := len(journal) - 1; i >= 0; i-- {
+		j := journal[i]
+		row := journalRow{At: j.At.UTC().Format("2006-01-02 15:04:05.000"), Event: j.Event, Step: j.Step, Action: j.Action,
+			From: string(j.From), To: string(j.To), Actor: j.Actor, Reason: j.Reason, Ignored: j.Ignored,
+			Operator: strings.HasPrefix(j.Event, saga.JournalOperator)}
+		if j.MessageID != nil {
+			row.Message = j.MessageID.String()[:8]
+		}
+		d.Journal = append(d.Journal, row)
+	}
+	s.render(w, status, "detail", d)
+}
+
+// timeline lays every step's forward and compensation out on the saga's
+// time span [created, finished or now].
+func timeline(v SagaView, now time.Time) ([]stepRow, string) {
+	start := v.CreatedAt
+	end := now
+	if v.FinishedAt != nil {
+		end = *v.FinishedAt
+	}
+	for _, st := range v.Steps {
+		for _, t := range []*time.Time{st.FinishedAt, st.CompFinishedAt} {
+			if t != nil && t.After(end) {
+				end = *t
+			}
+		}
+	}
+	span := end.Sub(start)
+	if span <= 0 {
+		span = time.Millisecond
+	}
+	mk := func(from, to *time.Time, class string) *bar {
+		if from == nil {
+			return nil
+		}
+		t := now
+		if to != nil {
+			t = *to
+		} else if v.FinishedAt != nil {
+			t = *v.FinishedAt
+		}
+		left := float64(from.Sub(start)) / float64(span) * 100
+		width := float64(t.Sub(*from)) / float64(span) * 100
+		left = min(max(left, 0), 99.5)
+		width = min(max(width, 0.5), 100-left)
+		label := fmtDur(t.Sub(*from))
+		if to == nil {
+			label += " so far"
+		}
+		return &bar{Style: template.CSS(fmt.Sprintf("left:%.2f%%;width:%.2f%%", left, width)), Class: class, Label: label}
+	}
+	var rows []stepRow
+	for i, st := range v.Steps {
+		row := stepRow{N: i + 1, Name: st.Name, Participant: st.Participant, Kind: st.Kind, Pivot: st.Pivot,
+			Active: st.Name == v.CurrentStep && !v.State.Terminal() || (v.State == saga.Failed && st.Name == v.CurrentStep),
+			State:  st.State, Attempts: st.Attempts, CompAttempts: st.CompAttempts, LastError: st.LastError, Note: st.CompensationNote}
+		if len(st.Output) > 0 && string(st.Output) != "null" {
+			row.Output = string(st.Output)
+		}
+		fclass := "run"
+		switch st.State {
+		case saga.StepSucceeded, saga.StepCompensating, saga.StepCompRetrying, saga.StepCompensated:
+			fclass = "ok"
+		case saga.StepFailed:
+			fclass = "fail"
+		case saga.StepUnknown:
+			fclass = "unknown"
+		case saga.StepRetrying:
+			fclass = "retry"
+		}
+		if st.State == saga.StepCompensated || st.State == saga.StepCompensating || st.State == saga.StepCompRetrying {
+			// the forward's own outcome is not kept apart once compensated
+			if st.FinishedAt == nil {
+				fclass = "unknown"
+			}
+		}
+		row.Fwd = mk(st.StartedAt, st.FinishedAt, fclass)
+		if row.Fwd != nil && st.FinishedAt == nil && st.State != saga.StepRunning && st.State != saga.StepRetrying {
+			// an abandoned forward ends where its compensation starts
+			row.Fwd = mk(st.StartedAt, firstNonNil(st.CompStartedAt, v.FinishedAt), fclass)
+		}
+		row.Comp = mk(st.CompStartedAt, st.CompFinishedAt, "comp")
+		rows = append(rows, row)
+	}
+	return rows, fmtDur(end.Sub(start))
+}
+
+func firstNonNil(ts ...*time.Time) *time.Time {
+	for _, t := range ts {
+		if t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	case d < 24*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	days := int(d / (24 * time.Hour))
+	return strconv.Itoa(days) + "d" + (d % (24 * time.Hour)).Round(time.Minute).String()
+}
+
+// ---- actions ----
+
+// actionPage applies an operator action posted by the detail page's forms.
+// The admin token comes in the form's token field. Success redirects to the
+// detail page; a refusal renders it with the reason and the 4xx status.
+func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		s.render(w, http.StatusBadRequest, "error", "The form could not be read: "+err.Error())
+		return
+	}
+	action := r.PathValue("action")
+	form := ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome"))}
+	d := detailData{Form: form, Action: action}
+	if s.cfg.AdminToken == "" {
+		d.Error = "Operator actions are disabled on this server (http.admin_token is not set). Nothing was changed."
+		s.renderDetail(w, r, http.StatusForbidden, d)
+		return
+	}
+	if !subtleEqual(r.PostFormValue("token"), s.cfg.AdminToken) {
+		d.Error = "The admin token is missing or wrong. Nothing was changed."
+		s.renderDetail(w, r, http.StatusUnauthorized, d)
+		return
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %q is not a UUID.", r.PathValue("id")))
+		return
+	}
+	if _, aerr := s.act(r.Context(), id, saga.OperatorAction(action), form); aerr != nil {
+		d.Error = aerr.msg + ". Nothing was changed."
+		s.renderDetail(w, r, aerr.status, d)
+		return
+	}
+	http.Redirect(w, r, "/ui/sagas/"+id.String()+"?done="+url.QueryEscape(action), http.StatusSeeOther)
+}
+
+// statsRow is one saga type's counts in the page's state order: running,
+// compensating and failed are all open sagas; completed and compensated
+// those finished within the stats window.
+type statsRow struct {
+	Type   string
+	Counts []int64
+}
+
+func statsRows(v StatsView) []statsRow {
+	var out []statsRow
+	for _, t := range statsTypes(v) {
+		row := statsRow{Type: t}
+		for _, st := range allStates {
+			src := v.Open
+			if st == saga.Completed || st == saga.Compensated {
+				src = v.Finished
+			}
+			row.Counts = append(row.Counts, src[t][st])
+		}
+		out = append(out, row)
+	}
+	return out
+}

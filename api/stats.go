@@ -1,0 +1,106 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// StatsView answers GET /stats. Ages are in seconds.
+type StatsView struct {
+	At time.Time `json:"at"`
+	// Open: sagas not completed or compensated (running, compensating,
+	// failed), exact, by type then state.
+	Open map[string]map[saga.State]int64 `json:"open"`
+	// Finished: sagas that reached completed, compensated or failed within
+	// the last WindowSeconds, by type then state.
+	Finished      map[string]map[saga.State]int64 `json:"finished"`
+	WindowSeconds float64                         `json:"window_seconds"`
+	// ByState sums Open and Finished over the types.
+	ByState map[saga.State]int64 `json:"by_state"`
+	// OldestInFlightSeconds: age of the oldest running or compensating saga.
+	OldestInFlightSeconds float64 `json:"oldest_in_flight_seconds"`
+	Outbox                struct {
+		Pending             int64   `json:"pending"`
+		OldestUnsentSeconds float64 `json:"oldest_unsent_seconds"`
+		Dead                int64   `json:"dead"`
+	} `json:"outbox"`
+}
+
+func statsView(st saga.Stats) StatsView {
+	v := StatsView{At: st.At, Open: st.Open, Finished: st.Finished, WindowSeconds: st.Window.Seconds(),
+		ByState: map[saga.State]int64{}, OldestInFlightSeconds: st.OldestInFlight.Seconds()}
+	for _, m := range []map[string]map[saga.State]int64{st.Open, st.Finished} {
+		for _, byState := range m {
+			for s, n := range byState {
+				v.ByState[s] += n
+			}
+		}
+	}
+	if v.Open == nil {
+		v.Open = map[string]map[saga.State]int64{}
+	}
+	if v.Finished == nil {
+		v.Finished = map[string]map[saga.State]int64{}
+	}
+	v.Outbox.Pending, v.Outbox.OldestUnsentSeconds, v.Outbox.Dead = st.Outbox.Pending, st.Outbox.OldestUnsent.Seconds(), st.Outbox.Dead
+	return v
+}
+
+// statsTypes lists the saga types present in v, sorted.
+func statsTypes(v StatsView) []string {
+	seen := map[string]bool{}
+	for _, m := range []map[string]map[saga.State]int64{v.Open, v.Finished} {
+		for t := range m {
+			seen[t] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Server) readStats(r *http.Request) (StatsView, int, string, error) {
+	sr, ok := s.eng.(StatsReader)
+	if !ok {
+		return StatsView{}, http.StatusNotImplemented, "", errNoStats
+	}
+	var window time.Duration
+	if q := r.URL.Query().Get("window"); q != "" {
+		d, err := time.ParseDuration(q)
+		if err != nil || d <= 0 {
+			return StatsView{}, http.StatusBadRequest, "window", errWindow(q)
+		}
+		window = d
+	}
+	st, err := sr.Stats(r.Context(), window)
+	if err != nil {
+		return StatsView{}, http.StatusInternalServerError, "", err
+	}
+	return statsView(st), http.StatusOK, "", nil
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	v, status, field, err := s.readStats(r)
+	if err != nil {
+		fail(w, status, field, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+type statsError string
+
+func (e statsError) Error() string { return string(e) }
+
+const errNoStats = statsError("this engine does not report stats")
+
+func errWindow(q string) error {
+	return statsError("window " + strconv.Quote(q) + " must be a positive duration like 15m or 24h")
+}

@@ -1,0 +1,262 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+type listAnswer struct {
+	Sagas []api.SagaView `json:"sagas"`
+	Next  string         `json:"next"`
+}
+
+func ids(l listAnswer) []uuid.UUID {
+	var out []uuid.UUID
+	for _, s := range l.Sagas {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func TestStatusGetShowsStepsJournalAndPivot(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnv(t, nil)
+	completed, compensated, failed := env.threeSagas(t)
+
+	var v api.SagaView
+	env.getJSON(t, "/sagas/"+failed.String(), &v)
+	if v.State != saga.Failed || v.DefVersion != 1 || v.Type != orderapi.SagaType || v.CurrentStep != orderapi.StepCreateShipment {
+		t.Fatalf("failed saga: state %s version %d type %s current %q", v.State, v.DefVersion, v.Type, v.CurrentStep)
+	}
+	if len(v.Steps) != 5 {
+		t.Fatalf("%d steps, want 5", len(v.Steps))
+	}
+	pay, ship := v.Steps[2], v.Steps[3]
+	if !pay.Pivot || pay.Kind != saga.Pivot || pay.Participant != orderapi.Payment || pay.State != saga.StepSucceeded {
+		t.Fatalf("charge-payment step = %+v; want the succeeded pivot of participant payment", pay)
+	}
+	if ship.State != saga.StepFailed || ship.Attempts != 1 || !strings.Contains(ship.LastError, "carrier refused: address unknown") ||
+		ship.StartedAt == nil || ship.FinishedAt == nil || ship.Pivot {
+		t.Fatalf("create-shipment step = %+v; want failed after 1 attempt with the carrier's reason and both times", ship)
+	}
+	if string(v.Steps[0].Output) == "" || !strings.Contains(string(v.Steps[0].Output), "res-1") {
+		t.Fatalf("reserve-inventory output = %s; want the participant's result", v.Steps[0].Output)
+	}
+	if n := len(v.Journal); n < 5 || v.Journal[0].Event != saga.JournalStarted || v.Journal[n-1].To != saga.Failed {
+		t.Fatalf("journal = %+v; want started ... -> failed", v.Journal)
+	}
+
+	v = api.SagaView{}
+	env.getJSON(t, "/sagas/"+compensated.String(), &v)
+	if r := v.Steps[0]; v.State != saga.Compensated || r.State != saga.StepCompensated || r.CompStartedAt == nil || r.CompFinishedAt == nil || r.CompAttempts != 1 {
+		t.Fatalf("compensated saga: %s, reserve-inventory %+v; want compensated with compensation times", v.State, r)
+	}
+	if v.CurrentStep != "" {
+		t.Fatalf("a settled saga reports current step %q", v.CurrentStep)
+	}
+	v = api.SagaView{}
+	env.getJSON(t, "/sagas/"+completed.String(), &v)
+	if s := v.Steps[3]; v.State != saga.Completed || s.Attempts != 2 || s.State != saga.StepSucceeded {
+		t.Fatalf("completed saga: %s, create-shipment %+v; want succeeded on attempt 2", v.State, s)
+	}
+	if st, body := env.do(t, http.MethodGet, "/sagas/"+uuid.NewString(), "", ""); st != http.StatusNotFound || !strings.Contains(body, "no saga") {
+		t.Fatalf("unknown saga = %d %s; want 404", st, body)
+	}
+}
+
+func TestStatusListFiltersAndKeysetPaging(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnv(t, nil)
+	completed, compensated, failed := env.threeSagas(t)
+	running := env.start(t, "order-running") // reserve-inventory sent, no answer yet
+
+	cases := []struct {
+		query string
+		want  []uuid.UUID
+	}{
+		{"", []uuid.UUID{running, failed, compensated, completed}},
+		{"state=failed", []uuid.UUID{failed}},
+		{"state=compensated", []uuid.UUID{compensated}},
+		{"state=running", []uuid.UUID{running}},
+		{"type=" + orderapi.SagaType + "&state=completed", []uuid.UUID{completed}},
+		{"type=no-such-type", nil},
+		{"step=" + orderapi.StepCreateShipment, []uuid.UUID{failed}},
+		{"step=" + orderapi.StepReserveInventory, []uuid.UUID{running}},
+		{"stuck=true", []uuid.UUID{failed}},
+		{"stuck=true&stuck_after=1ns", []uuid.UUID{running, failed}},
+		{"older_than=1h", nil},
+	}
+	for _, c := range cases {
+		var l listAnswer
+		env.getJSON(t, "/sagas?"+c.query, &l)
+		if got := ids(l); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("GET /sagas?%s = %v, want %v", c.query, got, c.want)
+		}
+	}
+
+	// keyset paging: every saga exactly once, newest first, even when a
+	// saga starts between two pages.
+	var seen []uuid.UUID
+	cursor := ""
+	for page := 0; ; page++ {
+		var l listAnswer
+		env.getJSON(t, "/sagas?limit=1&cursor="+url.QueryEscape(cursor), &l)
+		if len(l.Sagas) > 1 {
+			t.Fatalf("page %d holds %d sagas with limit=1", page, len(l.Sagas))
+		}
+		seen = append(seen, ids(l)...)
+		if page == 0 {
+			env.start(t, "order-late") // newer than every cursor: never on a later page
+		}
+		if l.Next == "" {
+			break
+		}
+		cursor = l.Next
+		if page > 10 {
+			t.Fatal("paging does not end")
+		}
+	}
+	if want := []uuid.UUID{running, failed, compensated, completed}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("pages gave %v, want %v", seen, want)
+	}
+
+	for _, bad := range []struct{ query, field string }{
+		{"state=stuck", "state"}, {"limit=0", "limit"}, {"limit=501", "limit"}, {"older_than=yesterday", "older_than"},
+		{"stuck=maybe", "stuck"}, {"cursor=!!!", "cursor"}, {"cursor=bm90LWEtY3Vyc29y", "cursor"},
+	} {
+		st, body := env.do(t, http.MethodGet, "/sagas?"+bad.query, "", "")
+		if st != http.StatusBadRequest || !strings.Contains(body, `"field": "`+bad.field+`"`) {
+			t.Errorf("GET /sagas?%s = %d %s; want 400 naming field %s", bad.query, st, body, bad.field)
+		}
+	}
+}
+
+func TestStatsCountsAndOutbox(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnv(t, nil)
+	env.threeSagas(t)
+	env.start(t, "order-running")
+
+	var st api.StatsView
+	env.getJSON(t, "/stats", &st)
+	po := orderapi.SagaType
+	if st.Open[po][saga.Running] != 1 || st.Open[po][saga.Failed] != 1 || len(st.Open[po]) != 2 {
+		t.Fatalf("open = %v; want 1 running and 1 failed", st.Open)
+	}
+	if f := st.Finished[po]; f[saga.Completed] != 1 || f[saga.Compensated] != 1 || f[saga.Failed] != 1 {
+		t.Fatalf("finished = %v; want one each of completed, compensated, failed", st.Finished)
+	}
+	if st.ByState[saga.Failed] != 2 || st.ByState[saga.Running] != 1 || st.WindowSeconds != saga.StatsWindowDefault.Seconds() {
+		t.Fatalf("by_state = %v window %v; want failed 2 (open + finished), running 1, window 1h", st.ByState, st.WindowSeconds)
+	}
+	if st.OldestInFlightSeconds <= 0 || st.OldestInFlightSeconds > 60 {
+		t.Fatalf("oldest_in_flight_seconds = %v; want the running saga's age", st.OldestInFlightSeconds)
+	}
+	// no relay runs: every command the engine sent is still pending
+	var pending int64
+	if err := env.pool.QueryRow(context.Background(), `SELECT count(*) FROM orch.outbox WHERE sent_at IS NULL`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending < 10 || st.Outbox.Pending != pending || st.Outbox.OldestUnsentSeconds <= 0 {
+		t.Fatalf("outbox = %+v; want pending %d and a positive oldest age", st.Outbox, pending)
+	}
+
+	// a window that ends before the sagas finished counts none of them
+	if _, err := env.pool.Exec(context.Background(), `UPDATE orch.sagas SET finished_at = finished_at - interval '2 hours' WHERE finished_at IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	st = api.StatsView{}
+	env.getJSON(t, "/stats?window=1h", &st)
+	if len(st.Finished) != 0 || st.Open[po][saga.Failed] != 1 {
+		t.Fatalf("after the window: finished = %v open = %v; want none finished, failed still open", st.Finished, st.Open)
+	}
+	st = api.StatsView{}
+	env.getJSON(t, "/stats?window=3h", &st)
+	if st.Finished[po][saga.Completed] != 1 {
+		t.Fatalf("window=3h: finished = %v; want the completed saga", st.Finished)
+	}
+	if code, body := env.do(t, http.MethodGet, "/stats?window=-1s", "", ""); code != http.StatusBadRequest || !strings.Contains(body, "window") {
+		t.Fatalf("bad window = %d %s; want 400 naming window", code, body)
+	}
+}
+
+// TestStatusQueriesUseIndexes checks with EXPLAIN, on 5,000 analyzed sagas,
+// that every list filter and the stats queries read an index, never the
+// whole table.
+func TestStatusQueriesUseIndexes(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnv(t, nil)
+	ctx := context.Background()
+	_, err := env.pool.Exec(ctx, `
+INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version,
+  flag, deadline_at, next_wakeup_at, created_at, updated_at, finished_at)
+SELECT gen_random_uuid(), (ARRAY['place-order', 'refund', 'signup', 'transfer'])[1 + i % 4], 1, 'agg-' || i, 'key-' || i,
+  CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 100 = 1 THEN 'failed' WHEN i % 100 = 2 THEN 'compensating'
+       WHEN i % 10 = 3 THEN 'compensated' ELSE 'completed' END,
+  (ARRAY['reserve-inventory', 'charge-payment', 'create-shipment'])[1 + i % 3], '{}', '[]', 3,
+  CASE WHEN i % 500 = 0 THEN 'retrying beyond threshold' ELSE '' END, NULL, NULL,
+  now() - (i || ' minutes')::interval, now() - (i || ' minutes')::interval,
+  CASE WHEN i % 100 IN (0, 2) THEN NULL ELSE now() - (i || ' minutes')::interval END
+FROM generate_series(1, 5000) AS i;
+ANALYZE orch.sagas;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p listAnswer
+	env.getJSON(t, "/sagas?limit=2", &p)
+	filters := map[string]saga.Filter{
+		"state=running":         {State: saga.Running},
+		"state=failed":          {State: saga.Failed},
+		"state=completed":       {State: saga.Completed},
+		"type":                  {Type: "refund"},
+		"type+state":            {Type: "refund", State: saga.Compensating},
+		"step":                  {Step: "charge-payment"},
+		"stuck":                 {Stuck: true},
+		"stuck+type":            {Stuck: true, Type: "signup"},
+		"older_than":            {OlderThan: time.Hour, State: saga.Failed},
+		"no filter":             {},
+		"state=failed + cursor": {State: saga.Failed, Cursor: p.Next},
+		"stuck + cursor":        {Stuck: true, Cursor: p.Next},
+	}
+	for name, f := range filters {
+		plan, err := env.eng.ExplainList(ctx, f)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("plan of list %s:\n%s", name, plan)
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+			t.Errorf("list %s reads the whole table:\n%s", name, plan)
+		}
+	}
+	plans, err := env.eng.ExplainStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plan := range plans {
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+			t.Errorf("a stats query reads the whole table:\n%s", plan)
+		}
+	}
+	// and the answers are right on this data set
+	var l listAnswer
+	env.getJSON(t, "/sagas?stuck=true&limit=500", &l)
+	for _, s := range l.Sagas {
+		if s.State == saga.Completed || s.State == saga.Compensated {
+			t.Fatalf("stuck lists a %s saga", s.State)
+		}
+	}
+	if len(l.Sagas) != 150 { // 50 running + 50 compensating (unmoved for over a minute) + 50 failed
+		t.Fatalf("stuck lists %d sagas, want 150", len(l.Sagas))
+	}
+}
