@@ -200,6 +200,9 @@ func (d Definition[T]) Build() (*Def, error) {
 	if d.Version == 0 {
 		d.Version = DefinitionVersionDefault
 	}
+	if d.Deadline < 0 {
+		return nil, bad("", "deadline %s must not be negative", d.Deadline)
+	}
 	if d.Version < 0 {
 		return nil, bad("", "version %d must be positive", d.Version)
 	}
@@ -364,12 +367,17 @@ func (r *Registry) Override(sagaType, step string, o StepOverride) error {
 		return fmt.Errorf("saga registry: override %q/%q: %w", sagaType, step, ErrUnknownType)
 	}
 	found := false
-	for _, d := range vs {
-		i, ok := d.index[step]
+	for v, old := range vs {
+		i, ok := old.index[step]
 		if !ok {
 			continue
 		}
 		found = true
+		// Copy on write: engines hold the *Def they looked up without the
+		// registry's lock, so the registered value is never mutated.
+		d := *old
+		d.Steps = append([]StepDef(nil), old.Steps...)
+		vs[v] = &d
 		s := &d.Steps[i]
 		if o.Timeout > 0 {
 			s.Timeout = o.Timeout
