@@ -1,0 +1,74 @@
+package participants_test
+
+import (
+	"context"
+	"log"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/participants"
+)
+
+// Example_hotel is a whole participant service: it books hotel rooms for
+// a saga's "book-room" step and cancels them on compensation. The SDK runs
+// each handler behind the barrier in the service's own transaction and
+// sends the reply through the service's outbox. (Compiled, not run: it
+// needs Postgres and Kafka.)
+func Example_hotel() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/hotel")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	p, err := participants.New(pool, &participants.Config{
+		Name:    "hotel", // consumes hotel.commands; SDK tables in schema "hotel"
+		Brokers: []string{"127.0.0.1:9092"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	type booking struct {
+		OrderID string `json:"order_id"`
+		Room    string `json:"room"`
+	}
+	book := func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+		b, err := participants.Decode[booking](cmd) // a bad payload: failure "invalid_payload"
+		if err != nil {
+			return participants.Result{}, err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE hotel.rooms SET held_by = $1 WHERE room = $2 AND held_by IS NULL`, cmd.SagaID, b.Room)
+		if err != nil {
+			return participants.Result{}, err // infrastructure: rolled back, retried
+		}
+		if tag.RowsAffected() == 0 {
+			return participants.Fail("room_taken"), nil // business "no": saga compensates
+		}
+		return participants.Success(map[string]string{"room": b.Room}), nil // merged into saga data
+	}
+	cancel := func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+		// Runs only if the forward succeeded (the barrier answers the rest).
+		_, err := tx.Exec(ctx, `UPDATE hotel.rooms SET held_by = NULL WHERE held_by = $1`, cmd.SagaID)
+		return participants.Success(nil), err
+	}
+	if err := p.Handle("book-room", book, cancel); err != nil {
+		log.Fatal(err)
+	}
+	sets, err := p.Migrations() // outbox, inbox, barrier; add your own business sets
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrations.Migrate(ctx, pool, sets...); err != nil {
+		log.Fatal(err)
+	}
+	if err := p.Run(ctx); err != nil { // until SIGTERM, then drains
+		log.Fatal(err)
+	}
+}
