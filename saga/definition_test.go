@@ -249,7 +249,14 @@ func TestRegistryOverride(t *testing.T) {
 	if err != nil {
 		t.Fatalf("override: %v", err)
 	}
-	for _, d := range []*saga.Def{v1, v2} {
+	if v1.Steps[1].Timeout == 42*time.Second {
+		t.Fatal("Override mutated the registered definition in place; it must copy on write")
+	}
+	for _, old := range []*saga.Def{v1, v2} {
+		d, ok := r.Lookup("reg", old.Version)
+		if !ok {
+			t.Fatalf("v%d not found after override", old.Version)
+		}
 		s := d.Steps[1]
 		if s.Timeout != 42*time.Second || s.Deadline != time.Minute {
 			t.Fatalf("v%d: timeout %s deadline %s after override", d.Version, s.Timeout, s.Deadline)
