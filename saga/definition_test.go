@@ -276,8 +276,8 @@ func TestRegistryOverride(t *testing.T) {
 	if err := r.Override("reg", "p", saga.StepOverride{}); err != nil {
 		t.Fatalf("empty override: %v", err)
 	}
-	if v1.Steps[1].Timeout != 42*time.Second || v1.Steps[1].Retry.MaxAttempts != 7 {
-		t.Fatalf("empty override changed the step: %+v", v1.Steps[1])
+	if d, _ := r.Lookup("reg", 1); d.Steps[1].Timeout != 42*time.Second || d.Steps[1].Retry.MaxAttempts != 7 {
+		t.Fatalf("empty override changed the step: %+v", d.Steps[1])
 	}
 	if err := r.Override("reg", "zz", saga.StepOverride{Timeout: time.Second}); !errors.Is(err, saga.ErrUnknownStep) || !strings.Contains(err.Error(), `"zz"`) {
 		t.Fatalf("override of unknown step: %v, want ErrUnknownStep naming it", err)
