@@ -219,9 +219,10 @@ type stepRow struct {
 }
 
 type bar struct {
-	Style template.CSS
-	Class string
-	Label string
+	Style      template.CSS
+	LabelStyle template.CSS
+	Class      string
+	Label      string
 }
 
 type journalRow struct {
@@ -310,7 +311,16 @@ func timeline(v SagaView, now time.Time) ([]stepRow, string) {
 		if to == nil {
 			label += " so far"
 		}
-		return &bar{Style: template.CSS(fmt.Sprintf("left:%.2f%%;width:%.2f%%", left, width)), Class: class, Label: label}
+		b := &bar{Style: template.CSS(fmt.Sprintf("left:%.2f%%;width:%.2f%%", left, width)), Class: class, Label: label}
+		switch {
+		case width >= 12:
+			b.LabelStyle = template.CSS(fmt.Sprintf("left:%.2f%%;color:#fff", left))
+		case left+width > 70:
+			b.LabelStyle = template.CSS(fmt.Sprintf("right:%.2f%%", 100-left))
+		default:
+			b.LabelStyle = template.CSS(fmt.Sprintf("left:%.2f%%", left+width))
+		}
+		return b
 	}
 	var rows []stepRow
 	for i, st := range v.Steps {
@@ -368,7 +378,14 @@ func fmtDur(d time.Duration) string {
 	case d < time.Minute:
 		return d.Round(10 * time.Millisecond).String()
 	case d < 24*time.Hour:
-		return d.Round(time.Second).String()
+		out := d.Round(time.Second).String()
+		if strings.HasSuffix(out, "m0s") {
+			out = strings.TrimSuffix(out, "0s")
+		}
+		if strings.HasSuffix(out, "h0m") {
+			out = strings.TrimSuffix(out, "0m")
+		}
+		return out
 	}
 	days := int(d / (24 * time.Hour))
 	return strconv.Itoa(days) + "d" + (d % (24 * time.Hour)).Round(time.Minute).String()
