@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sagaflow/sagaflow/faultproxy"
 )
 
 // Config says where to listen and how topics are created.
@@ -20,6 +22,11 @@ type Config struct {
 	Partitions int
 	// Topics to create at start.
 	Topics []string
+	// AdvertiseAddr, if set, is the host:port the broker tells clients to
+	// connect to (in metadata and coordinator answers) instead of its own
+	// listener: put a proxy (faultproxy) there and every client connection
+	// goes through it. Addrs then returns AdvertiseAddr.
+	AdvertiseAddr string
 }
 
 // Broker is a running embedded broker.
@@ -50,6 +57,21 @@ func Start(cfg Config) (*Broker, error) {
 		kfake.DefaultNumPartitions(parts),
 		// kafka-go's group consumers use short session timeouts in tests.
 		kfake.GroupMinSessionTimeout(0),
+	}
+	if cfg.AdvertiseAddr != "" {
+		adv := cfg.AdvertiseAddr
+		opts = append(opts, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			wrapped, err := faultproxy.AdvertisedListener(ln, adv)
+			if err != nil {
+				_ = ln.Close()
+				return nil, err
+			}
+			return wrapped, nil
+		}))
 	}
 	if len(cfg.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(int32(parts), cfg.Topics...))

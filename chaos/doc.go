@@ -1,0 +1,36 @@
+// Package chaos is the fault harness behind `orchestrator chaos`.
+//
+// Run starts two orchestrator replicas (`serve`) and two reference
+// participant processes (`participants`, each running all five
+// participants in the same consumer groups) as separate OS processes, each
+// connected to Postgres and to the Kafka broker through its own loopback
+// fault proxy (package faultproxy). It drives a seeded place-order workload
+// through the replicas' HTTP API and meanwhile, from the same seed:
+//
+//   - SIGKILLs random children and restarts them after a short pause;
+//   - cuts and restores a child's Postgres connection, or the broker's;
+//   - adds latency to a proxy for a while;
+//   - re-delivers already consumed messages: it reads records of the command
+//     and reply topics from older offsets and produces exact copies (key,
+//     value, headers) to the same partition;
+//   - SIGSTOPs a participant process for longer than the step timeouts
+//     (then SIGCONT), so replies arrive late and timeouts fire.
+//
+// Then it stops injecting, restores everything, waits for quiescence (every
+// saga terminal, every outbox drained) and checks from the databases:
+// workload.Check (terminal, stock conserved, one charge/shipment/points
+// entry per completed saga, coupons), each forward effect at most once, each
+// compensation only for an effect that happened, nothing compensated once
+// the pivot (charge-payment) succeeded, no command sent without a recorded
+// outcome at its participant, no reply applied twice. The Result counts the
+// faults injected and the violations found.
+//
+// The embedded broker (devbroker) runs inside the harness process and is
+// never killed: it keeps its data in memory only. With real Kafka
+// (Config.Brokers) the children connect to the brokers directly (the broker
+// proxy needs an advertised address the harness controls) and KillBroker
+// runs the given stop and start commands instead.
+//
+// Every child runs in its own process group with a parent-death signal; the
+// harness kills every group when it returns, whatever the reason.
+package chaos
