@@ -86,7 +86,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-level"), "log.level")
 	bind(v, pf.Lookup("log-format"), "log.format")
 
-	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(), statusCmd(v), listCmd(v))
+	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
 	return root
 }
 

@@ -30,6 +30,8 @@ const (
 	MaxWaitDefault        = 50 * time.Millisecond
 	BackoffInitialDefault = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second
+	// LanesDefault is the number of partition lanes processed concurrently.
+	LanesDefault = 4
 	// DLQPartitionsDefault is the partition count Run uses when it creates a
 	// missing dead-letter topic.
 	DLQPartitionsDefault = 1
@@ -92,6 +94,11 @@ type Config struct {
 	BatchSize int
 	// MaxWait is kafka-go's fetch MaxWait; default MaxWaitDefault.
 	MaxWait time.Duration
+	// Lanes is the number of batches processed concurrently, each in its
+	// own transaction. A partition always belongs to the same lane, so the
+	// order within a partition (and so per key) is kept; default
+	// LanesDefault. 1 processes every batch one after another.
+	Lanes int
 	// BackoffInitial and BackoffMax bound the capped exponential backoff
 	// (with jitter) between retries of a batch that failed transiently;
 	// defaults BackoffInitialDefault and BackoffMaxDefault.
@@ -109,6 +116,7 @@ func (c *Config) withDefaults() Config {
 	out.DLQSuffix = cmp.Or(out.DLQSuffix, DLQSuffixDefault)
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
+	out.Lanes = cmp.Or(out.Lanes, LanesDefault)
 	out.BackoffInitial = cmp.Or(out.BackoffInitial, BackoffInitialDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
 	if out.Logger == nil {
@@ -131,6 +139,8 @@ func (c *Config) validate() error {
 		return errors.New("inbox: Config.Schema is required")
 	case c.BatchSize < 0:
 		return fmt.Errorf("inbox: Config.BatchSize is %d, want > 0", c.BatchSize)
+	case c.Lanes < 0:
+		return fmt.Errorf("inbox: Config.Lanes is %d, want > 0", c.Lanes)
 	case c.MaxWait < 0:
 		return fmt.Errorf("inbox: Config.MaxWait is %s, want > 0", c.MaxWait)
 	case c.BackoffInitial < 0:
@@ -248,11 +258,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 
 	fetchCtx, stopFetch := context.WithCancel(ctx)
-	fetched := make(chan kafka.Message, c.cfg.BatchSize)
+	lanes := make([]chan kafka.Message, c.cfg.Lanes)
+	for i := range lanes {
+		lanes[i] = make(chan kafka.Message, c.cfg.BatchSize)
+	}
 	fetchDone := make(chan struct{})
-	go c.fetch(fetchCtx, reader, fetched, fetchDone)
+	go c.fetch(fetchCtx, reader, lanes, fetchDone)
 
-	err := c.loop(ctx, reader, writer, fetched, fetchDone)
+	err := c.runLanes(ctx, reader, writer, lanes, fetchDone)
 
 	stopFetch()
 	<-fetchDone
@@ -268,9 +281,53 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
-// fetch pushes fetched messages into out until ctx ends or the reader is
-// closed.
-func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, out chan<- kafka.Message, done chan<- struct{}) {
+// runLanes runs one loop per lane until ctx ends or one of them fails; the
+// first failure stops the others (each finishes its in-flight batch).
+func (c *Consumer) runLanes(ctx context.Context, r *kafka.Reader, w *kafka.Writer, lanes []chan kafka.Message, fetchDone <-chan struct{}) error {
+	if len(lanes) == 1 {
+		return c.loop(ctx, r, w, lanes[0], fetchDone)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(lanes))
+	for _, l := range lanes {
+		go func() {
+			err := c.loop(lctx, r, w, l, fetchDone)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var first, stopped error
+	for range lanes {
+		switch err := <-errs; {
+		case err == nil:
+		case errors.Is(err, errStopped):
+			stopped = err
+		case first == nil:
+			first = err
+		}
+	}
+	return cmp.Or(first, stopped)
+}
+
+// lane picks the lane of a partition: every record of one partition goes to
+// the same lane, so per-partition order holds.
+func lane(m kafka.Message, n int) int {
+	if n == 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(m.Topic); i++ {
+		h = (h ^ uint32(m.Topic[i])) * 16777619
+	}
+	return int((h + uint32(m.Partition)) % uint32(n))
+}
+
+// fetch pushes fetched messages into their lanes until ctx ends or the
+// reader is closed.
+func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafka.Message, done chan<- struct{}) {
 	defer close(done)
 	failures := 0
 	for {
@@ -288,7 +345,7 @@ func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, out chan<- kafka.
 		}
 		failures = 0
 		select {
-		case out <- m:
+		case lanes[lane(m, len(lanes))] <- m:
 		case <-ctx.Done():
 			return
 		}

@@ -402,7 +402,7 @@ func TestCrashBetweenDBCommitAndOffsetCommit(t *testing.T) {
 
 	errCrash := errors.New("simulated crash after database commit")
 	m1 := newMetrics(t)
-	first, err := inbox.New(e.pool, writeEffect, e.config(m1))
+	first, err := inbox.New(e.pool, writeEffect, oneLane(e.config(m1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +529,7 @@ func TestCancelFinishesInFlightBatch(t *testing.T) {
 		})
 		return writeEffect(ctx, tx, msg)
 	}
-	c, err := inbox.New(e.pool, h, e.config(m))
+	c, err := inbox.New(e.pool, h, oneLane(e.config(m)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,5 +566,75 @@ func TestCancelFinishesInFlightBatch(t *testing.T) {
 	}
 	if err := c.Run(testkit.Context(t, time.Millisecond)); err != nil {
 		t.Fatalf("Run again with an expiring context = %v, want nil", err)
+	}
+}
+
+// oneLane makes c process its batches one after another, for tests that
+// follow a single batch through a hook.
+func oneLane(c *inbox.Config) *inbox.Config {
+	c.Lanes = 1
+	return c
+}
+
+func TestLanesKeepPerKeyOrderAndHandleOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 4)
+	ctx := testkit.Context(t, wait)
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE ordered (n bigserial PRIMARY KEY, key text NOT NULL, seq int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	const keys, perKey = 12, 25
+	var msgs []kafka.Message
+	var ids []uuid.UUID
+	for s := range perKey {
+		for k := range keys {
+			id := uuid.New()
+			ids = append(ids, id)
+			m := record(id, fmt.Sprintf("%d", s))
+			m.Key = []byte(fmt.Sprintf("key-%02d", k))
+			msgs = append(msgs, m)
+		}
+	}
+	e.produce(t, msgs...)
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if err := writeEffect(ctx, tx, m); err != nil {
+			return err
+		}
+		seq, err := strconv.Atoi(string(m.Value))
+		if err != nil {
+			return inbox.Permanent(err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO ordered (key, seq) VALUES ($1, $2)`, string(m.Key), seq)
+		return err
+	}
+	m := newMetrics(t)
+	cfg := e.config(m)
+	cfg.Lanes, cfg.BatchSize = 4, 7
+	c, err := inbox.New(e.pool, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	testkit.Eventually(t, wait, "every message handled", func() (bool, error) {
+		return count(t, e.pool, `SELECT count(*) FROM effects`) >= len(ids), nil
+	})
+	stop()
+	effectsOncePerID(t, e.pool, ids)
+	// Per key, the rows were committed in the order of the sequence numbers.
+	bad := count(t, e.pool, `SELECT count(*) FROM (
+  SELECT seq < lag(seq) OVER (PARTITION BY key ORDER BY n) AS back FROM ordered) x WHERE back`)
+	if bad != 0 {
+		t.Fatalf("%d rows were handled before an earlier record of the same key", bad)
+	}
+	if got := lag(t, e.brokers, e.group, e.topic, 4); got != 0 {
+		t.Fatalf("lag after the run is %d, want 0 (offsets committed by every lane)", got)
+	}
+}
+
+func TestNewRejectsNegativeLanes(t *testing.T) {
+	t.Parallel()
+	_, err := inbox.New(&pgxpool.Pool{}, writeEffect, &inbox.Config{Brokers: []string{"b:9092"}, GroupID: "g", Topics: []string{"t"}, Schema: "p", Lanes: -1})
+	if err == nil || !strings.Contains(err.Error(), "Config.Lanes") {
+		t.Fatalf("New with Lanes -1 = %v, want an error naming Config.Lanes", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"time"
 
@@ -51,7 +52,14 @@ type Outbox struct {
 	channel string
 
 	insertSQL, claimSQL, markSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
+
+	// listenKey is the advisory lock (two-int key space) a relay holds
+	// while it waits for a NOTIFY; see Enqueue and TryListen.
+	listenKey [2]int32
 }
+
+// listenClass is the first half of every outbox's listen lock key.
+const listenClass int32 = 0x5a6a0b0c
 
 // New returns the outbox stored in schema (created by the migrations'
 // messaging set).
@@ -61,11 +69,20 @@ func New(schema string) (*Outbox, error) {
 	}
 	t := pgx.Identifier{schema, "outbox"}.Sanitize()
 	o := &Outbox{schema: schema, channel: schema + "_outbox"}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(o.channel))
+	o.listenKey = [2]int32{listenClass, int32(h.Sum32())}
+	// The NOTIFY is sent only when a relay is waiting for one (it holds the
+	// listen lock exclusively). Otherwise the transaction holds the lock
+	// shared until it ends, which keeps the relay polling until then. A
+	// NOTIFY is not free: Postgres serializes the commits of notifying
+	// transactions of a database, WAL flush included.
 	o.insertSQL = `WITH ins AS (
   INSERT INTO ` + t + ` (topic, key, value, headers, available_at)
   SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[], $5::timestamptz[])
-  RETURNING 1)
-SELECT pg_notify($6, ''), (SELECT count(*) FROM ins)`
+  RETURNING 1),
+busy AS (SELECT pg_try_advisory_xact_lock_shared($7::int4, $8::int4) AS polling)
+SELECT (SELECT count(*) FROM (SELECT pg_notify($6, '') FROM busy WHERE NOT busy.polling) n), (SELECT count(*) FROM ins)`
 	o.claimSQL = `SELECT id, topic, key, value, headers, attempts, created_at FROM ` + t + `
 WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
 ORDER BY id LIMIT $1`
@@ -85,9 +102,9 @@ func (o *Outbox) Schema() string { return o.schema }
 // Channel is the LISTEN/NOTIFY channel that Enqueue notifies.
 func (o *Outbox) Channel() string { return o.channel }
 
-// Enqueue inserts msgs inside the caller's transaction and notifies the
-// relay when that transaction commits. Nothing is published unless the
-// transaction commits.
+// Enqueue inserts msgs inside the caller's transaction and, if the relay is
+// waiting for a notification (see TryListen), notifies it when that
+// transaction commits. Nothing is published unless the transaction commits.
 func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -117,10 +134,32 @@ func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 			avail[i] = now
 		}
 	}
-	var n int64
-	var ignored string
-	if err := tx.QueryRow(ctx, o.insertSQL, topics, keys, values, headers, avail, o.channel).Scan(&ignored, &n); err != nil {
+	var n, notified int64
+	if err := tx.QueryRow(ctx, o.insertSQL, topics, keys, values, headers, avail, o.channel, o.listenKey[0], o.listenKey[1]).Scan(&notified, &n); err != nil {
 		return fmt.Errorf("outbox %s: enqueue %d messages: %w", o.schema, len(msgs), err)
+	}
+	return nil
+}
+
+// TryListen takes the listen lock on the relay's session conn: from then
+// on every Enqueue sends a NOTIFY at its commit. It fails (false) while a
+// transaction that enqueued without notifying is still open; the relay
+// must then keep polling, since that transaction's rows are not visible
+// yet. Once TryListen succeeds, every row committed without a NOTIFY is
+// visible: claim once more before waiting. Release with Unlisten.
+func (o *Outbox) TryListen(ctx context.Context, conn DB) (bool, error) {
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, $2::int4)`, o.listenKey[0], o.listenKey[1]).Scan(&ok); err != nil {
+		return false, fmt.Errorf("outbox %s: take listen lock: %w", o.schema, err)
+	}
+	return ok, nil
+}
+
+// Unlisten releases the listen lock taken by TryListen on conn: producers
+// stop notifying and the relay polls again.
+func (o *Outbox) Unlisten(ctx context.Context, conn DB) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int4, $2::int4)`, o.listenKey[0], o.listenKey[1]); err != nil {
+		return fmt.Errorf("outbox %s: release listen lock: %w", o.schema, err)
 	}
 	return nil
 }

@@ -15,9 +15,17 @@
 // in id order (outbox.ClaimDue, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
 // the row; hash balancer, acks=all, 1ms batch timeout), mark the acknowledged
-// rows sent. After a non-empty batch it loops at once; after an empty one it
-// waits for a notification, at most PollInterval (the poll fallback, which
-// also picks up rows whose available_at has come).
+// rows sent. After a non-empty batch it loops at once. After an empty one it
+// tries to take the outbox's listen lock (outbox.TryListen): it succeeds only
+// when no transaction that enqueued without notifying is still open. If it
+// fails, producers are busy and their rows come next: the relay polls again
+// after BusyPoll (2ms). If it succeeds, producers notify from then on; the
+// relay claims once more (rows committed before the lock) and then waits for
+// a notification, at most PollInterval (the poll fallback, which also picks
+// up rows whose available_at has come), and releases the lock. So under load
+// no transaction pays for a NOTIFY (Postgres serializes the commits of
+// notifying transactions, WAL flush included), and when idle a new row still
+// wakes the relay at once.
 //
 // # Guarantees
 //

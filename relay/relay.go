@@ -21,6 +21,7 @@ import (
 const (
 	BatchSizeDefault     = 500
 	PollIntervalDefault  = 500 * time.Millisecond
+	BusyPollDefault      = 2 * time.Millisecond
 	StatsIntervalDefault = 5 * time.Second
 	MaxAttemptsDefault   = 20
 	RetryBackoffDefault  = time.Second
@@ -47,6 +48,7 @@ type Config struct {
 	Brokers       []string
 	BatchSize     int           // rows claimed and published per cycle; default 500
 	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
+	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default 2ms
 	StatsInterval time.Duration // refresh of the outbox gauges; default 5s
 	MaxAttempts   int           // publish attempts of one row before it is parked dead; default 20
 	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
@@ -62,6 +64,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.PollInterval == 0 {
 		out.PollInterval = PollIntervalDefault
+	}
+	if out.BusyPoll == 0 {
+		out.BusyPoll = BusyPollDefault
 	}
 	if out.StatsInterval == 0 {
 		out.StatsInterval = StatsIntervalDefault
@@ -89,6 +94,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("Config.BatchSize is %d, want >= 1", c.BatchSize)
 	case c.PollInterval < 0:
 		return fmt.Errorf("Config.PollInterval is %s, want > 0", c.PollInterval)
+	case c.BusyPoll < 0:
+		return fmt.Errorf("Config.BusyPoll is %s, want > 0", c.BusyPoll)
 	case c.StatsInterval < 0:
 		return fmt.Errorf("Config.StatsInterval is %s, want > 0", c.StatsInterval)
 	case c.MaxAttempts < 1:
@@ -285,6 +292,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 	r.log.Info("relay: holding the publishing lock; publishing")
 	defer r.log.Info("relay: stopped publishing")
 
+	// listening: this session holds the outbox's listen lock, so producers
+	// notify. Otherwise they do not, and the relay polls every BusyPoll.
+	listening := false
 	var pause time.Duration
 	for ctx.Err() == nil {
 		n, err := r.cycle(ctx, conn, w)
@@ -302,6 +312,21 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		if n > 0 {
 			continue // drain before waiting
 		}
+		if !listening {
+			lctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+			listening, err = r.ob.TryListen(lctx, conn)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("relay %s: %w", r.ob.Schema(), err)
+			}
+			if !listening {
+				// A producer that did not notify is still in flight.
+				sleep(ctx, r.cfg.BusyPoll)
+			}
+			// Listening or not, claim again: rows committed before the
+			// lock was taken sent no NOTIFY.
+			continue
+		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 		_, err = conn.WaitForNotification(wctx)
 		timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
@@ -309,6 +334,16 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		if err != nil && ctx.Err() == nil && !timedOut {
 			return fmt.Errorf("relay %s: wait for notification on %q: %w", r.ob.Schema(), r.ob.Channel(), err)
 		}
+		if ctx.Err() != nil {
+			break
+		}
+		uctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		err = r.ob.Unlisten(uctx, conn)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("relay %s: %w", r.ob.Schema(), err)
+		}
+		listening = false
 	}
 	return nil
 }

@@ -1,0 +1,781 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sagaflow/sagaflow/demo"
+	"github.com/sagaflow/sagaflow/devbroker"
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants/reference"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps"
+	"github.com/sagaflow/sagaflow/workload"
+)
+
+// Workload names.
+const (
+	SagaGeneric    = "generic"
+	SagaPlaceOrder = "place-order"
+)
+
+// Defaults filled in for zero Config fields.
+const (
+	DatabaseDefault     = "sagaflow_bench"
+	StepsDefault        = 3
+	ConcurrencyDefault  = 32
+	WarmupDefault       = 200
+	SagasDefault        = 2000
+	PollIntervalDefault = 5 * time.Millisecond
+	TimeoutDefault      = 5 * time.Minute
+	MaxConnsDefault     = 16
+	PartitionsDefault   = 8
+	SeedDefault         = 1
+	// maxPlannedOrders bounds the place-order plan of a --duration run.
+	maxPlannedOrders = 200_000
+)
+
+// Config configures one benchmark run.
+type Config struct {
+	// DatabaseURL is the Postgres server; the run drops and creates
+	// Database on it (default DatabaseDefault).
+	DatabaseURL string
+	Database    string
+	// Brokers: empty starts an embedded Kafka-protocol broker.
+	Brokers []string
+	// Saga is SagaGeneric (Steps steps) or SagaPlaceOrder.
+	Saga  string
+	Steps int
+	// Warmup sagas run (closed loop, Concurrency) before measuring.
+	Warmup int
+	// Sagas measured; with Duration set, the run stops starting sagas
+	// after Duration instead (whichever comes first when both are set).
+	Sagas    int
+	Duration time.Duration
+	// Concurrency is the number of sagas in flight (closed loop). With
+	// Rate > 0 the run is open loop instead: Rate starts per second.
+	Concurrency int
+	Rate        float64
+	Seed        int64
+	// MaxConns of each of the two pools (orchestrator, participants).
+	MaxConns int
+	// PollInterval of the completion tracker.
+	PollInterval time.Duration
+	// Timeout bounds the wait for the last saga.
+	Timeout time.Duration
+	// CPUProfile, if set, receives a CPU profile of the measured phase.
+	CPUProfile io.Writer
+	// Engine overrides engine settings (schema, topics, timers).
+	Engine saga.Config
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.Database = cmp.Or(c.Database, DatabaseDefault)
+	c.Saga = cmp.Or(c.Saga, SagaGeneric)
+	c.Steps = cmp.Or(c.Steps, StepsDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	if c.Sagas == 0 && c.Duration == 0 {
+		c.Sagas = SagasDefault
+	}
+	c.Seed = cmp.Or(c.Seed, SeedDefault)
+	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("bench: Config.DatabaseURL is required")
+	case c.Saga != SagaGeneric && c.Saga != SagaPlaceOrder:
+		return fmt.Errorf("bench: Config.Saga is %q, want %q or %q", c.Saga, SagaGeneric, SagaPlaceOrder)
+	case c.Saga == SagaGeneric && (c.Steps < 1 || c.Steps > 50):
+		return fmt.Errorf("bench: Config.Steps is %d, want 1..50", c.Steps)
+	case c.Sagas < 0:
+		return fmt.Errorf("bench: Config.Sagas is %d, want >= 0", c.Sagas)
+	case c.Duration < 0:
+		return fmt.Errorf("bench: Config.Duration is %s, want >= 0", c.Duration)
+	case c.Warmup < 0:
+		return fmt.Errorf("bench: Config.Warmup is %d, want >= 0", c.Warmup)
+	case c.Concurrency < 1:
+		return fmt.Errorf("bench: Config.Concurrency is %d, want >= 1", c.Concurrency)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("bench: Config.Rate is %v, want >= 0", c.Rate)
+	case c.MaxConns < 1:
+		return fmt.Errorf("bench: Config.MaxConns is %d, want >= 1", c.MaxConns)
+	}
+	return nil
+}
+
+// Result is what one run measured.
+type Result struct {
+	Saga        string  `json:"saga"`
+	Steps       int     `json:"steps"`
+	Mode        string  `json:"mode"` // "closed" or "open"
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	Warmup      int     `json:"warmup"`
+	Sagas       int     `json:"sagas"`
+	Completed   int     `json:"completed"`
+	NotComplete int     `json:"not_completed"`
+	AllComplete bool    `json:"all_completed"`
+
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	SagasPerSecond float64 `json:"sagas_per_second"`
+	StepsPerSecond float64 `json:"steps_per_second"`
+
+	LatencyP50Ms float64 `json:"latency_p50_ms"`
+	LatencyP95Ms float64 `json:"latency_p95_ms"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	LatencyMaxMs float64 `json:"latency_max_ms"`
+
+	XactPerSaga     float64 `json:"pg_transactions_per_saga"`
+	WALBytesPerSaga float64 `json:"wal_bytes_per_saga"`
+	CPUSecPerSaga   float64 `json:"cpu_seconds_per_saga"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+
+	SynchronousCommit string `json:"synchronous_commit"`
+	Fsync             string `json:"fsync"`
+	Brokers           string `json:"brokers"`
+	Database          string `json:"database"`
+}
+
+// Run runs one benchmark. An error means the run could not be made; sagas
+// that did not complete are reported in the Result (AllComplete false).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return Result{}, err
+	}
+	log := c.Logger
+	dbURL, err := demo.FreshDatabaseURL(ctx, c.DatabaseURL, c.Database)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: %w", err)
+	}
+	brokers := c.Brokers
+	if len(brokers) == 0 {
+		b, err := devbroker.Start(devbroker.Config{Partitions: PartitionsDefault})
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: start embedded broker: %w", err)
+		}
+		defer b.Close()
+		brokers = b.Addrs()
+	}
+	orchPool, err := newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-orchestrator")
+	if err != nil {
+		return Result{}, err
+	}
+	defer orchPool.Close()
+	partPool, err := newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-participants")
+	if err != nil {
+		return Result{}, err
+	}
+	defer partPool.Close()
+
+	res := Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(brokers, ","), Database: c.Database}
+	if err := orchPool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&res.SynchronousCommit, &res.Fsync); err != nil {
+		return Result{}, fmt.Errorf("bench: read synchronous_commit: %w", err)
+	}
+
+	promReg := prometheus.NewRegistry()
+	sm, err := saga.NewMetrics(promReg, "sagaflow")
+	if err != nil {
+		return Result{}, err
+	}
+	im, err := inbox.NewMetrics(promReg, "sagaflow")
+	if err != nil {
+		return Result{}, err
+	}
+	rm, err := relay.NewMetrics(promReg, "sagaflow")
+	if err != nil {
+		return Result{}, err
+	}
+	reg := saga.NewRegistry()
+	var w work
+	var runParts func(context.Context) error
+	po := partOptions{Brokers: brokers, Logger: log.With(slog.String("component", "participants")), InboxMetrics: im, RelayMetrics: rm}
+	switch c.Saga {
+	case SagaGeneric:
+		def, err := GenericDefinition(c.Steps)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := reg.Register(def); err != nil {
+			return Result{}, err
+		}
+		gs, err := newGenericSet(partPool, c.Steps, po)
+		if err != nil {
+			return Result{}, err
+		}
+		sets, err := gs.migrations()
+		if err != nil {
+			return Result{}, err
+		}
+		if _, err := migrations.Migrate(ctx, partPool, sets...); err != nil {
+			return Result{}, fmt.Errorf("bench: migrate participants: %w", err)
+		}
+		if err := kafkaclient.EnsureTopics(ctx, brokers, PartitionsDefault, 1, gs.topics()...); err != nil {
+			return Result{}, fmt.Errorf("bench: create participant topics: %w", err)
+		}
+		runParts = func(ctx context.Context) error { return runParticipants(ctx, gs) }
+		w = genericWork{seed: c.Seed}
+	case SagaPlaceOrder:
+		res.Steps = 5
+		if err := steps.Register(reg); err != nil {
+			return Result{}, err
+		}
+		set, err := reference.New(partPool, reference.Options{
+			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: im, RelayMetrics: rm,
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		if err := set.Prepare(ctx); err != nil {
+			return Result{}, fmt.Errorf("bench: prepare reference participants: %w", err)
+		}
+		n := c.Warmup + c.Sagas
+		if c.Duration > 0 {
+			n = c.Warmup + min(maxPlannedOrders, int(c.Duration.Seconds()*3000)+1000)
+			if c.Sagas > 0 {
+				n = min(n, c.Warmup+c.Sagas)
+			}
+		}
+		plan := workload.NewPlan(workload.Mix{Orders: n, Seed: c.Seed})
+		schemas := workload.Schemas{}
+		for _, p := range set.Participants() {
+			switch p.Name() {
+			case orderapi.Inventory:
+				schemas.Inventory = p.Schema()
+			case orderapi.Coupon:
+				schemas.Coupon = p.Schema()
+			}
+		}
+		if err := workload.Seed(ctx, partPool, schemas, plan); err != nil {
+			return Result{}, err
+		}
+		runParts = set.Run
+		w = orderWork{orders: plan.Orders}
+	}
+
+	ec := c.Engine
+	ec.Metrics = sm
+	svc, err := orchestrator.New(orchPool, reg, &orchestrator.Config{
+		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
+		Inbox: inbox.Config{Metrics: im}, Relay: relay.Config{Metrics: rm},
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := svc.Prepare(ctx); err != nil {
+		return Result{}, fmt.Errorf("bench: prepare orchestrator: %w", err)
+	}
+	eng := svc.Engine()
+	sagas := pgx.Identifier{eng.Outbox().Schema(), "sagas"}.Sanitize()
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 3)
+	go func() { errc <- wrap("orchestrator", svc.Run(runCtx)) }()
+	go func() { errc <- wrap("participants", runParts(runCtx)) }()
+	tr := newTracker(orchPool, sagas, c.PollInterval)
+	go func() { errc <- wrap("tracker", tr.run(runCtx)) }()
+	stopAll := func() error {
+		stop()
+		return errors.Join(<-errc, <-errc, <-errc)
+	}
+
+	// Warm-up: not measured.
+	next := 0
+	if c.Warmup > 0 {
+		log.Info("bench: warm-up", slog.Int("sagas", c.Warmup))
+		wctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		_, _, err := closedLoop(wctx, eng, tr, w, 0, c.Warmup, 0, c.Concurrency)
+		cancel()
+		if err != nil {
+			return Result{}, errors.Join(fmt.Errorf("bench: warm-up: %w", err), stopAll())
+		}
+		next = c.Warmup
+	}
+
+	// Baselines.
+	before, err := readCounters(ctx, orchPool, c.Database)
+	if err != nil {
+		return Result{}, errors.Join(err, stopAll())
+	}
+	pollsBefore := tr.polls.Load()
+	ruBefore := cpuSeconds()
+	if c.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
+			return Result{}, errors.Join(fmt.Errorf("bench: start CPU profile: %w", err), stopAll())
+		}
+	}
+
+	log.Info("bench: measuring", slog.Int("sagas", c.Sagas), slog.Duration("duration", c.Duration),
+		slog.Int("concurrency", c.Concurrency), slog.Float64("rate", c.Rate))
+	limit := c.Sagas
+	if limit == 0 {
+		limit = math.MaxInt32
+	}
+	mctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Duration)
+	var ids []uuid.UUID
+	var startedAt time.Time
+	if c.Rate > 0 {
+		res.Mode, res.Rate = "open", c.Rate
+		ids, startedAt, err = openLoop(mctx, eng, tr, w, next, limit, c.Duration, c.Rate, c.Concurrency)
+	} else {
+		res.Mode, res.Concurrency = "closed", c.Concurrency
+		ids, startedAt, err = closedLoop(mctx, eng, tr, w, next, limit, c.Duration, c.Concurrency)
+	}
+	cancel()
+	if c.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	ruAfter := cpuSeconds()
+	if err != nil {
+		return Result{}, errors.Join(fmt.Errorf("bench: %w", err), stopAll())
+	}
+
+	// Latencies from the engine's own timestamps.
+	lat, completed, last, err := latencies(ctx, orchPool, sagas, ids)
+	if err != nil {
+		return Result{}, errors.Join(err, stopAll())
+	}
+	pollsDuring := tr.polls.Load() - pollsBefore
+	if err := stopAll(); err != nil {
+		return Result{}, err
+	}
+	orchPool.Close()
+	partPool.Close()
+	after, err := settledCounters(ctx, c.DatabaseURL, c.Database)
+	if err != nil {
+		return Result{}, err
+	}
+
+	n := len(ids)
+	res.Sagas, res.Completed, res.NotComplete = n, completed, n-completed
+	res.AllComplete = n > 0 && completed == n
+	elapsed := last.Sub(startedAt)
+	res.ElapsedSeconds = elapsed.Seconds()
+	if elapsed > 0 {
+		res.SagasPerSecond = float64(completed) / elapsed.Seconds()
+		res.StepsPerSecond = res.SagasPerSecond * float64(res.Steps)
+	}
+	res.LatencyP50Ms, res.LatencyP95Ms, res.LatencyP99Ms, res.LatencyMaxMs = pct(lat, 0.50), pct(lat, 0.95), pct(lat, 0.99), pct(lat, 1)
+	if n > 0 {
+		// The tracker's polls and the counter reads are measurement, not cost.
+		x := float64(after.xact-before.xact) - float64(pollsDuring) - 2
+		res.XactPerSaga = max(x, 0) / float64(n)
+		res.WALBytesPerSaga = float64(after.wal-before.wal) / float64(n)
+		res.CPUSeconds = ruAfter - ruBefore
+		res.CPUSecPerSaga = res.CPUSeconds / float64(n)
+	}
+	return res, nil
+}
+
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("bench: %s: %w", what, err)
+}
+
+func newPool(ctx context.Context, url string, maxConns int, app string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: database url: %w", err)
+	}
+	pc.MaxConns = int32(maxConns)
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	p, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s pool: %w", app, err)
+	}
+	return p, nil
+}
+
+// runParticipants runs the generic participants until ctx ends.
+func runParticipants(ctx context.Context, gs *genericSet) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(gs.parts))
+	for _, p := range gs.parts {
+		wg.Go(func() {
+			if err := p.Run(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// work builds the start request of saga number i.
+type work interface {
+	request(i int) (saga.StartRequest, error)
+}
+
+type genericWork struct{ seed int64 }
+
+func (g genericWork) request(i int) (saga.StartRequest, error) {
+	key := fmt.Sprintf("bench-%d-%07d", g.seed, i)
+	return saga.StartRequest{Type: GenericType, IdempotencyKey: key, AggregateID: key, Data: GenericData{ID: key}}, nil
+}
+
+type orderWork struct{ orders []steps.Order }
+
+func (o orderWork) request(i int) (saga.StartRequest, error) {
+	if i >= len(o.orders) {
+		return saga.StartRequest{}, fmt.Errorf("place-order plan has %d orders, saga %d asked", len(o.orders), i)
+	}
+	ord := o.orders[i]
+	return saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: ord.OrderID, AggregateID: ord.OrderID, Data: ord}, nil
+}
+
+var errPlanExhausted = errors.New("plan exhausted")
+
+func startOne(ctx context.Context, eng *saga.Engine, w work, i int) (uuid.UUID, error) {
+	req, err := w.request(i)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%w: %v", errPlanExhausted, err)
+	}
+	req.ID = uuid.New()
+	if _, _, err := eng.Start(ctx, req); err != nil {
+		return uuid.Nil, fmt.Errorf("start saga %d (%s): %w", i, req.IdempotencyKey, err)
+	}
+	return req.ID, nil
+}
+
+// closedLoop keeps conc sagas in flight: each worker starts a saga and
+// waits for it to end, until limit sagas were started or dur passed.
+func closedLoop(ctx context.Context, eng *saga.Engine, tr *tracker, w work, first, limit int, dur time.Duration, conc int) ([]uuid.UUID, time.Time, error) {
+	t0 := time.Now()
+	var deadline time.Time
+	if dur > 0 {
+		deadline = t0.Add(dur)
+	}
+	var (
+		mu       sync.Mutex
+		ids      []uuid.UUID
+		firstErr error
+		next     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	for range conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				k := int(next.Add(1)) - 1
+				if k >= limit || (!deadline.IsZero() && time.Now().After(deadline)) {
+					return
+				}
+				done := make(chan struct{})
+				req, err := w.request(first + k)
+				if err != nil {
+					if dur > 0 {
+						return // a --duration run ran past its plan
+					}
+					fail(err)
+					return
+				}
+				req.ID = uuid.New()
+				tr.watch(req.ID, done)
+				if _, _, err := eng.Start(ctx, req); err != nil {
+					tr.forget(req.ID)
+					fail(fmt.Errorf("start saga %d (%s): %w", first+k, req.IdempotencyKey, err))
+					return
+				}
+				mu.Lock()
+				ids = append(ids, req.ID)
+				mu.Unlock()
+				select {
+				case <-done:
+				case <-ctx.Done():
+					fail(fmt.Errorf("saga %s did not end: %w", req.ID, ctx.Err()))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ids, t0, firstErr
+}
+
+// openLoop starts rate sagas per second on a fixed schedule (starters run
+// on conc goroutines) until limit sagas or dur, then waits for all.
+func openLoop(ctx context.Context, eng *saga.Engine, tr *tracker, w work, first, limit int, dur time.Duration, rate float64, conc int) ([]uuid.UUID, time.Time, error) {
+	t0 := time.Now()
+	jobs := make(chan int, conc)
+	var (
+		mu       sync.Mutex
+		ids      []uuid.UUID
+		dones    []chan struct{}
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range conc {
+		wg.Go(func() {
+			for k := range jobs {
+				req, err := w.request(first + k)
+				if err == nil {
+					req.ID = uuid.New()
+					done := make(chan struct{})
+					tr.watch(req.ID, done)
+					if _, _, err = eng.Start(ctx, req); err == nil {
+						mu.Lock()
+						ids, dones = append(ids, req.ID), append(dones, done)
+						mu.Unlock()
+						continue
+					}
+					tr.forget(req.ID)
+				}
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for k := 0; k < limit; k++ {
+		at := t0.Add(time.Duration(k) * interval)
+		if dur > 0 && at.Sub(t0) >= dur {
+			break
+		}
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-timer.C:
+			}
+		}
+		select {
+		case jobs <- k:
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return ids, t0, firstErr
+	}
+	for i, d := range dones {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return ids, t0, fmt.Errorf("saga %s did not end: %w", ids[i], ctx.Err())
+		}
+	}
+	return ids, t0, nil
+}
+
+// tracker polls the saga table for the end of watched sagas.
+type tracker struct {
+	pool     *pgxpool.Pool
+	q        string
+	interval time.Duration
+	polls    atomic.Int64
+
+	mu      sync.Mutex
+	waiting map[uuid.UUID]chan struct{}
+}
+
+func newTracker(pool *pgxpool.Pool, sagas string, interval time.Duration) *tracker {
+	return &tracker{
+		pool: pool, interval: interval, waiting: map[uuid.UUID]chan struct{}{},
+		q: `SELECT id FROM ` + sagas + ` WHERE id = ANY($1) AND state NOT IN ('running', 'compensating')`,
+	}
+}
+
+func (t *tracker) watch(id uuid.UUID, done chan struct{}) {
+	t.mu.Lock()
+	t.waiting[id] = done
+	t.mu.Unlock()
+}
+
+func (t *tracker) forget(id uuid.UUID) {
+	t.mu.Lock()
+	delete(t.waiting, id)
+	t.mu.Unlock()
+}
+
+func (t *tracker) run(ctx context.Context) error {
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	var ids []uuid.UUID
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		ids = ids[:0]
+		t.mu.Lock()
+		for id := range t.waiting {
+			ids = append(ids, id)
+		}
+		t.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		t.polls.Add(1)
+		rows, err := t.pool.Query(ctx, t.q, ids)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("poll %d sagas: %w", len(ids), err)
+		}
+		ended, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("poll %d sagas: %w", len(ids), err)
+		}
+		t.mu.Lock()
+		for _, id := range ended {
+			if d, ok := t.waiting[id]; ok {
+				close(d)
+				delete(t.waiting, id)
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+// latencies reads created_at -> finished_at of the completed sagas among
+// ids (milliseconds, sorted), their number and the last finish time.
+func latencies(ctx context.Context, pool *pgxpool.Pool, sagas string, ids []uuid.UUID) ([]float64, int, time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT created_at, finished_at FROM `+sagas+` WHERE id = ANY($1) AND state = 'completed' AND finished_at IS NOT NULL`, ids)
+	if err != nil {
+		return nil, 0, time.Time{}, fmt.Errorf("bench: read latencies of %d sagas: %w", len(ids), err)
+	}
+	defer rows.Close()
+	var out []float64
+	var last time.Time
+	for rows.Next() {
+		var c, f time.Time
+		if err := rows.Scan(&c, &f); err != nil {
+			return nil, 0, time.Time{}, fmt.Errorf("bench: read latencies: %w", err)
+		}
+		out = append(out, float64(f.Sub(c))/float64(time.Millisecond))
+		if f.After(last) {
+			last = f
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, time.Time{}, fmt.Errorf("bench: read latencies: %w", err)
+	}
+	slices.Sort(out)
+	return out, len(out), last, nil
+}
+
+// pct is the nearest-rank percentile q of sorted xs.
+func pct(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+type counters struct {
+	xact int64
+	wal  int64
+}
+
+const countersSQL = `SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint FROM pg_stat_database WHERE datname = $1`
+
+func readCounters(ctx context.Context, pool *pgxpool.Pool, db string) (counters, error) {
+	var c counters
+	if err := pool.QueryRow(ctx, countersSQL, db).Scan(&c.xact, &c.wal); err != nil {
+		return c, fmt.Errorf("bench: read pg_stat_database of %s: %w", db, err)
+	}
+	return c, nil
+}
+
+// settledCounters reads the counters once every backend of the run has
+// exited (exiting backends flush their statistics).
+func settledCounters(ctx context.Context, baseURL, db string) (counters, error) {
+	conn, err := pgx.Connect(ctx, baseURL)
+	if err != nil {
+		return counters{}, fmt.Errorf("bench: connect to read statistics: %w", err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&n); err != nil {
+			return counters{}, fmt.Errorf("bench: wait for backends of %s: %w", db, err)
+		}
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return counters{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	var c counters
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		return c, fmt.Errorf("bench: clear statistics snapshot: %w", err)
+	}
+	if err := conn.QueryRow(ctx, countersSQL, db).Scan(&c.xact, &c.wal); err != nil {
+		return c, fmt.Errorf("bench: read pg_stat_database of %s: %w", db, err)
+	}
+	return c, nil
+}
+
+// cpuSeconds is the user+system CPU time of this process so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds()
+}

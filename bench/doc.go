@@ -1,0 +1,28 @@
+// Package bench measures sagaflow end to end: it runs the orchestrator (engine,
+// reply consumer, relay, timers) and the participants in one process over
+// real Postgres (a fresh database) and the Kafka protocol (an embedded broker
+// unless brokers are given), drives a fixed, seeded workload through them
+// and reports throughput, saga latency and the cost of one saga.
+//
+// Two workloads: the reference place-order saga (5 steps, no failures
+// injected) and a generic all-compensable saga of N steps whose participant
+// for each step does exactly one INSERT (GenericDefinition). A run warms up,
+// then keeps Concurrency sagas in flight (closed loop) or starts Rate sagas
+// per second (open loop) for Sagas sagas or Duration.
+//
+// Measured:
+//   - sagas/s and steps/s: completed sagas over the time from the first
+//     measured start to the last finish;
+//   - latency p50/p95/p99/max: each saga's finished_at - created_at, both
+//     written by the engine in the saga's own transactions;
+//   - Postgres transactions per saga: the xact_commit delta of the bench
+//     database in pg_stat_database (read after every backend of the run
+//     exited, so their statistics are flushed), minus the tracker's polls;
+//   - WAL bytes per saga: the pg_current_wal_lsn() delta. WAL is
+//     cluster-wide: other activity on the same server is included;
+//   - CPU seconds per saga of this process (getrusage; includes the
+//     embedded broker when one runs).
+//
+// Sweep runs several concurrencies and Plot draws throughput and p99
+// latency against concurrency as a PNG with the standard library only.
+package bench

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// GenericType is the saga type of the generic N-step benchmark saga.
+const GenericType = "bench.generic"
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// GenericData is the generic saga's data: only the item id.
+type GenericData struct {
+	ID string `json:"id"`
+}
+
+type genericPayload struct {
+	ID string `json:"id"`
+}
+
+// GenericParticipant is the stable name of the participant of step i
+// (1-based) of the generic saga; its schema is the name with '_' for '-'.
+func GenericParticipant(i int) string { return fmt.Sprintf("bench-p%d", i) }
+
+func genericSchema(i int) string { return fmt.Sprintf("bench_p%d", i) }
+
+// GenericStep is the stable name of step i (1-based).
+func GenericStep(i int) string { return fmt.Sprintf("step-%d", i) }
+
+// GenericDefinition is an all-compensable saga of n steps, step i handled
+// by participant GenericParticipant(i).
+func GenericDefinition(n int) (*saga.Def, error) {
+	if n < 1 || n > 50 {
+		return nil, fmt.Errorf("bench: generic saga: steps is %d, want 1..50", n)
+	}
+	cmd := func(d GenericData) (any, error) { return genericPayload(d), nil }
+	def := saga.Definition[GenericData]{Name: GenericType, Version: 1, Deadline: 5 * time.Minute}
+	for i := 1; i <= n; i++ {
+		def.Steps = append(def.Steps, saga.Step[GenericData]{
+			Name: GenericStep(i), Participant: GenericParticipant(i), Kind: saga.Compensable,
+			Command: cmd, Compensation: cmd, Timeout: 30 * time.Second,
+			Retry: saga.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2},
+		})
+	}
+	return def.Build()
+}
+
+// genericSet is the n participants of the generic saga.
+type genericSet struct {
+	pool  *pgxpool.Pool
+	parts []*participants.Participant
+}
+
+type partOptions struct {
+	Brokers      []string
+	Logger       *slog.Logger
+	InboxMetrics *inbox.Metrics
+	RelayMetrics *relay.Metrics
+}
+
+func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error) {
+	s := &genericSet{pool: pool}
+	for i := 1; i <= n; i++ {
+		p, err := participants.New(pool, &participants.Config{
+			Name: GenericParticipant(i), Schema: genericSchema(i), Brokers: o.Brokers, Logger: o.Logger,
+			InboxMetrics: o.InboxMetrics, RelayMetrics: o.RelayMetrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		insert := `INSERT INTO ` + pgx.Identifier{genericSchema(i), "effects"}.Sanitize() + ` (saga_id, step) VALUES ($1, $2)`
+		del := `DELETE FROM ` + pgx.Identifier{genericSchema(i), "effects"}.Sanitize() + ` WHERE saga_id = $1 AND step = $2`
+		fwd := func(ctx context.Context, tx pgx.Tx, c message.Command) (participants.Result, error) {
+			if _, err := tx.Exec(ctx, insert, c.SagaID, c.Step); err != nil {
+				return participants.Result{}, fmt.Errorf("insert effect of saga %s step %s: %w", c.SagaID, c.Step, err)
+			}
+			return participants.Success(nil), nil
+		}
+		comp := func(ctx context.Context, tx pgx.Tx, c message.Command) (participants.Result, error) {
+			if _, err := tx.Exec(ctx, del, c.SagaID, c.Step); err != nil {
+				return participants.Result{}, fmt.Errorf("delete effect of saga %s step %s: %w", c.SagaID, c.Step, err)
+			}
+			return participants.Success(nil), nil
+		}
+		if err := p.Handle(GenericStep(i), fwd, comp); err != nil {
+			return nil, err
+		}
+		s.parts = append(s.parts, p)
+	}
+	return s, nil
+}
+
+func (s *genericSet) migrations() ([]migrations.Set, error) {
+	sub, err := fs.Sub(sqlFS, "sql")
+	if err != nil {
+		return nil, err
+	}
+	var all []migrations.Set
+	for i, p := range s.parts {
+		sdk, err := p.Migrations()
+		if err != nil {
+			return nil, err
+		}
+		biz, err := migrations.FromFS("bench_effects", genericSchema(i+1), sub)
+		if err != nil {
+			return nil, err
+		}
+		all = append(append(all, sdk...), biz)
+	}
+	return all, nil
+}
+
+func (s *genericSet) topics() []string {
+	var t []string
+	for i := range s.parts {
+		c := GenericParticipant(i+1) + ".commands"
+		t = append(t, c, c+inbox.DLQSuffixDefault)
+	}
+	return t
+}

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/sagaflow/sagaflow/bench"
+)
+
+func benchCmd(v *viper.Viper) *cobra.Command {
+	var (
+		cfg                   bench.Config
+		asJSON                bool
+		cpuProfile, sweep     string
+		plotPath, resultsPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run a fixed, seeded saga workload end to end and report throughput, latency and cost per saga",
+		Long: `bench runs the orchestrator, its relay and the participants in this process on a
+fresh Postgres database (--database, dropped and created) and the embedded Kafka-protocol
+broker (or --brokers / KAFKA_BROKERS), warms up, then measures --sagas sagas (or
+--duration) at --concurrency sagas in flight (closed loop) or at --rate starts per
+second (open loop). --sweep 8,16,32 runs one measurement per concurrency and draws
+throughput and p99 latency against concurrency into --plot.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			cfg.DatabaseURL, cfg.Brokers, cfg.Logger = v.GetString("database.url"), brokers(v), log
+			cfg.Engine = engineConfig(v)
+			if sweep != "" {
+				return runSweep(cmd, cfg, sweep, plotPath, resultsPath, asJSON)
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				cfg.CPUProfile = f
+			}
+			res, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
+					return err
+				}
+			} else {
+				printBench(cmd.OutOrStdout(), res)
+			}
+			if !res.AllComplete {
+				return exitError{code: 2}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Saga, "saga", bench.SagaGeneric, "workload: generic or place-order")
+	f.IntVar(&cfg.Steps, "steps", bench.StepsDefault, "steps of the generic saga (one INSERT per step in its participant)")
+	f.IntVar(&cfg.Sagas, "sagas", bench.SagasDefault, "sagas to measure (0 with --duration: as many as fit)")
+	f.DurationVar(&cfg.Duration, "duration", 0, "stop starting sagas after this long (0: run --sagas)")
+	f.IntVar(&cfg.Warmup, "warmup", bench.WarmupDefault, "sagas run before measuring")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.ConcurrencyDefault, "sagas in flight (closed loop); with --rate, the starter goroutines")
+	f.Float64Var(&cfg.Rate, "rate", 0, "open loop: saga starts per second (0: closed loop)")
+	f.Int64Var(&cfg.Seed, "seed", bench.SeedDefault, "workload seed")
+	f.StringVar(&cfg.Database, "database", bench.DatabaseDefault, "database created afresh for the run on the server of database.url")
+	f.IntVar(&cfg.MaxConns, "max-conns", bench.MaxConnsDefault, "connections of each of the two pools (orchestrator, participants)")
+	f.DurationVar(&cfg.Timeout, "timeout", bench.TimeoutDefault, "bound on the wait for the last saga")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	f.StringVar(&sweep, "sweep", "", "comma-separated concurrencies to run one after another, e.g. 8,16,32,64,128")
+	f.StringVar(&plotPath, "plot", "docs/perf/scaling.png", "with --sweep: PNG plot of throughput and p99 latency against concurrency")
+	f.StringVar(&resultsPath, "results", "", "with --sweep: also write the results as JSON to this file")
+	return cmd
+}
+
+func runSweep(cmd *cobra.Command, cfg bench.Config, sweep, plotPath, resultsPath string, asJSON bool) error {
+	var concs []int
+	for _, s := range strings.Split(sweep, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--sweep %q: %q is not a positive concurrency", sweep, s)
+		}
+		concs = append(concs, n)
+	}
+	var all []bench.Result
+	for _, c := range concs {
+		cfg.Concurrency = c
+		res, err := bench.Run(cmd.Context(), cfg)
+		if err != nil {
+			return fmt.Errorf("sweep at concurrency %d: %w", c, err)
+		}
+		if !asJSON {
+			printBench(cmd.OutOrStdout(), res)
+		}
+		all = append(all, res)
+	}
+	if asJSON {
+		if err := json.NewEncoder(cmd.OutOrStdout()).Encode(all); err != nil {
+			return err
+		}
+	}
+	if resultsPath != "" {
+		b, err := json.MarshalIndent(all, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(resultsPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--results: %w", err)
+		}
+	}
+	if plotPath != "" {
+		if err := os.MkdirAll(filepath.Dir(plotPath), 0o755); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		f, err := os.Create(plotPath)
+		if err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		title := fmt.Sprintf("%s saga, %d steps: sagas/s and p99 ms vs concurrency (%s)", all[0].Saga, all[0].Steps, time.Now().UTC().Format("2006-01-02"))
+		if err := bench.Plot(f, all, title); err != nil {
+			f.Close()
+			return fmt.Errorf("--plot: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "plot written to %s\n", plotPath)
+	}
+	for _, r := range all {
+		if !r.AllComplete {
+			return exitError{code: 2}
+		}
+	}
+	return nil
+}
+
+func printBench(w io.Writer, r bench.Result) {
+	load := fmt.Sprintf("concurrency %d (closed loop)", r.Concurrency)
+	if r.Mode == "open" {
+		load = fmt.Sprintf("rate %.0f/s (open loop)", r.Rate)
+	}
+	fmt.Fprintf(w, "%s saga, %d steps, %s; synchronous_commit=%s fsync=%s\n", r.Saga, r.Steps, load, r.SynchronousCommit, r.Fsync)
+	fmt.Fprintf(w, "  sagas        %d measured after %d warm-up; %d completed, %d not\n", r.Sagas, r.Warmup, r.Completed, r.NotComplete)
+	fmt.Fprintf(w, "  throughput   %.0f sagas/s, %.0f steps/s (%.2fs)\n", r.SagasPerSecond, r.StepsPerSecond, r.ElapsedSeconds)
+	fmt.Fprintf(w, "  latency ms   p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", r.LatencyP50Ms, r.LatencyP95Ms, r.LatencyP99Ms, r.LatencyMaxMs)
+	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
+	if r.AllComplete {
+		fmt.Fprintln(w, "  every saga completed")
+	} else {
+		fmt.Fprintln(w, "  NOT every saga completed")
+	}
+}
