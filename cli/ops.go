@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/saga"
 )
 
 // APIDefault is where `status` and `list` find the HTTP API.
@@ -255,7 +256,11 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 				comp += ", took " + ago(st.CompFinishedAt.Sub(*st.CompStartedAt))
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, name, st.Kind, st.State, st.Attempts, took(st.StartedAt, st.FinishedAt, now), comp, dash(oneLine(st.LastError)))
+		end := st.FinishedAt
+		if end == nil && st.State != saga.StepRunning && st.State != saga.StepRetrying {
+			end = st.CompStartedAt // an abandoned forward ends where its compensation starts
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, name, st.Kind, st.State, st.Attempts, took(st.StartedAt, end, now), comp, dash(oneLine(st.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
