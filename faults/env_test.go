@@ -82,15 +82,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 			t.Fatal(err)
 		}
 	}
-	e.check = testkit.PoolURL(t, e.url)
+	e.check = testkit.PoolURL(t, e.url+"&pool_max_conns=2")
 	ctx := testkit.Context(t, time.Minute)
 
-	svc := e.service(orchestrator.DefaultRun)
+	svc := e.serviceOn(e.check, orchestrator.DefaultRun)
 	e.engine = svc.Engine()
 	if err := svc.Prepare(ctx); err != nil {
 		t.Fatalf("prepare orchestrator: %v", err)
 	}
-	parts := e.participants()
+	parts := e.participantsOn(e.check)
 	if err := parts.Prepare(ctx); err != nil {
 		t.Fatalf("prepare participants: %v", err)
 	}
@@ -118,7 +118,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 
 // service builds an orchestrator service on its own pool.
 func (e *env) service(run orchestrator.RunSet) *orchestrator.Service {
-	return e.serviceOn(testkit.PoolURL(e.t, e.url), run)
+	return e.serviceOn(e.pool(), run)
 }
 
 func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet) *orchestrator.Service {
@@ -138,7 +138,13 @@ func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet) *orchestrat
 // participants builds the reference participants on their own pool.
 func (e *env) participants() *reference.Set {
 	e.t.Helper()
-	return e.participantsOn(testkit.PoolURL(e.t, e.url))
+	return e.participantsOn(e.pool())
+}
+
+// pool opens a small pool for one component group: the server is shared
+// by every test of the machine, so each group keeps few connections.
+func (e *env) pool() *pgxpool.Pool {
+	return testkit.PoolURL(e.t, e.url+"&pool_max_conns=3")
 }
 
 func (e *env) participantsOn(pool *pgxpool.Pool) *reference.Set {
@@ -442,4 +448,28 @@ func (e *env) runAll() (*component, *component) {
 	svc := e.service(orchestrator.DefaultRun)
 	parts := e.participants()
 	return e.run("orchestrator", svc.Run), e.run("participants", parts.Run)
+}
+
+// records is the number of records in every partition of topic.
+func (e *env) records(topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", e.brokers[0])
+	if err != nil {
+		return 0, err
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, p := range parts {
+		last, err := lastOffset(ctx, e.brokers[0], topic, p.ID)
+		if err != nil {
+			return 0, err
+		}
+		n += last
+	}
+	return n, nil
 }

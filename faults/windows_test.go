@@ -111,7 +111,7 @@ func TestWindowParticipantCrashBeforeReplyPublished(t *testing.T) {
 	ctx := testkit.Context(t, 2*time.Minute)
 	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
 	set := e.participants()
-	half := e.run("participants without relay", e.inboxOnly(set, testkit.PoolURL(t, e.url)))
+	half := e.run("participants without relay", e.inboxOnly(set, e.pool()))
 	e.startAll(ctx)
 	testkit.Eventually(t, settle, "first step executed for every order, replies unsent", func() (bool, error) {
 		return e.count(`SELECT count(*) FROM `+e.schemas.Inventory+`.barrier`) == orders, nil
