@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -34,6 +35,7 @@ import (
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/retention"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/workload"
@@ -123,10 +125,11 @@ func engineConfig(v *viper.Viper) saga.Config {
 }
 
 type metricSet struct {
-	reg   *prometheus.Registry
-	saga  *saga.Metrics
-	inbox *inbox.Metrics
-	relay *relay.Metrics
+	reg       *prometheus.Registry
+	saga      *saga.Metrics
+	inbox     *inbox.Metrics
+	relay     *relay.Metrics
+	retention *retention.Metrics
 }
 
 func newMetrics() (*metricSet, error) {
@@ -141,6 +144,9 @@ func newMetrics() (*metricSet, error) {
 		return nil, err
 	}
 	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.retention, err = retention.NewMetrics(reg, "sagaflow"); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -288,25 +294,17 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err := svc.Prepare(ctx); err != nil {
 				return err
 			}
-			sets, _ := svc.Migrations()
 			srv := api.New(svc.Engine(), &api.Config{
 				AdminToken: v.GetString("http.admin_token"), ProtectReads: v.GetBool("http.protect_reads"),
 				Gatherer: ms.reg, Logger: log,
-				Ready: func(ctx context.Context) error {
-					if err := pool.Ping(ctx); err != nil {
-						return fmt.Errorf("postgres: %w", err)
-					}
-					n, err := migrations.Pending(ctx, pool, sets...)
-					if err != nil {
-						return fmt.Errorf("schema: %w", err)
-					}
-					if n > 0 {
-						return fmt.Errorf("schema: %d migrations pending", n)
-					}
-					return nil
-				},
+				Ready: svc.Ready, // Postgres ping, broker metadata, no pending migration
 			})
-			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, svc.Run)
+			schema := svc.Engine().Outbox().Schema()
+			run, err := withRetention(v, pool, log, ms, []string{schema}, schema, svc.Run)
+			if err != nil {
+				return err
+			}
+			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, run, v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
@@ -314,34 +312,97 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-// serveHTTP serves h on addr while run runs; both stop on ctx.
-func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, run func(context.Context) error) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("http.addr %s: %w", addr, err)
+// serveHTTP serves h on addr (none if addr is empty) while run runs. When
+// ctx ends (SIGTERM, SIGINT) the HTTP server stops accepting requests and
+// drains those in flight, run's context is cancelled so it stops taking
+// work and finishes what it holds (inbox batches commit, offsets commit),
+// and serveHTTP waits for both at most grace; past it, it returns an error
+// (the process exits 1 with the work that did not finish left to be
+// redone from the outbox and the consumer group's offsets).
+func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, run func(context.Context) error, grace time.Duration) error {
+	if grace <= 0 {
+		return fmt.Errorf("shutdown.timeout %s must be positive", grace)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("HTTP API listening", slog.String("addr", ln.Addr().String()))
-	errc := make(chan error, 2)
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
+	var hs *http.Server
+	srvDone := make(chan error, 1)
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("http.addr %s: %w", addr, err)
 		}
-	}()
+		hs = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		log.Info("HTTP listening", slog.String("addr", ln.Addr().String()))
+		go func() { srvDone <- hs.Serve(ln) }()
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- run(runCtx) }()
+	runDone := make(chan error, 1)
+	go func() { runDone <- run(runCtx) }()
 	var runErr error
+	finished := false
 	select {
 	case <-ctx.Done():
-		runErr = <-errc
-	case runErr = <-errc:
-		cancel()
+		log.Info("shutting down: no new work, finishing in-flight work", slog.Duration("timeout", grace))
+	case runErr = <-runDone:
+		finished = true
+	case err := <-srvDone:
+		runErr = fmt.Errorf("http server on %s: %w", addr, err)
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cancel()
+	started := time.Now()
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	shutDone := make(chan struct{})
+	sctx, scancel := context.WithTimeout(context.Background(), grace)
 	defer scancel()
-	_ = hs.Shutdown(sctx)
+	go func() {
+		defer close(shutDone)
+		if hs != nil {
+			_ = hs.Shutdown(sctx)
+		}
+	}()
+	if !finished {
+		select {
+		case err := <-runDone:
+			runErr = errors.Join(runErr, err)
+		case <-deadline.C:
+			return errors.Join(runErr, fmt.Errorf("shutdown.timeout %s passed before in-flight work finished; exiting anyway (unfinished work is redone after restart)", grace))
+		}
+	}
+	select {
+	case <-shutDone:
+	case <-deadline.C:
+	}
+	if runErr == nil {
+		log.Info("stopped", slog.Duration("shutdown", time.Since(started)))
+	}
 	return runErr
+}
+
+// withRetention returns run, or run beside a retention purger of schemas
+// (outbox and inbox) and orchSchema (saga history) when retention.enabled.
+func withRetention(v *viper.Viper, pool *pgxpool.Pool, log *slog.Logger, ms *metricSet, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
+	if !v.GetBool("retention.enabled") {
+		return run, nil
+	}
+	p, err := retention.New(pool, &retention.Config{
+		Schemas: schemas, OrchestratorSchema: orchSchema,
+		SentOutboxAfter: v.GetDuration("retention.sent_outbox_after"), InboxAfter: v.GetDuration("retention.inbox_after"),
+		FinishedSagaAfter: v.GetDuration("retention.finished_saga_after"), BatchSize: v.GetInt("retention.batch_size"),
+		Interval: v.GetDuration("retention.interval"), Logger: log.With(slog.String("component", "retention")), Metrics: ms.retention,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retention.*: %w", err)
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		retDone := make(chan error, 1)
+		go func() { retDone <- p.Run(ctx) }()
+		err := run(ctx)
+		cancel()
+		return errors.Join(err, <-retDone)
+	}, nil
 }
 
 func participantsCmd(v *viper.Viper) *cobra.Command {
@@ -399,13 +460,39 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 					return err
 				}
 			}
+			sets, err := set.Migrations()
+			if err != nil {
+				return err
+			}
+			var schemas []string
+			for _, p := range set.Participants() {
+				schemas = append(schemas, p.Schema())
+			}
+			run, err := withRetention(v, pool, log, ms, schemas, "", set.Run)
+			if err != nil {
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{\"status\":\"ok\"}\n") })
+			ready := orchestrator.Readiness(pool, bs, sets)
+			mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+				if err := ready(r.Context()); err != nil {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					_ = json.NewEncoder(w).Encode(map[string]string{"status": "not ready", "error": err.Error()})
+					return
+				}
+				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")
+			})
+			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
-			return set.Run(ctx)
+			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, run, v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
 	cmd.Flags().String("items", "sku-apple,sku-pear,sku-plum,sku-fig", "items seeded by --seed-stock (participants.items)")
 	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
+	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
+	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
 	return cmd
 }
 

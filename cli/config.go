@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/retention"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -48,6 +49,14 @@ var Keys = []Key{
 	{"participants.points_fail_rate", 0.0, "Chance that one award-points attempt answers retry (transient)."},
 	{"participants.payment_limit_cents", int64(100_000), "Charges above this are declined."},
 	{"participants.seed", int64(1), "Seed of the transient failures."},
+	{"participants.http_addr", "", "Listen address of the participants process's /healthz, /readyz and /metrics; empty: no HTTP listener."},
+	{"retention.enabled", true, "Run retention in `serve` (orchestrator outbox, inbox, finished sagas) and `participants` (their outboxes and inboxes)."},
+	{"retention.sent_outbox_after", retention.SentOutboxAfterDefault, "Sent outbox rows older than this are deleted (unsent and dead rows never are)."},
+	{"retention.inbox_after", retention.InboxAfterDefault, "Inbox (dedupe) rows older than this are deleted; keep it longer than any redelivery (the consumed topics' Kafka retention)."},
+	{"retention.finished_saga_after", retention.FinishedSagaAfterDefault, "Completed and compensated sagas finished longer ago than this lose their row and journal (failed ones are kept)."},
+	{"retention.batch_size", retention.BatchSizeDefault, "Rows one retention DELETE removes (bounded batches, short locks)."},
+	{"retention.interval", retention.IntervalDefault, "Time between retention cycles."},
+	{"shutdown.timeout", 20 * time.Second, "On SIGTERM/SIGINT, how long `serve` and `participants` wait for in-flight work (HTTP requests, inbox batches and offset commits, relay batches) before exiting anyway."},
 	{"demo.orders", 1000, "Orders the demo places."},
 	{"demo.seed", int64(1), "Seed of the demo's orders."},
 	{"demo.out_of_stock_rate", 0.10, "Share of orders for an item whose stock covers half of them."},
