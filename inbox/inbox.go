@@ -55,6 +55,14 @@ const HeaderDLQPartition = "dlq-original-partition"
 // so that the in-flight batch can finish.
 type Handler func(ctx context.Context, tx pgx.Tx, m kafka.Message) error
 
+// BatchHandler processes several messages together inside tx, for
+// handlers that do fewer statements per message that way. It gets the new
+// (not duplicate, well-formed) messages of a batch in order, inside a
+// savepoint. On nil they all count as handled; on any error (or panic) the
+// savepoint is rolled back and the Handler runs for each message one by one,
+// which decides about retries and dead letters as usual.
+type BatchHandler func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error
+
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
@@ -94,6 +102,9 @@ type Config struct {
 	BatchSize int
 	// MaxWait is kafka-go's fetch MaxWait; default MaxWaitDefault.
 	MaxWait time.Duration
+	// BatchHandler, if set, is tried first for the new messages of each
+	// batch; see BatchHandler.
+	BatchHandler BatchHandler
 	// Lanes is the number of batches processed concurrently, each in its
 	// own transaction. A partition always belongs to the same lane, so the
 	// order within a partition (and so per key) is kept; default
@@ -502,6 +513,21 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		return res, err
 	}
 
+	batched := false
+	if c.cfg.BatchHandler != nil {
+		var ms []kafka.Message
+		for _, it := range items {
+			if it.bad == "" && !it.repeat && fresh[it.id] {
+				ms = append(ms, it.m)
+			}
+		}
+		if len(ms) > 0 {
+			if batched, err = c.handleBatch(ctx, tx, ms); err != nil {
+				return res, err
+			}
+		}
+	}
+
 	var deads []dead
 	for _, it := range items {
 		switch {
@@ -510,6 +536,9 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 			continue
 		case it.repeat || !fresh[it.id]:
 			res.duplicates++
+			continue
+		case batched:
+			res.handled++
 			continue
 		}
 		herr := c.handle(ctx, tx, it.m)
@@ -574,6 +603,35 @@ func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topic
 		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
 	}
 	return fresh, nil
+}
+
+// handleBatch runs the batch handler inside a savepoint. false (with a nil
+// error) means it failed and was rolled back: handle the messages one by
+// one. An error means the transaction itself is broken.
+func (c *Consumer) handleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("inbox: batch savepoint: %w", err)
+	}
+	herr := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("batch handler panicked: %v", p)
+			}
+		}()
+		return c.cfg.BatchHandler(ctx, sp, ms)
+	}()
+	if herr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return false, fmt.Errorf("inbox: release batch savepoint: %w", err)
+		}
+		return true, nil
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return false, fmt.Errorf("inbox: roll back batch savepoint after %q: %w", herr.Error(), err)
+	}
+	c.log.Debug("inbox: batch handler declined the batch; handling its messages one by one", "err", herr, "messages", len(ms))
+	return false, nil
 }
 
 // handle runs the handler for m inside a savepoint. A returned permanent

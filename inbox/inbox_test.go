@@ -638,3 +638,64 @@ func TestNewRejectsNegativeLanes(t *testing.T) {
 		t.Fatalf("New with Lanes -1 = %v, want an error naming Config.Lanes", err)
 	}
 }
+
+// A batch handler handles a clean batch in one call; a batch with a poison
+// message is rolled back and handled one by one, so the poison message alone
+// is dead-lettered and every good one is applied exactly once.
+func TestBatchHandlerFallsBackToOneByOne(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	dlqTopic := e.topic + inbox.DLQSuffixDefault
+	if err := kafkaclient.EnsureTopics(testkit.Context(t, wait), e.brokers, 1, 1, dlqTopic); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+		if string(msg.Value) == "poison" {
+			return inbox.Permanent(errors.New("poison"))
+		}
+		return writeEffect(ctx, tx, msg)
+	}
+	var calls, batched sync.Map
+	bh := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+		for _, msg := range ms {
+			calls.Store(string(msg.Value), true)
+			if err := writeEffect(ctx, tx, msg); err != nil {
+				return err
+			}
+		}
+		for _, msg := range ms {
+			if string(msg.Value) == "poison" {
+				return errors.New("a bad message in the batch")
+			}
+		}
+		for _, msg := range ms {
+			batched.Store(string(msg.Value), true)
+		}
+		return nil
+	}
+	m := newMetrics(t)
+	cfg := e.config(m)
+	cfg.BatchHandler = bh
+	c, err := inbox.New(e.pool, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	clean := []uuid.UUID{uuid.New(), uuid.New()}
+	e.produce(t, record(clean[0], "c0"), record(clean[1], "c1"))
+	waitCounter(t, m.Messages("test"), 2, "clean messages handled")
+	effectsOncePerID(t, e.pool, clean)
+	if _, ok := batched.Load("c0"); !ok {
+		t.Fatal("the clean batch was not handled by the batch handler")
+	}
+
+	good := []uuid.UUID{uuid.New(), uuid.New()}
+	e.produce(t, record(good[0], "g0"), record(uuid.New(), "poison"), record(good[1], "g1"))
+	waitCounter(t, m.DeadLettered("test"), 1, "poison dead-lettered")
+	waitCounter(t, m.Messages("test"), 4, "good messages handled")
+	if _, ok := calls.Load("poison"); !ok {
+		t.Fatal("the batch handler never saw the poison message")
+	}
+	// The batch handler's writes were rolled back: one row per good id.
+	effectsOncePerID(t, e.pool, append(clean, good...))
+}

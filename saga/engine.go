@@ -317,6 +317,149 @@ func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) err
 	return err
 }
 
+// ErrBatchFallback is wrapped by ApplyReplies when the batch cannot be
+// applied as one: a saga was moved by someone else since it was loaded (a
+// version conflict), or a reply is for an unknown saga or step. Nothing of
+// the batch was written; apply the replies one by one with ApplyReply, which
+// reloads and re-decides on a conflict and reports bad replies one by one.
+var ErrBatchFallback = errors.New("apply the replies one by one")
+
+// ApplyReplies applies a batch of replies inside tx with a constant number
+// of statements: one load of every saga concerned, Decide per reply in
+// order (replies to the same saga see each other's effect), one conditional
+// update of every changed saga (each on its loaded version), one journal
+// insert and one outbox insert. On an error wrapping ErrBatchFallback,
+// nothing was written (tx is as before); any other error means tx must be
+// rolled back.
+func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, 0, len(rs))
+	seen := make(map[uuid.UUID]bool, len(rs))
+	for i := range rs {
+		if !seen[rs[i].SagaID] {
+			seen[rs[i].SagaID] = true
+			ids = append(ids, rs[i].SagaID)
+		}
+	}
+	loaded, err := e.st.loadMany(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	type change struct {
+		prev    Instance // as loaded
+		changed bool
+	}
+	cur := make(map[uuid.UUID]*change, len(loaded))
+	next := make(map[uuid.UUID]Instance, len(loaded))
+	var journal []JournalEntry
+	var sends []Decision
+	type observed struct {
+		in Instance
+		d  Decision
+	}
+	obs := make([]observed, 0, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		in, ok := next[r.SagaID]
+		if !ok {
+			if in, ok = loaded[r.SagaID]; !ok {
+				return fmt.Errorf("reply %s: saga %s not found: %w", r.MessageID, r.SagaID, ErrBatchFallback)
+			}
+			cur[r.SagaID] = &change{prev: in}
+		}
+		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
+		if !ok {
+			return fmt.Errorf("saga %s: type %q version %d: %w", r.SagaID, in.Type, in.DefVersion, ErrUnknownType)
+		}
+		d, err := Decide(def, in, Event{Kind: EventReply, At: e.cfg.Now(), Reply: r})
+		if errors.Is(err, ErrUnknownStep) {
+			return fmt.Errorf("%v: %w", err, ErrBatchFallback)
+		}
+		if err != nil {
+			return err
+		}
+		journal = append(journal, d.Journal...)
+		obs = append(obs, observed{in: in, d: d})
+		if !d.Changed {
+			next[r.SagaID] = in
+			continue
+		}
+		next[r.SagaID] = d.Next
+		cur[r.SagaID].changed = true
+		sends = append(sends, d)
+	}
+	var upd []*Instance
+	var prev []int64
+	for _, id := range ids {
+		c := cur[id]
+		if c == nil || !c.changed {
+			continue
+		}
+		n := next[id]
+		upd = append(upd, &n)
+		prev = append(prev, c.prev.Version)
+	}
+	if len(upd) > 0 {
+		// The savepoint lets a version conflict undo the update alone.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("apply %d replies: savepoint: %w", len(rs), err)
+		}
+		done, err := e.st.updateMany(ctx, sp, upd, prev)
+		if err != nil {
+			return err
+		}
+		if len(done) != len(upd) {
+			if e.cfg.Metrics != nil {
+				e.cfg.Metrics.conflicts.Add(float64(len(upd) - len(done)))
+			}
+			if err := sp.Rollback(ctx); err != nil {
+				return fmt.Errorf("apply %d replies: roll back after a version conflict: %w", len(rs), err)
+			}
+			return fmt.Errorf("apply %d replies: %d of %d sagas moved since loaded: %w", len(rs), len(upd)-len(done), len(upd), ErrBatchFallback)
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("apply %d replies: release savepoint: %w", len(rs), err)
+		}
+	}
+	if err := e.st.appendJournal(ctx, tx, journal); err != nil {
+		return err
+	}
+	var msgs []outbox.Message
+	for _, d := range sends {
+		for _, o := range d.Send {
+			c := o.Command
+			c.ReplyTo = e.cfg.ReplyTopic
+			b, err := message.EncodeCommand(c)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, outbox.Message{
+				Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
+				Headers: message.Headers(c.MessageID, c.SagaID),
+			})
+		}
+	}
+	if err := e.ob.Enqueue(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	for _, o := range obs {
+		e.cfg.Metrics.observe(o.in.Type, EventReply, o.in, o.d)
+		if !o.d.Changed {
+			for _, j := range o.d.Journal {
+				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", o.in.ID.String()),
+					slog.String("step", j.Step), slog.String("event", j.Event), slog.String("reason", j.Reason))
+			}
+		} else if o.d.Next.State != o.in.State {
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", o.in.ID.String()),
+				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()))
+		}
+	}
+	return nil
+}
+
 // Operate applies an operator action in its own transaction. A refused
 // action returns a *RefusedError and writes nothing.
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op Operator) (Instance, error) {

@@ -24,6 +24,7 @@ type store struct {
 	sagas, journal string
 
 	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
+	loadManySQL, updateManySQL                                                      string
 }
 
 const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at`
@@ -37,6 +38,15 @@ func newStore(schema string) *store {
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (type, idempotency_key) DO NOTHING`
 	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
+	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
+	s.updateManySQL = `UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
+  version = u.version, flag = u.flag, deadline_at = u.deadline_at, next_wakeup_at = u.next_wakeup_at,
+  updated_at = u.updated_at, finished_at = u.finished_at
+FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::bigint[], $8::text[],
+  $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
+  AS u(id, prev, state, current_step, data, steps, version, flag, deadline_at, next_wakeup_at, updated_at, finished_at)
+WHERE s.id = u.id AND s.version = u.prev
+RETURNING s.id`
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
 	s.updateSQL = `UPDATE ` + s.sagas + ` SET state = $3, current_step = $4, data = $5, steps = $6, version = $7,
   flag = $8, deadline_at = $9, next_wakeup_at = $10, updated_at = $11, finished_at = $12
@@ -102,6 +112,62 @@ func (s *store) load(ctx context.Context, db DB, id uuid.UUID) (Instance, error)
 		return Instance{}, fmt.Errorf("load saga %s: %w", id, err)
 	}
 	return in, nil
+}
+
+// loadMany loads the sagas of ids in one query; missing ids are absent
+// from the map.
+func (s *store) loadMany(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]Instance, error) {
+	rows, err := db.Query(ctx, s.loadManySQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load %d sagas: %w", len(ids), err)
+	}
+	defer rows.Close()
+	out := make(map[uuid.UUID]Instance, len(ids))
+	for rows.Next() {
+		in, err := scanInstance(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load %d sagas: %w", len(ids), err)
+		}
+		out[in.ID] = in
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load %d sagas: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// updateMany writes each next[i] if its stored version is still prev[i], in
+// one statement, and returns the ids it wrote; an id missing from the
+// result was moved by someone else first.
+func (s *store) updateMany(ctx context.Context, db DB, next []*Instance, prev []int64) (map[uuid.UUID]bool, error) {
+	n := len(next)
+	ids := make([]uuid.UUID, n)
+	states, currents, flags := make([]string, n), make([]string, n), make([]string, n)
+	datas, stepss := make([][]byte, n), make([][]byte, n)
+	versions := make([]int64, n)
+	deadlines, wakeups, updated, finished := make([]*time.Time, n), make([]*time.Time, n), make([]time.Time, n), make([]*time.Time, n)
+	for i, in := range next {
+		b, err := json.Marshal(in.Steps)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], states[i], currents[i], flags[i] = in.ID, string(in.State), currentStepName(in), in.Flag
+		datas[i], stepss[i], versions[i] = in.Data, b, in.Version
+		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
+	}
+	rows, err := db.Query(ctx, s.updateManySQL, ids, prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished)
+	if err != nil {
+		return nil, fmt.Errorf("update %d sagas: %w", n, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("update %d sagas: %w", n, err)
+	}
+	out := make(map[uuid.UUID]bool, len(done))
+	for _, id := range done {
+		out[id] = true
+	}
+	return out, nil
 }
 
 func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (Instance, error) {

@@ -1,0 +1,118 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/bench"
+	"github.com/sagaflow/sagaflow/testkit"
+)
+
+func databaseURL() string { return testkit.AdminURL() }
+
+func dropDatabase(t *testing.T, name string) {
+	conn, err := pgx.Connect(context.Background(), testkit.AdminURL())
+	if err != nil {
+		t.Errorf("drop database %s: %v", name, err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Errorf("drop database %s: %v", name, err)
+	}
+}
+
+// A short closed-loop run of the generic saga end to end: every saga
+// completes, and the cost figures are measured (not zero).
+func TestRunGenericCompletesEverySaga(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 2*time.Minute)
+	db := "sagaflow_bench_test_" + testkit.RandomSuffix(6)
+	res, err := bench.Run(ctx, bench.Config{
+		DatabaseURL: databaseURL(), Database: db, Brokers: testkit.Brokers(t),
+		Saga: bench.SagaGeneric, Steps: 2, Warmup: 5, Sagas: 30, Concurrency: 8, MaxConns: 6,
+	})
+	t.Cleanup(func() { dropDatabase(t, db) })
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !res.AllComplete || res.Completed != 30 || res.Sagas != 30 {
+		t.Fatalf("result %+v: want 30 of 30 sagas completed", res)
+	}
+	if res.SagasPerSecond <= 0 || res.StepsPerSecond != 2*res.SagasPerSecond {
+		t.Fatalf("throughput %v sagas/s, %v steps/s; want > 0 and steps = 2 x sagas", res.SagasPerSecond, res.StepsPerSecond)
+	}
+	if !(res.LatencyP50Ms > 0 && res.LatencyP50Ms <= res.LatencyP99Ms && res.LatencyP99Ms <= res.LatencyMaxMs) {
+		t.Fatalf("latencies p50 %v p99 %v max %v: want 0 < p50 <= p99 <= max", res.LatencyP50Ms, res.LatencyP99Ms, res.LatencyMaxMs)
+	}
+	// Each saga is at least its start and one transaction per step on each
+	// side (participant, orchestrator).
+	if res.XactPerSaga < 3 || res.WALBytesPerSaga <= 0 || res.CPUSecPerSaga <= 0 {
+		t.Fatalf("per saga: %v transactions, %v WAL bytes, %v CPU s; want >= 3, > 0, > 0", res.XactPerSaga, res.WALBytesPerSaga, res.CPUSecPerSaga)
+	}
+	if res.SynchronousCommit == "" {
+		t.Fatal("synchronous_commit not reported")
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cfg   bench.Config
+		field string
+	}{
+		{"no url", bench.Config{}, "DatabaseURL"},
+		{"saga", bench.Config{DatabaseURL: "postgres://x", Saga: "nope"}, "Config.Saga"},
+		{"steps", bench.Config{DatabaseURL: "postgres://x", Steps: 99}, "Config.Steps"},
+		{"rate", bench.Config{DatabaseURL: "postgres://x", Rate: -1}, "Config.Rate"},
+	} {
+		_, err := bench.Run(context.Background(), tc.cfg)
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.field)) {
+			t.Errorf("%s: err = %v, want one naming %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+func TestPlotDrawsBothSeries(t *testing.T) {
+	t.Parallel()
+	rs := []bench.Result{
+		{Saga: "generic", Steps: 3, Mode: "closed", Concurrency: 8, SagasPerSecond: 100, LatencyP99Ms: 120},
+		{Saga: "generic", Steps: 3, Mode: "closed", Concurrency: 32, SagasPerSecond: 300, LatencyP99Ms: 180},
+		{Saga: "generic", Steps: 3, Mode: "closed", Concurrency: 128, SagasPerSecond: 350, LatencyP99Ms: 600},
+	}
+	var buf bytes.Buffer
+	if err := bench.Plot(&buf, rs, "test plot"); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1000 || b.Dy() != 600 {
+		t.Fatalf("size %v, want 1000x600", b)
+	}
+	blue, red := 0, 0
+	for y := range 600 {
+		for x := range 1000 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			switch {
+			case b>>8 == 0xbf && r>>8 == 0x1f && g>>8 == 0x5f:
+				blue++
+			case r>>8 == 0xd0 && g>>8 == 0x3a:
+				red++
+			}
+		}
+	}
+	if blue < 500 || red < 500 {
+		t.Fatalf("%d throughput and %d latency pixels, want both lines drawn", blue, red)
+	}
+	if err := bench.Plot(&buf, nil, "empty"); err == nil {
+		t.Fatal("Plot of no results did not fail")
+	}
+}
