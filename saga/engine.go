@@ -272,7 +272,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
 			for _, j := range d.Journal {
 				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", id.String()),
-					slog.String("step", j.Step), slog.String("event", j.Event), slog.String("reason", j.Reason))
+					slog.String("step", j.Step), slog.Any("message_id", j.MessageID), slog.String("event", j.Event), slog.String("reason", j.Reason))
 			}
 			return in, d, nil
 		}
@@ -450,7 +450,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		if !o.d.Changed {
 			for _, j := range o.d.Journal {
 				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", o.in.ID.String()),
-					slog.String("step", j.Step), slog.String("event", j.Event), slog.String("reason", j.Reason))
+					slog.String("step", j.Step), slog.Any("message_id", j.MessageID), slog.String("event", j.Event), slog.String("reason", j.Reason))
 			}
 		} else if o.d.Next.State != o.in.State {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", o.in.ID.String()),
