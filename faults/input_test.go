@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
@@ -198,29 +199,42 @@ func TestStrayRepliesJournaledLate(t *testing.T) {
 	versions := e.count(`SELECT sum(version)::int FROM ` + e.schemas.Orchestrator + `.sagas`)
 	outbox := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.outbox`)
 	ignored := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.journal WHERE ignored`)
-	stray := []message.Reply{
+	cmd := func(id uuid.UUID, step string, action message.Action) uuid.UUID {
+		return saga.CommandID(id, step, action, 1)
+	}
+	late := []message.Reply{
 		// duplicate answer to an applied command, under a new message id
-		{MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: completed, Step: orderapi.StepChargePayment, Action: message.Forward, Outcome: message.Success, Payload: json.RawMessage(`{"payment_id":"other"}`)},
+		{MessageID: uuid.New(), InReplyTo: cmd(completed, orderapi.StepChargePayment, message.Forward), SagaID: completed, Step: orderapi.StepChargePayment, Action: message.Forward, Outcome: message.Success, Payload: json.RawMessage(`{"payment_id":"other"}`)},
 		// late success of a pre-pivot step after the saga was compensated
-		{MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: compensated, Step: orderapi.StepReserveInventory, Action: message.Forward, Outcome: message.Success},
+		{MessageID: uuid.New(), InReplyTo: cmd(compensated, orderapi.StepReserveInventory, message.Forward), SagaID: compensated, Step: orderapi.StepReserveInventory, Action: message.Forward, Outcome: message.Success},
 		// a failure arriving after success
-		{MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: completed, Step: orderapi.StepAwardPoints, Action: message.Forward, Outcome: message.Failure, Reason: "late"},
-		// an action the step never awaited
-		{MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: completed, Step: orderapi.StepCreateShipment, Action: message.Compensate, Outcome: message.Success},
+		{MessageID: uuid.New(), InReplyTo: cmd(completed, orderapi.StepAwardPoints, message.Forward), SagaID: completed, Step: orderapi.StepAwardPoints, Action: message.Forward, Outcome: message.Failure, Reason: "late"},
+	}
+	// Stray: answers to commands the saga never sent (an action the step
+	// never awaited, an unknown in_reply_to) go to the dead-letter topic.
+	stray := []message.Reply{
+		{MessageID: uuid.New(), InReplyTo: cmd(completed, orderapi.StepCreateShipment, message.Compensate), SagaID: completed, Step: orderapi.StepCreateShipment, Action: message.Compensate, Outcome: message.Success},
+		{MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: completed, Step: orderapi.StepChargePayment, Action: message.Forward, Outcome: message.Success},
 	}
 	var recs []kafka.Message
-	for _, r := range stray {
+	for _, r := range append(late, stray...) {
 		recs = append(recs, replyRecord(t, r))
 	}
 	e.produce(e.replies, recs...)
-	testkit.Eventually(t, settle, "stray replies journaled as ignored", func() (bool, error) {
-		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE ignored`) >= ignored+len(stray), nil
+	testkit.Eventually(t, settle, "late replies journaled as ignored", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE ignored`) >= ignored+len(late), nil
 	})
+	reasons := e.dlqReasons(e.replies+inbox.DLQSuffixDefault, len(stray))
+	for _, r := range reasons {
+		if !strings.Contains(r, "stray reply") {
+			t.Fatalf("stray reply dead-lettered with reason %q, want it to say stray reply", r)
+		}
+	}
 	if got := e.count(`SELECT sum(version)::int FROM ` + e.schemas.Orchestrator + `.sagas`); got != versions {
-		t.Fatalf("stray replies moved sagas: versions %d -> %d", versions, got)
+		t.Fatalf("late or stray replies moved sagas: versions %d -> %d", versions, got)
 	}
 	if got := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.outbox`); got != outbox {
-		t.Fatalf("stray replies sent %d commands", got-outbox)
+		t.Fatalf("late or stray replies sent %d commands", got-outbox)
 	}
 	e.checkInvariants(false)
 }

@@ -62,7 +62,8 @@ func Backoff(p RetryPolicy, sagaID uuid.UUID, step string, attempt int) time.Dur
 // and is deterministic.
 //
 // Errors: ErrUnknownStep (wrapped) for a reply naming a step the definition
-// lacks; a *RefusedError for an operator action not allowed now; other
+// lacks; ErrStrayReply (wrapped) for a reply answering a command the saga
+// never sent for that step and action; a *RefusedError for an operator action not allowed now; other
 // errors for inputs that do not belong together (wrong type, corrupt
 // instance) or a start whose first command cannot be built. Events the
 // transition table does not allow are not errors: the decision is unchanged
@@ -321,8 +322,8 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 	mid := r.MessageID
 	base := JournalEntry{Step: r.Step, Action: string(r.Action), MessageID: &mid}
 	if !m.sentBy(i, r.Action, r.InReplyTo) {
-		base.Reason = fmt.Sprintf("in_reply_to %s is not a command this saga sent", r.InReplyTo)
-		return m.ignore(false, base)
+		return Decision{}, fmt.Errorf("saga %s (%s): reply %s: in_reply_to %s is not a %s command this saga sent for step %q: %w",
+			m.in.ID, m.in.Type, r.MessageID, r.InReplyTo, r.Action, r.Step, ErrStrayReply)
 	}
 	s := &m.in.Steps[i]
 	if m.in.State.Terminal() {

@@ -610,30 +610,27 @@ func TestDecideTransitions(t *testing.T) {
 				r.Step = "zz"
 				return h.replyEv(r)
 			}, wantErr: saga.ErrUnknownStep},
-		{name: "reply to a command never sent: illegal", prep: toB,
+		{name: "reply to a command never sent: stray, sent to the DLQ", prep: toB,
 			event: func(h *harness) saga.Event {
 				r := h.replyTo(h.cmd("b", message.Forward, 0), message.Success)
 				r.InReplyTo = uuid.NewSHA1(uuid.NameSpaceOID, []byte("never sent"))
 				return h.replyEv(r)
 			},
-			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantWake: unchangedWake, wantEvent: saga.JournalIllegal, wantIgnored: true, wantIllegal: true},
-		{name: "reply to an attempt not sent yet: illegal", prep: toB,
+			wantErr: saga.ErrStrayReply},
+		{name: "reply to an attempt not sent yet: stray, sent to the DLQ", prep: toB,
 			event: func(h *harness) saga.Event {
 				r := h.replyTo(h.cmd("b", message.Forward, 0), message.Success)
 				r.InReplyTo = saga.CommandID(h.in.ID, "b", message.Forward, 2)
 				return h.replyEv(r)
 			},
-			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantWake: unchangedWake, wantEvent: saga.JournalIllegal, wantIgnored: true, wantIllegal: true},
-		{name: "compensate answer for a step never compensated: illegal", prep: toB,
+			wantErr: saga.ErrStrayReply},
+		{name: "compensate answer for a step never compensated: stray, sent to the DLQ", prep: toB,
 			event: func(h *harness) saga.Event {
 				r := h.replyTo(h.cmd("a", message.Forward, 0), message.Success)
 				r.Action = message.Compensate
 				return h.replyEv(r)
 			},
-			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantWake: unchangedWake, wantEvent: saga.JournalIllegal, wantIgnored: true, wantIllegal: true},
+			wantErr: saga.ErrStrayReply},
 		{name: "second start: illegal", prep: toB, event: func(h *harness) saga.Event { return saga.Event{Kind: saga.EventStart, At: h.now} },
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
 			wantWake: unchangedWake, wantEvent: saga.JournalIllegal, wantIgnored: true, wantIllegal: true},

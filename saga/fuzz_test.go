@@ -77,6 +77,25 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 	sentBefore := len(h.sent)
 	d, err := h.decide(ev)
 	if err != nil {
+		if ev.Kind == saga.EventReply && errors.Is(err, saga.ErrStrayReply) {
+			// Only a reply that answers no send of its step and action is stray.
+			r := ev.Reply
+			for i, st := range prev.Steps {
+				if st.Name != r.Step {
+					continue
+				}
+				n := st.Attempts
+				if r.Action == message.Compensate {
+					n = st.CompAttempts
+				}
+				for k := 1; k <= n; k++ {
+					if saga.CommandID(prev.ID, r.Step, r.Action, k) == r.InReplyTo {
+						t.Fatalf("reply to send %d of step %d %s %s rejected as stray: %v", k, i, r.Step, r.Action, err)
+					}
+				}
+			}
+			return d
+		}
 		var re *saga.RefusedError
 		if ev.Kind != saga.EventOperator || !errors.As(err, &re) || !errors.Is(err, saga.ErrRefused) {
 			t.Fatalf("%s event: unexpected error %v", ev.Kind, err)

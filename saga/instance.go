@@ -236,6 +236,10 @@ var (
 	ErrNotFound    = errors.New("saga not found")
 	// ErrRefused: an operator action not allowed in the saga's state.
 	ErrRefused = errors.New("operator action refused")
+	// ErrStrayReply: a reply whose in_reply_to is not a command the saga
+	// sent for that step and action. It wraps message.ErrInvalid, so the
+	// inbox sends it to the dead-letter topic with the reason.
+	ErrStrayReply = fmt.Errorf("%w: stray reply", message.ErrInvalid)
 )
 
 // RefusedError explains why an operator action was refused.

@@ -71,6 +71,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 		p, err := participants.New(pool, &participants.Config{
 			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers,
 			CommandTopic:   opts.TopicPrefix + name + ".commands",
+			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
 			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics,
 		})
