@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -192,12 +191,6 @@ func (c *component) stop(t *testing.T) {
 		}
 		switch {
 		case c.err == nil || errors.Is(c.err, context.Canceled):
-		case strings.Contains(c.err.Error(), "reader stopped unexpectedly"):
-			// Known inbox shutdown race (reported to the lead): with
-			// several lanes, a lane can see the fetcher's end before its
-			// own context is cancelled and report an error on a clean
-			// stop. Logged, not failed, until inbox.loop is fixed.
-			t.Logf("%s: known inbox shutdown race: %v", c.name, c.err)
 		default:
 			t.Errorf("%s: %v", c.name, c.err)
 		}

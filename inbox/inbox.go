@@ -273,13 +273,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for i := range lanes {
 		lanes[i] = make(chan kafka.Message, c.cfg.BatchSize)
 	}
-	fetchDone := make(chan struct{})
-	go c.fetch(fetchCtx, reader, lanes, fetchDone)
+	f := &fetcher{done: make(chan struct{})}
+	go c.fetch(fetchCtx, reader, lanes, f)
 
-	err := c.runLanes(ctx, reader, writer, lanes, fetchDone)
+	err := c.runLanes(ctx, reader, writer, lanes, f)
 
 	stopFetch()
-	<-fetchDone
+	<-f.done
 	if cerr := reader.Close(); cerr != nil {
 		c.log.Warn("inbox: close reader", "err", cerr)
 	}
@@ -294,16 +294,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // runLanes runs one loop per lane until ctx ends or one of them fails; the
 // first failure stops the others (each finishes its in-flight batch).
-func (c *Consumer) runLanes(ctx context.Context, r *kafka.Reader, w *kafka.Writer, lanes []chan kafka.Message, fetchDone <-chan struct{}) error {
+func (c *Consumer) runLanes(ctx context.Context, r *kafka.Reader, w *kafka.Writer, lanes []chan kafka.Message, f *fetcher) error {
 	if len(lanes) == 1 {
-		return c.loop(ctx, r, w, lanes[0], fetchDone)
+		return c.loop(ctx, r, w, lanes[0], f)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(lanes))
 	for _, l := range lanes {
 		go func() {
-			err := c.loop(lctx, r, w, l, fetchDone)
+			err := c.loop(lctx, r, w, l, f)
 			if err != nil {
 				cancel()
 			}
@@ -336,10 +336,26 @@ func lane(m kafka.Message, n int) int {
 	return int((h + uint32(m.Partition)) % uint32(n))
 }
 
+// fetcher is what the fetch goroutine shares with the lanes.
+type fetcher struct {
+	// done is closed when fetch returns.
+	done chan struct{}
+	// cancelled is set before done is closed when fetch stopped because its
+	// context ended: a clean stop, even if a lane's own context does not
+	// show the cancellation yet (contexts derived from one parent are
+	// cancelled one after another, and the fetcher may win that race).
+	cancelled atomic.Bool
+}
+
 // fetch pushes fetched messages into their lanes until ctx ends or the
 // reader is closed.
-func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafka.Message, done chan<- struct{}) {
-	defer close(done)
+func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafka.Message, f *fetcher) {
+	defer func() {
+		if ctx.Err() != nil {
+			f.cancelled.Store(true)
+		}
+		close(f.done)
+	}()
 	failures := 0
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -363,7 +379,7 @@ func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafk
 	}
 }
 
-func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, fetched <-chan kafka.Message, fetchDone <-chan struct{}) error {
+func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, fetched <-chan kafka.Message, f *fetcher) error {
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -372,8 +388,8 @@ func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, f
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-fetchDone:
-			if ctx.Err() != nil {
+		case <-f.done:
+			if ctx.Err() != nil || f.cancelled.Load() {
 				return nil
 			}
 			return fmt.Errorf("inbox: consumer %q: reader stopped unexpectedly", c.cfg.Name)
