@@ -282,6 +282,7 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			defer pool.Close()
 			ec := engineConfig(v)
 			ec.Metrics = ms.saga
+			ms.saga.InitTypes(reg.Types()...)
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 				Brokers: bs, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
 				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),

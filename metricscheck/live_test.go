@@ -122,6 +122,7 @@ func labelled(s metricscheck.Scrape) []string {
 		{"sagaflow_sagas_finished_total", `state="compensated"`},
 		{"sagaflow_inbox_duplicates_total", `consumer="sagaflow-orchestrator"`},
 		{"sagaflow_dlq_messages_total", `consumer="sagaflow-orchestrator"`},
+		{"sagaflow_late_replies_total", `type="place-order"`},
 		{"sagaflow_relay_published_total", `outbox="sagaflow"`},
 		{"sagaflow_retention_purged_total", `table="sagaflow.outbox"`},
 	} {
@@ -135,7 +136,7 @@ func labelled(s metricscheck.Scrape) []string {
 // TestLiveScrapeDuringDemo runs the demo workload (failure mix, transient
 // failures) with /metrics served over its registry, injects a garbage reply
 // (DLQ), a redelivered reply (duplicate), a reply under a new id (late) and
-// one answering a command never sent (illegal), runs retention beside it,
+// one answering a command never sent (stray: DLQ), runs retention beside it,
 // scrapes /metrics while the workload runs, checks the scrape with promtool
 // and asserts every promised metric is there and moved.
 func TestLiveScrapeDuringDemo(t *testing.T) {
@@ -148,6 +149,13 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Created before the demo's (which shares them), so the per-type
+	// series show at zero as in serve.
+	sm, err := saga.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm.InitTypes(orderapi.SagaType)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	t.Cleanup(srv.Close)
 
@@ -208,7 +216,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 				select {
 				case <-runDone:
 					if during == nil {
-						duringErr = "the workload ended before a scrape met every requirement"
+						duringErr = "the workload ended before a scrape met every requirement; last scrape: " + duringErr
 					}
 					return
 				case <-tick.C:

@@ -2,6 +2,7 @@ package saga
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,16 +46,68 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "sagas_in_flight",
 			Help: "Non-terminal sagas, by state."}, []string{"state"}),
 	}
-	for _, c := range []prometheus.Collector{m.started, m.finished, m.transitions, m.stepDuration, m.late, m.illegal, m.retries, m.conflicts, m.flagged, m.inFlight} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
+	// A second NewMetrics on the same registry shares the collectors
+	// registered first, so both record into what is exported.
+	adopt := func(c prometheus.Collector) (prometheus.Collector, error) {
+		err := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector, nil
+		}
+		return c, err
+	}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged}
+	for _, f := range counterVecs {
+		c, err := adopt(*f)
+		if err != nil {
 			return nil, err
 		}
+		cv, ok := c.(*prometheus.CounterVec)
+		if !ok {
+			return nil, fmt.Errorf("saga: NewMetrics: a different collector is registered under the name of %T", c)
+		}
+		*f = cv
+	}
+	var err error
+	var c prometheus.Collector
+	if c, err = adopt(m.stepDuration); err != nil {
+		return nil, err
+	}
+	if m.stepDuration, _ = c.(*prometheus.HistogramVec); m.stepDuration == nil {
+		return nil, errors.New("saga: NewMetrics: step_duration_seconds is registered as another collector type")
+	}
+	if c, err = adopt(m.conflicts); err != nil {
+		return nil, err
+	}
+	if m.conflicts, _ = c.(prometheus.Counter); m.conflicts == nil {
+		return nil, errors.New("saga: NewMetrics: saga_version_conflicts_total is registered as another collector type")
+	}
+	if c, err = adopt(m.inFlight); err != nil {
+		return nil, err
+	}
+	if m.inFlight, _ = c.(*prometheus.GaugeVec); m.inFlight == nil {
+		return nil, errors.New("saga: NewMetrics: sagas_in_flight is registered as another collector type")
 	}
 	return m, nil
+}
+
+// InitTypes creates the per-type series of sagaTypes at zero (started,
+// finished by terminal state, late replies, illegal transitions, flagged),
+// so that a scrape shows 0 instead of no data before the first event and
+// rate() and alerts work from the start. Call it with Registry.Types().
+func (m *Metrics) InitTypes(sagaTypes ...string) {
+	if m == nil {
+		return
+	}
+	for _, t := range sagaTypes {
+		m.started.WithLabelValues(t)
+		for _, st := range []State{Completed, Compensated, Failed} {
+			m.finished.WithLabelValues(t, string(st))
+		}
+		m.late.WithLabelValues(t)
+		m.illegal.WithLabelValues(t)
+		m.flagged.WithLabelValues(t)
+	}
 }
 
 func (m *Metrics) observe(sagaType string, ev EventKind, prev Instance, d Decision) {
