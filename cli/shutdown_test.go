@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,16 +121,16 @@ func (p *serveProc) stop(t *testing.T, grace time.Duration) time.Duration {
 		took := time.Since(start)
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("serve exited with code %d after SIGTERM, want 0\n%s", ee.ExitCode(), p.logs.String())
+			t.Fatalf("%s exited with code %d after SIGTERM, want 0\n%s", p.cmd.Args[1], ee.ExitCode(), p.logs.String())
 		} else if err != nil {
-			t.Fatalf("serve after SIGTERM: %v", err)
+			t.Fatalf("%s after SIGTERM: %v", p.cmd.Args[1], err)
 		}
 		if took > grace {
-			t.Errorf("serve took %s to exit after SIGTERM, want within shutdown.timeout %s", took, grace)
+			t.Errorf("%s took %s to exit after SIGTERM, want within shutdown.timeout %s", p.cmd.Args[1], took, grace)
 		}
 		return took
 	case <-time.After(grace + 10*time.Second):
-		t.Fatalf("serve still running %s after SIGTERM (shutdown.timeout %s)", grace+10*time.Second, grace)
+		t.Fatalf("%s still running %s after SIGTERM (shutdown.timeout %s)", p.cmd.Args[1], grace+10*time.Second, grace)
 	}
 	return 0
 }
@@ -238,4 +239,69 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 		t.Errorf("after SIGTERM and restart: %d sagas for %d orders, violations %v", rep.Sagas, len(plan.Orders), rep.Violations)
 	}
 	second.stop(t, grace)
+}
+
+// TestParticipantsHTTPAndSIGTERM runs the built binary's `participants
+// --http-addr`: /healthz and /readyz answer, /metrics passes promtool and
+// has the relay and outbox gauges of all five outboxes, and SIGTERM exits 0.
+func TestParticipantsHTTPAndSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dbURL := testkit.Database(t)
+	bs := testkit.Brokers(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "participants", "--http-addr", addr, "--brokers", bs[0], "--database-url", dbURL, "--seed-stock", "10")
+	cmd.Env = append(os.Environ(), "SAGAFLOW_SHUTDOWN_TIMEOUT=20s", "SAGAFLOW_KAFKA_PARTITIONS=2")
+	p := &serveProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("participants logs:\n%s", p.logs.String())
+		}
+	})
+	get := func(path string) (int, string, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, err = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String(), err
+	}
+	testkit.Eventually(t, 60*time.Second, "participants /readyz answers 200", func() (bool, error) {
+		select {
+		case err := <-p.done:
+			return false, fmt.Errorf("participants exited: %v", err)
+		default:
+		}
+		code, _, err := get("/readyz")
+		return err == nil && code == http.StatusOK, nil
+	})
+	if code, body, err := get("/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("/healthz = %d %q %v", code, body, err)
+	}
+	var scrape string
+	testkit.Eventually(t, 30*time.Second, "outbox gauges of the five participants", func() (bool, error) {
+		_, body, err := get("/metrics")
+		scrape = body
+		return err == nil && strings.Count(body, "sagaflow_outbox_pending{") == 5, nil
+	})
+	if !strings.Contains(scrape, `sagaflow_inbox_messages_total{consumer=`) {
+		t.Errorf("/metrics has no inbox counters:\n%s", scrape)
+	}
+	pt := exec.Command("promtool", "check", "metrics")
+	pt.Stdin = strings.NewReader(scrape)
+	if out, err := pt.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics (install: apt-get install -y prometheus): %v\n%s", err, out)
+	}
+	p.stop(t, 20*time.Second)
 }
