@@ -41,6 +41,10 @@ const (
 	// ChildEnv is set to 1 in every child's environment, so a test binary
 	// standing in for the orchestrator binary knows to run the command line.
 	ChildEnv = "SAGAFLOW_CHAOS_CHILD"
+	// childMaxConns caps every pool (the server is shared: four children
+	// plus their relays' lock connections must stay well under
+	// max_connections).
+	childMaxConns = 4
 )
 
 // Config configures a harness run.
@@ -66,6 +70,8 @@ type Config struct {
 	Env        []string
 	// FaultEvery is the mean time between two injected faults.
 	FaultEvery time.Duration
+	// Faults lists the kinds injected (FaultKinds); empty: all.
+	Faults []string
 	// StepTimeout is every step's reply timeout in the children (short, so
 	// that stops and cuts make timeouts fire).
 	StepTimeout time.Duration
@@ -110,6 +116,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("chaos: Config.QuiesceTimeout is %s, want > 0", c.QuiesceTimeout)
 	case c.Concurrency < 1:
 		return fmt.Errorf("chaos: Config.Concurrency is %d, want at least 1", c.Concurrency)
+	case !knownFaults(c.Faults):
+		return fmt.Errorf("chaos: Config.Faults %v: want some of %v", c.Faults, FaultKinds)
 	case c.KillBroker && len(c.Brokers) == 0:
 		return errors.New("chaos: Config.KillBroker needs real Kafka (Config.Brokers / KAFKA_BROKERS): the embedded broker loses its data with its process")
 	case c.KillBroker && (c.BrokerStopCmd == "" || c.BrokerStartCmd == ""):
@@ -223,7 +231,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	h.pool, err = pgxpool.New(ctx, dbURL)
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return res, fmt.Errorf("chaos: database url: %w", err)
+	}
+	pcfg.MaxConns = childMaxConns
+	h.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return res, fmt.Errorf("chaos: pool: %w", err)
 	}
@@ -350,6 +363,8 @@ func (h *harness) config() string {
 	st := h.cfg.StepTimeout
 	return fmt.Sprintf(`log:
   level: warn
+database:
+  max_conns: %d
 kafka:
   partitions: %d
 orchestrator:
@@ -385,7 +400,7 @@ sagas:
         timeout: %s
         retry:
           max_interval: 2s
-`, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
+`, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
 		orderapi.StepReserveInventory, st, orderapi.StepLockCoupon, st,
 		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st)
 }

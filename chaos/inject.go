@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,22 @@ func (in *injector) after(d time.Duration, fn func()) {
 	}()
 }
 
+// FaultKinds are the kinds of fault the injector knows.
+var FaultKinds = []string{"kill", "cut-postgres", "cut-broker", "duplicate", "stop", "slow"}
+
+func knownFaults(fs []string) bool {
+	for _, f := range fs {
+		if !slices.Contains(FaultKinds, f) {
+			return false
+		}
+	}
+	return true
+}
+
+func (in *injector) enabled(kind string) bool {
+	return len(in.h.cfg.Faults) == 0 || slices.Contains(in.h.cfg.Faults, kind)
+}
+
 // run injects faults until ctx ends.
 func (in *injector) run(ctx context.Context) {
 	mean := in.h.cfg.FaultEvery
@@ -65,18 +82,36 @@ func (in *injector) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		var kind string
 		switch x := in.r.Float64(); {
 		case x < 0.25:
-			in.kill()
+			kind = "kill"
 		case x < 0.45:
-			in.cutPostgres()
+			kind = "cut-postgres"
 		case x < 0.55:
-			in.cutBroker()
+			kind = "cut-broker"
 		case x < 0.80:
-			in.duplicate(ctx)
+			kind = "duplicate"
 		case x < 0.93:
-			in.stopParticipant()
+			kind = "stop"
 		default:
+			kind = "slow"
+		}
+		if !in.enabled(kind) {
+			continue
+		}
+		switch kind {
+		case "kill":
+			in.kill()
+		case "cut-postgres":
+			in.cutPostgres()
+		case "cut-broker":
+			in.cutBroker()
+		case "duplicate":
+			in.duplicate(ctx)
+		case "stop":
+			in.stopParticipant()
+		case "slow":
 			in.slow()
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,7 @@ func chaosCmd(v *viper.Viper) *cobra.Command {
 		stepTimeout, quiesce    time.Duration
 		database, workDir       string
 		killBroker              bool
+		faults                  []string
 		brokerStop, brokerStart string
 	)
 	cmd := &cobra.Command{
@@ -52,7 +54,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 			res, err := chaos.Run(cmd.Context(), chaos.Config{
 				Seed: seed, Sagas: sagas, Duration: duration, DatabaseURL: v.GetString("database.url"), Database: database,
 				Brokers: brokers(v), KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
-				FaultEvery: faultEvery, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
+				FaultEvery: faultEvery, Faults: faults, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
 				WorkDir: workDir, Logger: log,
 			})
 			if err != nil {
@@ -92,6 +94,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 	f.IntVar(&sagas, "sagas", chaos.SagasDefault, "place-order sagas to start")
 	f.DurationVar(&duration, "duration", chaos.DurationDefault, "how long faults are injected (sagas start over its first 80%)")
 	f.DurationVar(&faultEvery, "fault-every", chaos.FaultEveryDefault, "mean time between two injected faults")
+	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated: "+strings.Join(chaos.FaultKinds, ",")+" (default all)")
 	f.DurationVar(&stepTimeout, "step-timeout", chaos.StepTimeoutDefault, "reply timeout of the steps before the pivot (the pivot and after: twice this)")
 	f.DurationVar(&quiesce, "quiesce-timeout", chaos.QuiesceTimeoutDefault, "bound on the wait for every saga terminal and outbox drained")
 	f.IntVar(&concurrency, "concurrency", chaos.ConcurrencyDefault, "concurrent HTTP saga starts")
