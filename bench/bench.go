@@ -53,6 +53,7 @@ const (
 	PollIntervalDefault = 5 * time.Millisecond
 	TimeoutDefault      = 5 * time.Minute
 	MaxConnsDefault     = 16
+	LanesDefault        = 4
 	PartitionsDefault   = 8
 	SeedDefault         = 1
 	// maxPlannedOrders bounds the place-order plan of a --duration run.
@@ -85,6 +86,11 @@ type Config struct {
 	MaxConns int
 	// PollInterval of the completion tracker.
 	PollInterval time.Duration
+	// Lanes is the number of concurrent batches of the orchestrator's reply
+	// consumer and of the generic participants' command consumers (the
+	// reference participants of place-order keep one: their handlers update
+	// shared stock rows); default LanesDefault.
+	Lanes int
 	// Timeout bounds the wait for the last saga.
 	Timeout time.Duration
 	// CPUProfile, if set, receives a CPU profile of the measured phase.
@@ -106,6 +112,7 @@ func (c Config) withDefaults() Config {
 	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	c.Lanes = cmp.Or(c.Lanes, LanesDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -130,6 +137,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("bench: Config.Concurrency is %d, want >= 1", c.Concurrency)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("bench: Config.Rate is %v, want >= 0", c.Rate)
+	case c.Lanes < 1:
+		return fmt.Errorf("bench: Config.Lanes is %d, want >= 1", c.Lanes)
 	case c.MaxConns < 1:
 		return fmt.Errorf("bench: Config.MaxConns is %d, want >= 1", c.MaxConns)
 	}
@@ -222,7 +231,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	reg := saga.NewRegistry()
 	var w work
 	var runParts func(context.Context) error
-	po := partOptions{Brokers: brokers, Logger: log.With(slog.String("component", "participants")), InboxMetrics: im, RelayMetrics: rm}
+	po := partOptions{Lanes: c.Lanes, Brokers: brokers, Logger: log.With(slog.String("component", "participants")), InboxMetrics: im, RelayMetrics: rm}
 	switch c.Saga {
 	case SagaGeneric:
 		def, err := GenericDefinition(c.Steps)
@@ -291,7 +300,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var svc *orchestrator.Service
 	svc, err = orchestrator.New(orchPool, reg, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
-		Inbox: inbox.Config{Metrics: im, BatchHandler: func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+		Inbox: inbox.Config{Metrics: im, Lanes: c.Lanes, BatchHandler: func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
 			return applyReplies(ctx, svc.Engine(), tx, ms)
 		}},
 		Relay: relay.Config{Metrics: rm},

@@ -72,6 +72,9 @@ type partOptions struct {
 	Logger       *slog.Logger
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
+	// Lanes of each participant's command consumer: the generic handlers
+	// insert one row per saga and contend for nothing.
+	Lanes int
 }
 
 func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error) {
@@ -79,7 +82,7 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 	for i := 1; i <= n; i++ {
 		p, err := participants.New(pool, &participants.Config{
 			Name: GenericParticipant(i), Schema: genericSchema(i), Brokers: o.Brokers, Logger: o.Logger,
-			InboxMetrics: o.InboxMetrics, RelayMetrics: o.RelayMetrics,
+			InboxMetrics: o.InboxMetrics, RelayMetrics: o.RelayMetrics, InboxLanes: o.Lanes,
 		})
 		if err != nil {
 			return nil, err

@@ -82,6 +82,7 @@ throughput and p99 latency against concurrency into --plot.`,
 	f.Int64Var(&cfg.Seed, "seed", bench.SeedDefault, "workload seed")
 	f.StringVar(&cfg.Database, "database", bench.DatabaseDefault, "database created afresh for the run on the server of database.url")
 	f.IntVar(&cfg.MaxConns, "max-conns", bench.MaxConnsDefault, "connections of each of the two pools (orchestrator, participants)")
+	f.IntVar(&cfg.Lanes, "lanes", bench.LanesDefault, "concurrent batches of the reply consumer and of the generic participants")
 	f.DurationVar(&cfg.Timeout, "timeout", bench.TimeoutDefault, "bound on the wait for the last saga")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -31,7 +32,9 @@ const (
 	BackoffInitialDefault = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second
 	// LanesDefault is the number of partition lanes processed concurrently.
-	LanesDefault = 4
+	// One: concurrent batches of a handler that updates shared rows (a
+	// stock counter, say) in varying order deadlock and retry.
+	LanesDefault = 1
 	// DLQPartitionsDefault is the partition count Run uses when it creates a
 	// missing dead-letter topic.
 	DLQPartitionsDefault = 1
@@ -108,7 +111,12 @@ type Config struct {
 	// Lanes is the number of batches processed concurrently, each in its
 	// own transaction. A partition always belongs to the same lane, so the
 	// order within a partition (and so per key) is kept; default
-	// LanesDefault. 1 processes every batch one after another.
+	// LanesDefault (1: every batch one after another). Raise it when the
+	// handler's transactions do not contend for shared rows, e.g. the
+	// orchestrator's reply handler (one saga row per key): lanes let
+	// Postgres group the commits of concurrent batches. When transactions of
+	// different lanes lock the same rows in different order, they deadlock
+	// and are retried (correct, but slow).
 	Lanes int
 	// BackoffInitial and BackoffMax bound the capped exponential backoff
 	// (with jitter) between retries of a batch that failed transiently;
@@ -603,22 +611,32 @@ func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topic
 	}
 	rows, err := tx.Query(ctx,
 		"INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
-		ids, topics)
+		pgUUIDs(ids), topics)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id uuid.UUID
+		var id pgtype.UUID
 		if err := rows.Scan(&id); err != nil {
 			return nil, fmt.Errorf("inbox: record message ids in %s: scan: %w", table, err)
 		}
-		fresh[id] = true
+		fresh[uuid.UUID(id.Bytes)] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
 	}
 	return fresh, nil
+}
+
+// pgUUIDs converts ids for a uuid[] parameter without going through
+// driver.Valuer and text.
+func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	return out
 }
 
 // handleBatch runs the batch handler inside a savepoint. false (with a nil

@@ -37,6 +37,8 @@ const outcomePending = "pending"
 // barrier holds the SQL of the barrier table of one schema.
 type barrier struct {
 	insertPending, insertClosed, record, read string
+	// insertSuccess records successful forwards of a batch (HandleBatch).
+	insertSuccess string
 }
 
 func newBarrier(schema string) barrier {
@@ -50,6 +52,10 @@ ON CONFLICT DO NOTHING`,
 		record: `UPDATE ` + t + ` SET outcome = $4, reason = $5, payload = $6::text::jsonb
 WHERE saga_id = $1 AND step = $2 AND action = $3
 RETURNING payload::text`,
+		insertSuccess: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, payload)
+SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)
+ON CONFLICT DO NOTHING
+RETURNING saga_id, step, payload::text`,
 		read: `SELECT outcome, reason, payload::text, closed FROM ` + t + `
 WHERE saga_id = $1 AND step = $2 AND action = $3`,
 	}

@@ -28,8 +28,11 @@ func (p *Participant) Run(ctx context.Context) error {
 		Schema:    p.cfg.Schema,
 		Name:      p.cfg.Name,
 		BatchSize: p.cfg.InboxBatchSize,
-		Logger:    log.With(slog.String("component", "inbox")),
-		Metrics:   p.cfg.InboxMetrics,
+		Lanes:     p.cfg.InboxLanes,
+		// The fast path for batches of first-time forwards that succeed.
+		BatchHandler: p.HandleBatch,
+		Logger:       log.With(slog.String("component", "inbox")),
+		Metrics:      p.cfg.InboxMetrics,
 	})
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: command consumer: %w", p.cfg.Name, err)

@@ -26,9 +26,13 @@ type Config struct {
 	GroupID      string // default Name
 	// InboxBatchSize is the number of commands handled per transaction.
 	InboxBatchSize int
-	Logger         *slog.Logger
-	InboxMetrics   *inbox.Metrics
-	RelayMetrics   *relay.Metrics
+	// InboxLanes is the number of command batches handled concurrently
+	// (inbox.Config.Lanes; default 1). Raise it only if the step handlers do
+	// not update shared rows, or concurrent batches deadlock and retry.
+	InboxLanes   int
+	Logger       *slog.Logger
+	InboxMetrics *inbox.Metrics
+	RelayMetrics *relay.Metrics
 }
 
 // Participant runs the forward and compensate handlers of its steps behind

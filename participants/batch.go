@@ -1,0 +1,122 @@
+package participants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/outbox"
+)
+
+// errDecline makes HandleBatch hand the batch back to the one-by-one path.
+var errDecline = errors.New("participant: batch declined; handle one by one")
+
+// HandleBatch is the inbox batch handler of the command topic, the fast
+// path for the common case: every command of the batch a well-formed forward
+// of a known step, seen for the first time, whose handler succeeds. It runs
+// the handlers, then records every barrier row (outcome success) in one
+// statement and enqueues every reply in one statement. Anything else (a
+// compensation, a duplicate, a handler answering failure or retry, an error)
+// returns an error: the inbox rolls the batch back (its savepoint) and runs
+// HandleMessage for each command, which follows the full barrier protocol.
+//
+// The barrier rows are inserted after the handlers rather than before: a
+// concurrent copy or compensation that claimed a row first makes the insert
+// skip it, and the whole batch, handler writes included, is rolled back and
+// redone one by one. So at most one execution of a forward ever commits, and
+// a forward closed by its compensation is never executed, as in Execute.
+func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+	cmds := make([]message.Command, len(ms))
+	for i, m := range ms {
+		cmd, err := message.DecodeCommand(m.Value)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errDecline, err)
+		}
+		headers := make(map[string]string, len(m.Headers))
+		for _, h := range m.Headers {
+			headers[h.Key] = string(h.Value)
+		}
+		if err := message.CheckHeaders(headers, cmd.MessageID, cmd.SagaID); err != nil {
+			return fmt.Errorf("%w: %v", errDecline, err)
+		}
+		if cmd.Action != message.Forward {
+			return errDecline
+		}
+		cmds[i] = cmd
+	}
+	n := len(cmds)
+	sagaIDs, stepNames, payloads := make([]pgtype.UUID, n), make([]string, n), make([]*string, n)
+	for i, cmd := range cmds {
+		p.mu.RLock()
+		h, ok := p.handlers[cmd.Step]
+		p.mu.RUnlock()
+		if !ok {
+			return errDecline
+		}
+		res, err := h.forward(ctx, tx, cmd)
+		if err != nil {
+			return fmt.Errorf("%w: %s: handler: %v", errDecline, p.opName(cmd), err)
+		}
+		if res.Outcome != message.Success {
+			return errDecline
+		}
+		pl, err := encodePayload(res.Payload)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
+		}
+		sagaIDs[i], stepNames[i], payloads[i] = pgtype.UUID{Bytes: cmd.SagaID, Valid: true}, cmd.Step, pl
+	}
+	rows, err := tx.Query(ctx, p.barrier.insertSuccess, sagaIDs, stepNames, payloads)
+	if err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+	}
+	type key struct {
+		saga uuid.UUID
+		step string
+	}
+	stored := make(map[key]*string, n)
+	for rows.Next() {
+		var k key
+		var id pgtype.UUID
+		var pl *string
+		if err := rows.Scan(&id, &k.step, &pl); err != nil {
+			rows.Close()
+			return fmt.Errorf("participant %q: record forward outcomes: %w", p.cfg.Name, err)
+		}
+		k.saga = uuid.UUID(id.Bytes)
+		stored[k] = pl
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+	}
+	if len(stored) != n {
+		// A copy, a compensation, or a repeat within the batch got there first.
+		return errDecline
+	}
+	msgs := make([]outbox.Message, n)
+	for i, cmd := range cmds {
+		reply := message.Reply{
+			MessageID: uuid.New(), InReplyTo: cmd.MessageID, SagaID: cmd.SagaID, Step: cmd.Step,
+			Action: cmd.Action, Outcome: message.Success,
+		}
+		if pl := stored[key{cmd.SagaID, cmd.Step}]; pl != nil && *pl != "null" {
+			reply.Payload = []byte(*pl)
+		}
+		value, err := message.EncodeReply(reply)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
+		}
+		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.Headers(reply.MessageID, reply.SagaID)}
+	}
+	if err := p.outbox.Enqueue(ctx, tx, msgs...); err != nil {
+		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
+	}
+	return nil
+}
