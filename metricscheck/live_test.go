@@ -210,7 +210,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 		bg.Go(func() {
 			// Scrape until a scrape taken during the run meets every
 			// requirement (or the run ends).
-			tick := time.NewTicker(50 * time.Millisecond)
+			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {
