@@ -7,16 +7,21 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/devbroker"
 	"github.com/sagaflow/sagaflow/faultproxy"
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/orderapi"
+	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
@@ -185,4 +190,117 @@ func (e *env) terminal() int {
 // startOrders starts orders [from, to) of the env's plan.
 func startOrders(ctx context.Context, e *env, from, to int) ([]uuid.UUID, error) {
 	return workload.StartAll(ctx, e.engine, e.subPlan(from, to), 4)
+}
+
+// flaky is a stand-in for a reference participant (same name, schema,
+// command topic and consumer group) whose step handlers answer as given,
+// e.g. always RetryLater: it never records an effect, so the real
+// participant can take over afterwards.
+func (e *env) flaky(name, step string, forward, compensate participants.Func) *participants.Participant {
+	e.t.Helper()
+	schema := ""
+	for _, s := range []struct{ n, s string }{{orderapi.Inventory, e.schemas.Inventory}, {orderapi.Coupon, e.schemas.Coupon},
+		{orderapi.Payment, e.schemas.Payment}, {orderapi.Shipping, e.schemas.Shipping}, {orderapi.Points, e.schemas.Points}} {
+		if s.n == name {
+			schema = s.s
+		}
+	}
+	p, err := participants.New(e.pool(), &participants.Config{
+		Name: name, Schema: schema, Brokers: e.brokers, CommandTopic: e.prefix + name + ".commands",
+		InboxMetrics: e.im, RelayMetrics: e.rm,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := p.Handle(step, forward, compensate); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// busy answers every command with a transient failure and counts them.
+func busy(n *atomic.Int64) participants.Func {
+	return func(context.Context, pgx.Tx, message.Command) (participants.Result, error) {
+		n.Add(1)
+		return participants.RetryLater("busy (test)"), nil
+	}
+}
+
+// sent is one command the orchestrator enqueued, with when it became
+// available for the relay.
+type sent struct {
+	cmd         message.Command
+	availableAt time.Time
+}
+
+// sentOn lists the commands enqueued for topic, oldest first.
+func (e *env) sentOn(topic string) []sent {
+	e.t.Helper()
+	rows, err := e.check.Query(context.Background(), `SELECT value, available_at FROM `+e.schemas.Orchestrator+`.outbox WHERE topic = $1 ORDER BY id`, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []sent
+	for rows.Next() {
+		var v []byte
+		var s sent
+		if err := rows.Scan(&v, &s.availableAt); err != nil {
+			e.t.Fatal(err)
+		}
+		if s.cmd, err = message.DecodeCommand(v); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// stepDef is the effective (overridden) definition of a place-order step.
+func (e *env) stepDef(step string) saga.StepDef {
+	e.t.Helper()
+	def, ok := e.registry.Latest(orderapi.SagaType)
+	if !ok {
+		e.t.Fatal("place-order not registered")
+	}
+	i, ok := def.StepIndex(step)
+	if !ok {
+		e.t.Fatalf("no step %q", step)
+	}
+	return def.Steps[i]
+}
+
+// instances loads every saga of the env.
+func (e *env) instances() []saga.Instance {
+	e.t.Helper()
+	rows, err := e.check.Query(context.Background(), `SELECT id FROM `+e.schemas.Orchestrator+`.sagas`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := make([]saga.Instance, 0, len(ids))
+	for _, id := range ids {
+		in, _, err := e.engine.Get(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// stepOf returns the named step's state in in.
+func stepOf(in saga.Instance, name string) saga.StepState {
+	for _, s := range in.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return saga.StepState{}
 }
