@@ -61,18 +61,19 @@ func Plot(w io.Writer, rs []Result, title string) error {
 	_, tmax := minMax(tp)
 	_, lmax := minMax(p99)
 	tTop, tStep := niceScale(tmax)
-	lTop, _ := niceScale(lmax)
 	fyT := func(v float64) int { return y0 - int(math.Round(v/tTop*float64(y0-y1))) }
-	fyL := func(v float64) int { return y0 - int(math.Round(v/lTop*float64(y0-y1))) }
-
-	// Grid and left ticks (throughput), right ticks (latency).
+	// Grid and left ticks (throughput), right ticks (latency) on the same
+	// grid lines: the latency step is a nice number with as many ticks.
 	n := int(math.Round(tTop / tStep))
+	lStep := niceStep(lmax / float64(n))
+	lTop := lStep * float64(n)
+	fyL := func(v float64) int { return y0 - int(math.Round(v/lTop*float64(y0-y1))) }
 	for i := 0; i <= n; i++ {
 		y := y0 - i*(y0-y1)/n
 		hline(img, x0, x1, y, colGrid)
 		label := fmtNum(float64(i) * tStep)
 		drawText(img, x0-10-textWidth(label, 2), y-7, label, 2, colThroughput, false)
-		lv := fmtNum(float64(i) * lTop / float64(n))
+		lv := fmtNum(float64(i) * lStep)
 		drawText(img, x1+10, y-7, lv, 2, colP99, false)
 	}
 	for _, v := range xs {
@@ -113,7 +114,7 @@ func Plot(w io.Writer, rs []Result, title string) error {
 	yl := "throughput, sagas/s"
 	drawText(img, 18, (y0+y1+textWidth(yl, 2))/2, yl, 2, colThroughput, true)
 	yr := "p99 latency, ms"
-	drawText(img, plotW-36, (y0+y1+textWidth(yr, 2))/2, yr, 2, colP99, true)
+	drawText(img, plotW-22, (y0+y1+textWidth(yr, 2))/2, yr, 2, colP99, true)
 	// Legend.
 	fillRect(img, x0+20, y1+12, x0+40, y1+16, colThroughput)
 	drawText(img, x0+48, y1+7, "sagas/s", 2, colThroughput, false)
@@ -152,6 +153,20 @@ func niceScale(v float64) (top, step float64) {
 		top += step
 	}
 	return top, step
+}
+
+// niceStep is the smallest of {1, 2, 5} x 10^k at least v.
+func niceStep(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 1
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= v {
+			return m * mag
+		}
+	}
+	return 10 * mag
 }
 
 func fmtNum(v float64) string {

@@ -23,6 +23,7 @@ func benchCmd(v *viper.Viper) *cobra.Command {
 		asJSON                bool
 		cpuProfile, sweep     string
 		plotPath, resultsPath string
+		replot                string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -43,6 +44,17 @@ throughput and p99 latency against concurrency into --plot.`,
 			}
 			cfg.DatabaseURL, cfg.Brokers, cfg.Logger = v.GetString("database.url"), brokers(v), log
 			cfg.Engine = engineConfig(v)
+			if replot != "" {
+				b, err := os.ReadFile(replot)
+				if err != nil {
+					return fmt.Errorf("--replot: %w", err)
+				}
+				var all []bench.Result
+				if err := json.Unmarshal(b, &all); err != nil {
+					return fmt.Errorf("--replot %s: %w", replot, err)
+				}
+				return writePlot(cmd, all, plotPath)
+			}
 			if sweep != "" {
 				return runSweep(cmd, cfg, sweep, plotPath, resultsPath, asJSON)
 			}
@@ -88,6 +100,7 @@ throughput and p99 latency against concurrency into --plot.`,
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	f.StringVar(&sweep, "sweep", "", "comma-separated concurrencies to run one after another, e.g. 8,16,32,64,128")
 	f.StringVar(&plotPath, "plot", "docs/perf/scaling.png", "with --sweep: PNG plot of throughput and p99 latency against concurrency")
+	f.StringVar(&replot, "replot", "", "redraw --plot from a --results JSON file of an earlier sweep, without running")
 	f.StringVar(&resultsPath, "results", "", "with --sweep: also write the results as JSON to this file")
 	return cmd
 }
@@ -128,6 +141,23 @@ func runSweep(cmd *cobra.Command, cfg bench.Config, sweep, plotPath, resultsPath
 		}
 	}
 	if plotPath != "" {
+		if err := writePlot(cmd, all, plotPath); err != nil {
+			return err
+		}
+	}
+	for _, r := range all {
+		if !r.AllComplete {
+			return exitError{code: 2}
+		}
+	}
+	return nil
+}
+
+func writePlot(cmd *cobra.Command, all []bench.Result, plotPath string) error {
+	if len(all) == 0 {
+		return fmt.Errorf("--plot: no results")
+	}
+	{
 		if err := os.MkdirAll(filepath.Dir(plotPath), 0o755); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
@@ -144,11 +174,6 @@ func runSweep(cmd *cobra.Command, cfg bench.Config, sweep, plotPath, resultsPath
 			return fmt.Errorf("--plot: %w", err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "plot written to %s\n", plotPath)
-	}
-	for _, r := range all {
-		if !r.AllComplete {
-			return exitError{code: 2}
-		}
 	}
 	return nil
 }
