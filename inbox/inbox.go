@@ -38,6 +38,13 @@ const (
 	// DLQPartitionsDefault is the partition count Run uses when it creates a
 	// missing dead-letter topic.
 	DLQPartitionsDefault = 1
+	// SessionTimeoutDefault is the consumer group session timeout. A
+	// consumer whose broker connection was cut cannot leave its group; when
+	// it reconnects it joins as a new member, and the group does not settle
+	// until the coordinator drops the old member after this long (kafka-go's
+	// own default of 30s held every partition of the group that long after
+	// a broker outage).
+	SessionTimeoutDefault = 10 * time.Second
 	// CommitTimeoutDefault bounds the offset commit and dead-letter publish
 	// of a batch, which run even while Run's context is being cancelled.
 	CommitTimeoutDefault = 30 * time.Second
@@ -122,6 +129,12 @@ type Config struct {
 	// (with jitter) between retries of a batch that failed transiently;
 	// defaults BackoffInitialDefault and BackoffMaxDefault.
 	BackoffInitial, BackoffMax time.Duration
+	// SessionTimeout is the consumer group session timeout: how long the
+	// coordinator keeps a member that stopped heartbeating (a crashed
+	// process, or one cut off from the broker) before giving its partitions
+	// to the others; default SessionTimeoutDefault. Heartbeats are sent
+	// every third of it, at most every 3s.
+	SessionTimeout time.Duration
 	// Logger receives the consumer's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the consumer's metrics; nil keeps them on a private
@@ -138,6 +151,7 @@ func (c *Config) withDefaults() Config {
 	out.Lanes = cmp.Or(out.Lanes, LanesDefault)
 	out.BackoffInitial = cmp.Or(out.BackoffInitial, BackoffInitialDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	out.SessionTimeout = cmp.Or(out.SessionTimeout, SessionTimeoutDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -166,6 +180,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inbox: Config.BackoffInitial is %s, want > 0", c.BackoffInitial)
 	case c.BackoffMax < 0:
 		return fmt.Errorf("inbox: Config.BackoffMax is %s, want > 0", c.BackoffMax)
+	case c.SessionTimeout < 0 || (c.SessionTimeout > 0 && c.SessionTimeout < time.Second):
+		return fmt.Errorf("inbox: Config.SessionTimeout is %s, want at least 1s", c.SessionTimeout)
 	}
 	for i, t := range c.Topics {
 		if t == "" {
@@ -268,6 +284,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		MinBytes:       1,
 		MaxBytes:       10 << 20,
 		MaxWait:        c.cfg.MaxWait,
+		// A member cut off from the broker is dropped after SessionTimeout,
+		// so the group settles soon after the broker is back.
+		SessionTimeout:    c.cfg.SessionTimeout,
+		HeartbeatInterval: min(3*time.Second, c.cfg.SessionTimeout/3),
 	})
 	writer := &kafka.Writer{
 		Addr:         kafka.TCP(c.cfg.Brokers...),
