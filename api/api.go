@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -179,7 +180,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	err = dec.Decode(v)
+	if err == nil && dec.More() {
+		fail(w, http.StatusBadRequest, "", "body has text after its JSON object")
+		return false
+	}
+	if err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te):
@@ -221,7 +227,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):
-		fail(w, http.StatusBadRequest, "data", "%v", err)
+		field := "data"
+		var ie *saga.InputError
+		if errors.As(err, &ie) {
+			field = ie.Field
+		}
+		fail(w, http.StatusBadRequest, field, "%v", err)
 		return
 	case err != nil:
 		s.cfg.Logger.ErrorContext(r.Context(), "start saga", slog.String("error", err.Error()))
@@ -377,6 +388,11 @@ type actionError struct {
 
 // act validates and applies an operator action through the engine's one
 // door. A refused action writes nothing.
+// plainText reports whether v is storable text of at most max bytes.
+func plainText(v string, max int) bool {
+	return len(v) <= max && utf8.ValidString(v) && !strings.ContainsRune(v, 0)
+}
+
 func (s *Server) act(ctx context.Context, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
 	switch action {
 	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
@@ -388,6 +404,10 @@ func (s *Server) act(ctx context.Context, id uuid.UUID, action saga.OperatorActi
 		return saga.Instance{}, &actionError{http.StatusBadRequest, "actor", "actor is required (who acts)"}
 	case strings.TrimSpace(b.Reason) == "":
 		return saga.Instance{}, &actionError{http.StatusBadRequest, "reason", "reason is required (why)"}
+	case !plainText(b.Actor, 200):
+		return saga.Instance{}, &actionError{http.StatusBadRequest, "actor", "actor must be UTF-8 text without NUL characters, at most 200 bytes"}
+	case !plainText(b.Reason, 2000):
+		return saga.Instance{}, &actionError{http.StatusBadRequest, "reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes"}
 	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
 		return saga.Instance{}, &actionError{http.StatusBadRequest, "outcome", "outcome must be completed or compensated"}
 	}

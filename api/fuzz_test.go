@@ -73,6 +73,10 @@ func FuzzStartBody(f *testing.F) {
 		`{"type":"place-order","idempotency_key":"k4","aggregate_id":"o","data":{"order_id":"o","customer":"c","sku":"s","qty":1,"extra":{"deep":[1,2,{"x":null}]}}}`,
 		`{"type":"place-order","data":{}}`, `{"type":"x"}`, `{}`, `null`, `[]`, `"s"`, `{`, ``, "\xff\xfe",
 		`{"type":"place-order","idempotency_key":"k","aggregate_id":"o","data":{}} trailing`,
+		// Once 500s: NUL in a key, an unpaired surrogate and NUL in data.
+		`{"type":"place-order","idempotency_key":"k\u0000","aggregate_id":"o","data":{"order_id":"o","customer":"c","sku":"s","qty":1}}`,
+		`{"type":"place-order","idempotency_key":"k5","aggregate_id":"o","data":{"order_id":"\ud800","customer":"c","sku":"s","qty":1}}`,
+		`{"type":"place-order","idempotency_key":"k6","aggregate_id":"o","data":{"order_id":"o","customer":"c\u0000","sku":"s","qty":1}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -144,6 +148,7 @@ func FuzzActionBody(f *testing.F) {
 		`{"actor":"ann","reason":"stuck"}`, `{"actor":"ann","reason":"x","outcome":"completed"}`,
 		`{"actor":"ann","reason":"x","outcome":"running"}`, `{"actor":"","reason":""}`, `{"actor":1}`,
 		`{"actor":"ann","reason":"why","colour":"red"}`,
+		`{"actor":"a\u0000","reason":"b\u0000","outcome":"completed"}`,
 		`null`, `[]`, `{`, ``,
 	} {
 		for i := range 8 {

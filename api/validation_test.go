@@ -69,6 +69,12 @@ func TestStartBodyValidation(t *testing.T) {
 		{"order qty a string", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": "two"}`), 400, "data"},
 		{"order qty fractional", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": 1.5}`), 400, "data"},
 		{"empty data object", raw(typ, key, agg, `{}`), 400, "data"},
+		// Text Postgres cannot store, and keys over the limit.
+		{"NUL in idempotency_key", raw(typ, `"k\u0000"`, agg, goodData), 400, "idempotency_key"},
+		{"idempotency_key too long", raw(typ, `"`+strings.Repeat("k", 201)+`"`, agg, goodData), 400, "idempotency_key"},
+		{"aggregate_id too long", raw(typ, key, `"`+strings.Repeat("o", 201)+`"`, goodData), 400, "aggregate_id"},
+		{"NUL in data", raw(typ, key, agg, `{"order_id": "o\u0000", "customer": "c-1", "sku": "s", "qty": 1}`), 400, "data"},
+		{"text after the body", raw(typ, key, agg, goodData) + ` {}`, 400, ""},
 		// Oversize.
 		{"body over 1 MiB", raw(typ, key, agg, `{"order_id": "`+strings.Repeat("x", 1<<20)+`"}`), 413, ""},
 	}

@@ -6,7 +6,9 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -538,6 +540,9 @@ func (m *machine) operator(op Operator) (Decision, error) {
 	}
 	if op.Reason == "" {
 		return refuse("a reason is required")
+	}
+	if strings.ContainsRune(op.Actor, 0) || strings.ContainsRune(op.Reason, 0) || !utf8.ValidString(op.Actor) || !utf8.ValidString(op.Reason) {
+		return refuse("actor and reason must be UTF-8 text without NUL characters")
 	}
 	if m.in.Cursor < 0 {
 		return refuse("the saga has not started")

@@ -1,13 +1,16 @@
 package saga
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -146,36 +149,104 @@ type StartRequest struct {
 	ID uuid.UUID
 }
 
+// MaxKeyLength bounds idempotency keys and aggregate ids (the aggregate id
+// is the Kafka record key of every command).
+const MaxKeyLength = 200
+
+// InputError names the field of a start request that was wrong. It wraps
+// ErrInvalidInput.
+type InputError struct {
+	Field   string
+	Problem string
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("%v: %s %s", ErrInvalidInput, e.Field, e.Problem)
+}
+func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+func checkKey(field, v string) error {
+	switch {
+	case v == "":
+		return &InputError{Field: field, Problem: "is required"}
+	case len(v) > MaxKeyLength:
+		return &InputError{Field: field, Problem: fmt.Sprintf("is longer than %d bytes", MaxKeyLength)}
+	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+		return &InputError{Field: field, Problem: "must be valid UTF-8 text without NUL characters"}
+	}
+	return nil
+}
+
+// cleanData checks that raw is a JSON object that Postgres can store as
+// jsonb (no NUL characters in strings or keys) and re-encodes it, which
+// also replaces unpaired surrogate escapes that jsonb refuses. Numbers keep
+// their exact text.
+func cleanData(raw []byte) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &InputError{Field: "data", Problem: "is not valid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, &InputError{Field: "data", Problem: "has text after the JSON object"}
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, &InputError{Field: "data", Problem: "must be a JSON object"}
+	}
+	var walk func(any) bool
+	walk = func(x any) bool {
+		switch t := x.(type) {
+		case string:
+			return !strings.ContainsRune(t, 0)
+		case map[string]any:
+			for k, e := range t {
+				if strings.ContainsRune(k, 0) || !walk(e) {
+					return false
+				}
+			}
+		case []any:
+			for _, e := range t {
+				if !walk(e) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !walk(v) {
+		return nil, &InputError{Field: "data", Problem: "contains a NUL character (\\u0000), which cannot be stored"}
+	}
+	return json.Marshal(v)
+}
+
 func (e *Engine) prepare(req StartRequest) (*Def, json.RawMessage, error) {
 	def, ok := e.reg.Latest(req.Type)
 	if !ok {
 		return nil, nil, fmt.Errorf("start saga: type %q: %w", req.Type, ErrUnknownType)
 	}
-	if req.IdempotencyKey == "" {
-		return nil, nil, fmt.Errorf("start saga %q: %w: idempotency_key is required", req.Type, ErrInvalidInput)
+	if err := checkKey("idempotency_key", req.IdempotencyKey); err != nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, err)
 	}
-	if len(req.IdempotencyKey) > 200 {
-		return nil, nil, fmt.Errorf("start saga %q: %w: idempotency_key is longer than 200 characters", req.Type, ErrInvalidInput)
+	if err := checkKey("aggregate_id", req.AggregateID); err != nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, err)
 	}
-	if req.AggregateID == "" {
-		return nil, nil, fmt.Errorf("start saga %q: %w: aggregate_id is required", req.Type, ErrInvalidInput)
-	}
-	var data json.RawMessage
+	var raw []byte
 	switch d := req.Data.(type) {
 	case json.RawMessage:
-		data = d
+		raw = d
 	case []byte:
-		data = d
+		raw = d
 	default:
 		b, err := json.Marshal(d)
 		if err != nil {
-			return nil, nil, fmt.Errorf("start saga %q: %w: data: %v", req.Type, ErrInvalidInput, err)
+			return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, &InputError{Field: "data", Problem: err.Error()})
 		}
-		data = b
+		raw = b
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
-		return nil, nil, fmt.Errorf("start saga %q: %w: data must be a JSON object", req.Type, ErrInvalidInput)
+	data, err := cleanData(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, err)
 	}
 	return def, data, nil
 }
