@@ -358,7 +358,10 @@ func (h *harness) prepare(ctx context.Context, plan workload.Plan) error {
 
 // config is the YAML the children share: short step timeouts so faults
 // make them fire, a pivot that keeps re-sending for long, transient
-// shipping and points failures.
+// shipping and points failures. Re-sends back off up to 10-15s: with
+// thousands of sagas timing out together (a participant stalled by a
+// kill), faster re-sends flood the participants faster than they answer
+// and the run never quiesces.
 func (h *harness) config() string {
 	st := h.cfg.StepTimeout
 	return fmt.Sprintf(`log:
@@ -381,25 +384,27 @@ sagas:
         timeout: %s
         retry:
           max_attempts: 8
+          max_interval: 15s
       %s:
         timeout: %s
         retry:
           max_attempts: 8
+          max_interval: 15s
       %s:
         timeout: %s
         deadline: 30m
         retry:
           initial_interval: 100ms
-          max_interval: 2s
+          max_interval: 10s
           max_attempts: 100000
       %s:
         timeout: %s
         retry:
-          max_interval: 2s
+          max_interval: 10s
       %s:
         timeout: %s
         retry:
-          max_interval: 2s
+          max_interval: 10s
 `, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
 		orderapi.StepReserveInventory, st, orderapi.StepLockCoupon, st,
 		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st)
