@@ -20,13 +20,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/demo"
 	"github.com/sagaflow/sagaflow/devbroker"
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/kafkaclient"
-	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/orderapi"
@@ -297,12 +295,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	ec := c.Engine
 	ec.Metrics = sm
-	var svc *orchestrator.Service
-	svc, err = orchestrator.New(orchPool, reg, &orchestrator.Config{
+	svc, err := orchestrator.New(orchPool, reg, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
-		Inbox: inbox.Config{Metrics: im, Lanes: c.Lanes, BatchHandler: func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
-			return applyReplies(ctx, svc.Engine(), tx, ms)
-		}},
+		Inbox: inbox.Config{Metrics: im, Lanes: c.Lanes},
 		Relay: relay.Config{Metrics: rm},
 	})
 	if err != nil {
@@ -412,28 +407,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.CPUSecPerSaga = res.CPUSeconds / float64(n)
 	}
 	return res, nil
-}
-
-// applyReplies is the reply consumer's batch handler: decode and check
-// every reply (any bad one makes the inbox fall back to the one-by-one
-// handler, which dead-letters it), then apply them in one go.
-func applyReplies(ctx context.Context, eng *saga.Engine, tx pgx.Tx, ms []kafka.Message) error {
-	rs := make([]message.Reply, len(ms))
-	for i, m := range ms {
-		r, err := message.DecodeReply(m.Value)
-		if err != nil {
-			return err
-		}
-		h := make(map[string]string, len(m.Headers))
-		for _, kv := range m.Headers {
-			h[kv.Key] = string(kv.Value)
-		}
-		if err := message.CheckHeaders(h, r.MessageID, r.SagaID); err != nil {
-			return err
-		}
-		rs[i] = r
-	}
-	return eng.ApplyReplies(ctx, tx, rs)
 }
 
 func wrap(what string, err error) error {

@@ -136,23 +136,53 @@ func inboxDLQSuffix(c inbox.Config) string {
 	return inbox.DLQSuffixDefault
 }
 
-// HandleReply is the inbox handler of the reply topic: decode, check the
-// headers against the body, apply through the engine. Bad input wraps
-// message.ErrInvalid and goes to the dead-letter topic.
-func (s *Service) HandleReply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+// decodeReply decodes a reply record and checks its headers against the
+// body. Errors wrap message.ErrInvalid.
+func decodeReply(m kafka.Message) (message.Reply, error) {
 	r, err := message.DecodeReply(m.Value)
 	if err != nil {
-		return err
+		return r, err
 	}
 	h := make(map[string]string, len(m.Headers))
 	for _, kv := range m.Headers {
 		h[kv.Key] = string(kv.Value)
 	}
 	if err := message.CheckHeaders(h, r.MessageID, r.SagaID); err != nil {
-		return fmt.Errorf("reply %s: %w", r.MessageID, err)
+		return r, fmt.Errorf("reply %s: %w", r.MessageID, err)
+	}
+	return r, nil
+}
+
+// HandleReply is the inbox handler of the reply topic: decode, check the
+// headers against the body, apply through the engine. Bad input wraps
+// message.ErrInvalid and goes to the dead-letter topic.
+func (s *Service) HandleReply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	r, err := decodeReply(m)
+	if err != nil {
+		return err
 	}
 	return s.engine.ApplyReply(ctx, tx, r)
 }
+
+// HandleReplies is the inbox's batch handler of the reply topic: every
+// reply decoded and checked, then applied together (saga.Engine.ApplyReplies).
+// Any error makes the inbox fall back to HandleReply one message at a time,
+// which dead-letters the bad one and re-decides on a version conflict.
+func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+	rs := make([]message.Reply, len(ms))
+	for i, m := range ms {
+		r, err := decodeReply(m)
+		if err != nil {
+			return err
+		}
+		rs[i] = r
+	}
+	return s.engine.ApplyReplies(ctx, tx, rs)
+}
+
+// RepliesLanesDefault is how many reply batches are applied concurrently:
+// each reply touches only its own saga's row, so lanes do not contend.
+const RepliesLanesDefault = 4
 
 // Run runs the selected components until ctx is cancelled. If one fails,
 // the others are stopped and the first error is returned.
@@ -163,6 +193,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Run.Replies {
 		ic := s.cfg.Inbox
 		ic.Brokers, ic.GroupID, ic.Topics, ic.Schema = s.cfg.Brokers, s.cfg.GroupID, []string{s.engine.ReplyTopic()}, s.engine.Outbox().Schema()
+		if ic.BatchHandler == nil {
+			ic.BatchHandler = s.HandleReplies
+		}
+		if ic.Lanes == 0 {
+			ic.Lanes = RepliesLanesDefault
+		}
 		if ic.Logger == nil {
 			ic.Logger = s.log
 		}

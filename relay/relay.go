@@ -250,6 +250,11 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
 		cc.RuntimeParams = map[string]string{}
 	}
 	cc.RuntimeParams["application_name"] = "sagaflow-relay-" + r.ob.Schema()
+	// The relay's own writes only record that rows were published (or
+	// failed to be). Losing one in a crash re-publishes the rows, which
+	// receivers dedupe: the guarantee of the publish-then-mark window. So
+	// they need not wait for a WAL flush; everything else stays durable.
+	cc.RuntimeParams["synchronous_commit"] = "off"
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cc)
