@@ -225,6 +225,33 @@ func demoCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
+// prepareWithRetry runs prepare (migrations, topics) until it succeeds or
+// ctx ends, backing off from 200ms to 10s: a process started while Postgres
+// or the broker is down waits for them instead of exiting (and
+// crash-looping under a supervisor).
+func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepare func(context.Context) error) error {
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := prepare(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: prepare: %w", what, err)
+		}
+		log.Warn("prepare failed; retrying", slog.String("component", what), slog.Int("attempt", attempt),
+			slog.Duration("retry_in", wait), slog.String("error", err.Error()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: prepare: %w", what, err)
+		case <-t.C:
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
 func validateDemo(c demo.Config) error {
 	rate := func(name string, r float64) error {
 		if r < 0 || r > 1 {
@@ -292,7 +319,7 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := svc.Prepare(ctx); err != nil {
+			if err := prepareWithRetry(ctx, log, "orchestrator", svc.Prepare); err != nil {
 				return err
 			}
 			srv := api.New(svc.Engine(), &api.Config{
@@ -438,7 +465,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := set.Prepare(ctx); err != nil {
+			if err := prepareWithRetry(ctx, log, "participants", set.Prepare); err != nil {
 				return err
 			}
 			seed := workload.Schemas{Inventory: "inventory", Coupon: "coupon"}
