@@ -25,9 +25,12 @@
 // jitter are derived from the saga id, step and attempt). Events come from
 // three sources: a participant's reply, a timer (step timeout, retry
 // backoff due, saga deadline) and an operator action. An event the
-// transition table does not allow (a late reply, a reply to a command this
-// saga never sent, an event after a terminal state) changes nothing: it is
-// journaled as ignored and counted, never applied.
+// transition table does not allow (a late or duplicate reply to a command
+// the saga did send, an event after a terminal state) changes nothing: it is
+// journaled as ignored and counted, never applied. A reply whose
+// in_reply_to is not a command the saga sent for that step and action is
+// stray: Decide returns [ErrStrayReply], which wraps message.ErrInvalid, so
+// the reply consumer dead-letters it with the reason.
 //
 // # States
 //
@@ -51,7 +54,8 @@
 //	timeout            compensate this step too       re-send (idempotent) until        re-send with backoff
 //	                   (unknown) and the done ones    MaxAttempts/Deadline, then failed
 //	saga deadline      compensate as for a timeout    no longer applies                 no longer applies
-//	late/stray reply   journaled as ignored           same                              same
+//	late reply         journaled as ignored           same                              same
+//	stray reply        dead-lettered (ErrStrayReply)  same                              same
 //
 // Compensations are retried with backoff until they succeed; after
 // CompensationFlagAfter attempts the saga is flagged (Instance.Flag) and
@@ -73,7 +77,10 @@
 // and its first command the same way; StartTx runs in the caller's
 // transaction, so a service can start a saga atomically with its own write.
 // A second start with the same type and idempotency key returns the first
-// saga.
+// saga. [Engine.ApplyReplies] applies a whole inbox batch with one load, one
+// version-checked update of every changed saga, one journal and one outbox
+// insert; on a version conflict or a bad reply it writes nothing and the
+// caller falls back to ApplyReply one by one.
 //
 // # Timers
 //
@@ -81,7 +88,9 @@
 // backoff, or the pre-pivot deadline). [Engine.RunTimers] claims due sagas
 // with FOR UPDATE SKIP LOCKED, so replicas share the work, and feeds each a
 // timer event through the same door. Delayed re-sends are plain outbox
-// rows written when the backoff ends.
+// rows written when the backoff ends (rather than outbox rows with a future
+// available_at written at once): an operator's "retry now" then only moves
+// the saga's wake-up, and no stray delayed copy is left in the outbox.
 //
 // # Guarantees
 //
