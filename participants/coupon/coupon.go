@@ -5,11 +5,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -26,15 +24,7 @@ const DiscountCentsDefault int64 = 500
 // Migrations returns the business-table migration set (coupons) for schema.
 // The SDK's own sets come from migrations.Participant(schema).
 func Migrations(schema string) ([]migrations.Set, error) {
-	sub, err := fs.Sub(sqlFiles, "sql")
-	if err != nil {
-		return nil, fmt.Errorf("coupon migrations: %w", err)
-	}
-	s, err := migrations.FromFS(orderapi.Coupon, schema, sub)
-	if err != nil {
-		return nil, err
-	}
-	return []migrations.Set{s}, nil
+	return migrations.FromEmbedded(orderapi.Coupon, schema, sqlFiles, "sql")
 }
 
 // Options configures the coupon handlers. The zero value is ready to use;
@@ -55,11 +45,7 @@ func Register(p *participants.Participant, opts Options) error {
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = participants.DB
 
 type handlers struct {
 	coupons string // qualified table name
@@ -75,8 +61,7 @@ func decode(cmd message.Command) (orderapi.LockCoupon, error) {
 		return in, err
 	}
 	if in.OrderID == "" {
-		return in, fmt.Errorf("%w: step %q %s saga %s: payload field %q is empty",
-			message.ErrInvalid, cmd.Step, cmd.Action, cmd.SagaID, "order_id")
+		return in, participants.InvalidField(cmd, "order_id", "is empty")
 	}
 	return in, nil
 }

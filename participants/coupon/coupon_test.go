@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orderapi"
@@ -17,18 +16,15 @@ import (
 
 const schema = "coupon"
 
-type fixture struct {
-	pool *pgxpool.Pool
-	h    *handlers
-}
+type fixture = reftest.Fixture[*handlers]
 
 func setup(t *testing.T, codes ...string) fixture {
 	t.Helper()
-	pool := reftest.Setup(t, schema, Migrations)
-	if err := Seed(testkit.Context(t, 30*time.Second), pool, schema, codes...); err != nil {
+	f := reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, codes...); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
-	return fixture{pool: pool, h: newHandlers(schema)}
+	return f
 }
 
 func cmd(t *testing.T, saga uuid.UUID, action message.Action, code string) message.Command {
@@ -36,47 +32,38 @@ func cmd(t *testing.T, saga uuid.UUID, action message.Action, code string) messa
 		orderapi.LockCoupon{OrderID: "order-" + saga.String()[:8], Code: code})
 }
 
-func (f fixture) locks(t *testing.T) map[string]uuid.UUID {
-	t.Helper()
-	l, err := Locks(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("locks: %v", err)
-	}
-	return l
-}
-
 func TestLockIsExclusiveUntilCompensated(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	a, b := uuid.New(), uuid.New()
 
-	res := reftest.MustExec(t, f.pool, f.h.lock, cmd(t, a, message.Forward, "SAVE5"))
+	res := reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5"))
 	reftest.WantOutcome(t, res, message.Success, "")
 	if got := reftest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != DiscountCentsDefault {
 		t.Fatalf("discount = %d, want %d", got, DiscountCentsDefault)
 	}
 	// The same saga taking it again is a no-op success.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.lock, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
 
 	// Another saga is refused while a holds it.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.lock, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
-	if got := f.locks(t); len(got) != 1 || got["SAVE5"] != a {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
+	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 1 || got["SAVE5"] != a {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, a)
 	}
 
 	// Compensating b (which never held it) leaves a's lock.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.unlock, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
-	if got := f.locks(t); got["SAVE5"] != a {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
+	if got := reftest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != a {
 		t.Fatalf("after compensating another saga: locks = %v, want SAVE5 still held by %s", got, a)
 	}
 
 	// Compensating a frees it, and b can take it.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.unlock, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
-	if got := f.locks(t); len(got) != 0 {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
+	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("after compensation: locks = %v, want none", got)
 	}
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.lock, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
-	if got := f.locks(t); got["SAVE5"] != b {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
+	if got := reftest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != b {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, b)
 	}
 }
@@ -85,15 +72,15 @@ func TestNoCodeAndUnknownCode(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	saga := uuid.New()
-	res := reftest.MustExec(t, f.pool, f.h.lock, cmd(t, saga, message.Forward, ""))
+	res := reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, ""))
 	reftest.WantOutcome(t, res, message.Success, "")
 	if got := reftest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != 0 {
 		t.Fatalf("discount without a code = %d, want 0", got)
 	}
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.unlock, cmd(t, saga, message.Compensate, "")), message.Success, "")
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, saga, message.Compensate, "")), message.Success, "")
 
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.lock, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
-	if got := f.locks(t); len(got) != 0 {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
+	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("locks = %v, want none", got)
 	}
 }
@@ -117,7 +104,7 @@ func TestConcurrentLocksHaveOneWinner(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.pool, f.h.lock, c)
+			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.lock, c)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -140,7 +127,7 @@ func TestConcurrentLocksHaveOneWinner(t *testing.T) {
 	if len(winners) != 1 || refusals != sagas-1 {
 		t.Fatalf("%d winners and %d refusals, want 1 and %d", len(winners), refusals, sagas-1)
 	}
-	if got := f.locks(t); got["HOT"] != winners[0] {
+	if got := reftest.Read(t, f.Pool, schema, Locks); got["HOT"] != winners[0] {
 		t.Fatalf("locks = %v, want HOT held by the winner %s", got, winners[0])
 	}
 }
@@ -149,9 +136,9 @@ func TestInvalidPayloads(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	for _, action := range []message.Action{message.Forward, message.Compensate} {
-		fn := f.h.lock
+		fn := f.H.lock
 		if action == message.Compensate {
-			fn = f.h.unlock
+			fn = f.H.unlock
 		}
 		for name, c := range map[string]struct {
 			field   string
@@ -162,11 +149,11 @@ func TestInvalidPayloads(t *testing.T) {
 			"no order": {"order_id", orderapi.LockCoupon{Code: "SAVE5"}},
 		} {
 			t.Run(name+"/"+string(action), func(t *testing.T) {
-				reftest.WantInvalid(t, f.pool, fn, reftest.Command(t, uuid.New(), orderapi.StepLockCoupon, action, 1, c.payload), c.field)
+				reftest.WantInvalid(t, f.Pool, fn, reftest.Command(t, uuid.New(), orderapi.StepLockCoupon, action, 1, c.payload), c.field)
 			})
 		}
 	}
-	if got := f.locks(t); len(got) != 0 {
+	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("locks after invalid commands = %v, want none", got)
 	}
 }

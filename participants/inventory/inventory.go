@@ -5,11 +5,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -34,15 +32,7 @@ const reasonCompensated = "compensated"
 // reservations) for schema. The SDK's own sets come from
 // migrations.Participant(schema).
 func Migrations(schema string) ([]migrations.Set, error) {
-	sub, err := fs.Sub(sqlFiles, "sql")
-	if err != nil {
-		return nil, fmt.Errorf("inventory migrations: %w", err)
-	}
-	s, err := migrations.FromFS(orderapi.Inventory, schema, sub)
-	if err != nil {
-		return nil, err
-	}
-	return []migrations.Set{s}, nil
+	return migrations.FromEmbedded(orderapi.Inventory, schema, sqlFiles, "sql")
 }
 
 // Options configures the inventory handlers. The zero value is ready to use;
@@ -63,11 +53,7 @@ func Register(p *participants.Participant, opts Options) error {
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = participants.DB
 
 type handlers struct {
 	items, reservations string // qualified table names
@@ -87,18 +73,13 @@ func decode(cmd message.Command) (orderapi.ReserveInventory, error) {
 	}
 	switch {
 	case in.OrderID == "":
-		return in, invalid(cmd, "order_id", "is empty")
+		return in, participants.InvalidField(cmd, "order_id", "is empty")
 	case in.SKU == "":
-		return in, invalid(cmd, "sku", "is empty")
+		return in, participants.InvalidField(cmd, "sku", "is empty")
 	case in.Qty <= 0:
-		return in, invalid(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+		return in, participants.InvalidField(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
 	}
 	return in, nil
-}
-
-func invalid(cmd message.Command, field, why string) error {
-	return fmt.Errorf("%w: step %q %s saga %s: payload field %q %s",
-		message.ErrInvalid, cmd.Step, cmd.Action, cmd.SagaID, field, why)
 }
 
 // reserve is the forward action: move qty units from available to reserved

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orderapi"
@@ -18,41 +17,20 @@ import (
 
 const schema = "inventory"
 
-type fixture struct {
-	pool *pgxpool.Pool
-	h    *handlers
-}
+type fixture = reftest.Fixture[*handlers]
 
 func setup(t *testing.T, stock map[string]int) fixture {
 	t.Helper()
-	pool := reftest.Setup(t, schema, Migrations)
-	if err := Seed(testkit.Context(t, 30*time.Second), pool, schema, stock); err != nil {
+	f := reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, stock); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
-	return fixture{pool: pool, h: newHandlers(schema)}
+	return f
 }
 
-func (f fixture) cmd(t *testing.T, saga uuid.UUID, action message.Action, sku string, qty int) message.Command {
+func cmd(t *testing.T, saga uuid.UUID, action message.Action, sku string, qty int) message.Command {
 	return reftest.Command(t, saga, orderapi.StepReserveInventory, action, 1,
 		orderapi.ReserveInventory{OrderID: "order-" + saga.String()[:8], SKU: sku, Qty: qty})
-}
-
-func (f fixture) stock(t *testing.T) map[string]Item {
-	t.Helper()
-	s, err := Stock(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("stock: %v", err)
-	}
-	return s
-}
-
-func (f fixture) reservations(t *testing.T) map[uuid.UUID]Reservation {
-	t.Helper()
-	r, err := Reservations(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("reservations: %v", err)
-	}
-	return r
 }
 
 func TestReserveAndReleaseConserveStock(t *testing.T) {
@@ -60,47 +38,47 @@ func TestReserveAndReleaseConserveStock(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 5})
 	saga := uuid.New()
 
-	res := reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, saga, message.Forward, "sku-a", 3))
+	res := reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Success, "")
 	if got := reftest.Payload[orderapi.ReserveInventoryResult](t, res).ReservationID; got != saga.String() {
 		t.Fatalf("reservation id = %q, want the saga id %s", got, saga)
 	}
-	if got, want := f.stock(t)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
 		t.Fatalf("after reserve: stock = %+v, want %+v", got, want)
 	}
-	if r := f.reservations(t)[saga]; r.State != StateReserved || r.Qty != 3 || r.SKU != "sku-a" {
+	if r := reftest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReserved || r.Qty != 3 || r.SKU != "sku-a" {
 		t.Fatalf("after reserve: reservation = %+v, want 3 x sku-a reserved", r)
 	}
 
 	// A second forward for the same saga (defence in depth beside the
 	// barrier) answers the same result and does not reserve again.
-	res = reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, saga, message.Forward, "sku-a", 3))
+	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := f.stock(t)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
 		t.Fatalf("after duplicate reserve: stock = %+v, want %+v", got, want)
 	}
 
-	res = reftest.MustExec(t, f.pool, f.h.release, f.cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := f.stock(t)["sku-a"], (Item{Available: 5}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after release: stock = %+v, want %+v", got, want)
 	}
-	if r := f.reservations(t)[saga]; r.State != StateReleased {
+	if r := reftest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReleased {
 		t.Fatalf("after release: reservation state = %q, want %q", r.State, StateReleased)
 	}
 
 	// Releasing twice gives back nothing more.
-	res = reftest.MustExec(t, f.pool, f.h.release, f.cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := f.stock(t)["sku-a"], (Item{Available: 5}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after second release: stock = %+v, want %+v", got, want)
 	}
 	// A forward after the release is refused and changes nothing.
-	res = reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, saga, message.Forward, "sku-a", 3))
+	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
 	if res.Outcome != message.Failure {
 		t.Fatalf("forward after release: outcome = %s, want failure", res.Outcome)
 	}
-	if got, want := f.stock(t)["sku-a"], (Item{Available: 5}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after forward-after-release: stock = %+v, want %+v", got, want)
 	}
 }
@@ -110,24 +88,24 @@ func TestReserveFailuresChangeNothing(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 2})
 
 	saga := uuid.New()
-	res := reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, saga, message.Forward, "sku-a", 3))
+	res := reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Failure, orderapi.ReasonInsufficientStock)
 
 	unknown := uuid.New()
-	res = reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, unknown, message.Forward, "no-such-sku", 1))
+	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, unknown, message.Forward, "no-such-sku", 1))
 	reftest.WantOutcome(t, res, message.Failure, orderapi.ReasonUnknownSKU)
 
-	if got, want := f.stock(t), (map[string]Item{"sku-a": {Available: 2}}); len(got) != 1 || got["sku-a"] != want["sku-a"] {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock), (map[string]Item{"sku-a": {Available: 2}}); len(got) != 1 || got["sku-a"] != want["sku-a"] {
 		t.Fatalf("stock = %+v, want %+v", got, want)
 	}
-	if r := f.reservations(t); len(r) != 0 {
+	if r := reftest.Read(t, f.Pool, schema, Reservations); len(r) != 0 {
 		t.Fatalf("reservations = %+v, want none", r)
 	}
 
 	// Compensating a saga that reserved nothing is an empty compensation.
-	res = reftest.MustExec(t, f.pool, f.h.release, f.cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
 	reftest.WantOutcome(t, res, message.Success, "")
-	if got := f.stock(t)["sku-a"]; got != (Item{Available: 2}) {
+	if got := reftest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 2}) {
 		t.Fatalf("after empty compensation: stock = %+v, want 2 available", got)
 	}
 }
@@ -142,12 +120,12 @@ func TestConcurrentReservationsNeverOversell(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for range sagas {
-		cmd := f.cmd(t, uuid.New(), message.Forward, "hot", 1)
+		c := cmd(t, uuid.New(), message.Forward, "hot", 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.pool, f.h.reserve, cmd)
+			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.reserve, c)
 			if err != nil {
 				errs <- err
 				return
@@ -176,11 +154,11 @@ func TestConcurrentReservationsNeverOversell(t *testing.T) {
 	if ok != stock || short != sagas-stock {
 		t.Fatalf("%d succeeded and %d ran short, want %d and %d", ok, short, stock, sagas-stock)
 	}
-	if got, want := f.stock(t)["hot"], (Item{Available: 0, Reserved: stock}); got != want {
+	if got, want := reftest.Read(t, f.Pool, schema, Stock)["hot"], (Item{Available: 0, Reserved: stock}); got != want {
 		t.Fatalf("stock = %+v, want %+v", got, want)
 	}
 	held := 0
-	for _, r := range f.reservations(t) {
+	for _, r := range reftest.Read(t, f.Pool, schema, Reservations) {
 		if r.State == StateReserved {
 			held += r.Qty
 		}
@@ -208,16 +186,16 @@ func TestInvalidPayloads(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, action := range []message.Action{message.Forward, message.Compensate} {
-			fn := f.h.reserve
+			fn := f.H.reserve
 			if action == message.Compensate {
-				fn = f.h.release
+				fn = f.H.release
 			}
 			t.Run(c.name+"/"+string(action), func(t *testing.T) {
-				reftest.WantInvalid(t, f.pool, fn, reftest.Command(t, saga, orderapi.StepReserveInventory, action, 1, c.payload), c.field)
+				reftest.WantInvalid(t, f.Pool, fn, reftest.Command(t, saga, orderapi.StepReserveInventory, action, 1, c.payload), c.field)
 			})
 		}
 	}
-	if got := f.stock(t)["sku-a"]; got != (Item{Available: 1}) {
+	if got := reftest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 1}) {
 		t.Fatalf("stock after invalid commands = %+v, want 1 available", got)
 	}
 }
@@ -225,16 +203,16 @@ func TestInvalidPayloads(t *testing.T) {
 func TestSeedResetsAndValidates(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"a": 3, "b": 4})
-	reftest.MustExec(t, f.pool, f.h.reserve, f.cmd(t, uuid.New(), message.Forward, "a", 2))
+	reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, uuid.New(), message.Forward, "a", 2))
 	ctx := testkit.Context(t, 30*time.Second)
-	if err := Seed(ctx, f.pool, schema, map[string]int{"a": 7}); err != nil {
+	if err := Seed(ctx, f.Pool, schema, map[string]int{"a": 7}); err != nil {
 		t.Fatalf("reseed: %v", err)
 	}
-	s := f.stock(t)
+	s := reftest.Read(t, f.Pool, schema, Stock)
 	if s["a"] != (Item{Available: 7}) || s["b"] != (Item{Available: 4}) {
 		t.Fatalf("stock after reseed = %+v, want a=7 b=4 available", s)
 	}
-	err := Seed(ctx, f.pool, schema, map[string]int{"c": -1})
+	err := Seed(ctx, f.Pool, schema, map[string]int{"c": -1})
 	if err == nil || !strings.Contains(err.Error(), `"c"`) {
 		t.Fatalf("seed with negative stock: err = %v, want an error naming the sku", err)
 	}

@@ -5,12 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -28,15 +26,7 @@ const LimitCentsDefault int64 = 100_000
 // Migrations returns the business-table migration set (ledger) for schema.
 // The SDK's own sets come from migrations.Participant(schema).
 func Migrations(schema string) ([]migrations.Set, error) {
-	sub, err := fs.Sub(sqlFiles, "sql")
-	if err != nil {
-		return nil, fmt.Errorf("payment migrations: %w", err)
-	}
-	s, err := migrations.FromFS(orderapi.Payment, schema, sub)
-	if err != nil {
-		return nil, err
-	}
-	return []migrations.Set{s}, nil
+	return migrations.FromEmbedded(orderapi.Payment, schema, sqlFiles, "sql")
 }
 
 // Options configures the payment handler.
@@ -78,11 +68,7 @@ func Register(p *participants.Participant, opts Options) error {
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = participants.DB
 
 type handlers struct {
 	ledger string // qualified table name
@@ -96,11 +82,6 @@ func newHandlers(schema string, opts Options) (*handlers, error) {
 	return &handlers{ledger: pgx.Identifier{schema, "ledger"}.Sanitize(), opts: opts.WithDefaults()}, nil
 }
 
-func invalid(cmd message.Command, field, why string) error {
-	return fmt.Errorf("%w: step %q %s saga %s: payload field %q %s",
-		message.ErrInvalid, cmd.Step, cmd.Action, cmd.SagaID, field, why)
-}
-
 // charge is the forward action: decline over the limit, else record one
 // charge for the saga.
 func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
@@ -110,11 +91,11 @@ func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command) (
 	}
 	switch {
 	case in.OrderID == "":
-		return participants.Result{}, invalid(cmd, "order_id", "is empty")
+		return participants.Result{}, participants.InvalidField(cmd, "order_id", "is empty")
 	case in.Customer == "":
-		return participants.Result{}, invalid(cmd, "customer", "is empty")
+		return participants.Result{}, participants.InvalidField(cmd, "customer", "is empty")
 	case in.AmountCents < 0:
-		return participants.Result{}, invalid(cmd, "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents))
+		return participants.Result{}, participants.InvalidField(cmd, "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents))
 	}
 	if in.AmountCents > h.opts.LimitCents {
 		return participants.Fail(orderapi.ReasonPaymentDeclined), nil

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orderapi"
@@ -17,18 +16,11 @@ import (
 
 const schema = "payment"
 
-type fixture struct {
-	pool *pgxpool.Pool
-	h    *handlers
-}
+type fixture = reftest.Fixture[*handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	h, err := newHandlers(schema, opts)
-	if err != nil {
-		t.Fatalf("newHandlers: %v", err)
-	}
-	return fixture{pool: reftest.Setup(t, schema, Migrations), h: h}
+	return reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, customer string, cents int64) message.Command {
@@ -36,39 +28,30 @@ func cmd(t *testing.T, saga uuid.UUID, customer string, cents int64) message.Com
 		orderapi.ChargePayment{OrderID: "order-" + saga.String()[:8], Customer: customer, AmountCents: cents})
 }
 
-func (f fixture) charges(t *testing.T) map[uuid.UUID]int {
-	t.Helper()
-	c, err := Charges(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("charges: %v", err)
-	}
-	return c
-}
-
 func TestChargeOnceAndDeclineOverLimit(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{})
 	ok, big := uuid.New(), uuid.New()
 
-	res := reftest.MustExec(t, f.pool, f.h.charge, cmd(t, ok, "ann", LimitCentsDefault))
+	res := reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, ok, "ann", LimitCentsDefault))
 	reftest.WantOutcome(t, res, message.Success, "")
 	first := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID
 	if first == "" {
 		t.Fatal("payment id is empty")
 	}
 	// A repeated forward charges nothing more and answers the same payment.
-	res = reftest.MustExec(t, f.pool, f.h.charge, cmd(t, ok, "ann", LimitCentsDefault))
+	res = reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, ok, "ann", LimitCentsDefault))
 	reftest.WantOutcome(t, res, message.Success, "")
 	if again := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID; again != first {
 		t.Fatalf("repeated charge answered payment %q, want %q", again, first)
 	}
 
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, big, "bob", LimitCentsDefault+1)), message.Failure, orderapi.ReasonPaymentDeclined)
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, big, "bob", LimitCentsDefault+1)), message.Failure, orderapi.ReasonPaymentDeclined)
 
-	if got := f.charges(t); len(got) != 1 || got[ok] != 1 {
+	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[ok] != 1 {
 		t.Fatalf("charges = %v, want exactly one for %s", got, ok)
 	}
-	sums, err := Charged(testkit.Context(t, 30*time.Second), f.pool, schema)
+	sums, err := Charged(testkit.Context(t, 30*time.Second), f.Pool, schema)
 	if err != nil {
 		t.Fatalf("charged: %v", err)
 	}
@@ -80,10 +63,10 @@ func TestChargeOnceAndDeclineOverLimit(t *testing.T) {
 func TestCustomLimitAndFreeOrder(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{LimitCents: 1000})
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, uuid.New(), "ann", 1001)), message.Failure, orderapi.ReasonPaymentDeclined)
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, uuid.New(), "ann", 1001)), message.Failure, orderapi.ReasonPaymentDeclined)
 	free := uuid.New()
-	reftest.WantOutcome(t, reftest.MustExec(t, f.pool, f.h.charge, cmd(t, free, "ann", 0)), message.Success, "")
-	if got := f.charges(t); len(got) != 1 || got[free] != 1 {
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, free, "ann", 0)), message.Success, "")
+	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[free] != 1 {
 		t.Fatalf("charges = %v, want one for the free order %s", got, free)
 	}
 }
@@ -102,10 +85,10 @@ func TestInvalidPayloads(t *testing.T) {
 		"negative amount": {"amount_cents", orderapi.ChargePayment{OrderID: "o1", Customer: "ann", AmountCents: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reftest.WantInvalid(t, f.pool, f.h.charge, reftest.Command(t, uuid.New(), orderapi.StepChargePayment, message.Forward, 1, c.payload), c.field)
+			reftest.WantInvalid(t, f.Pool, f.H.charge, reftest.Command(t, uuid.New(), orderapi.StepChargePayment, message.Forward, 1, c.payload), c.field)
 		})
 	}
-	if got := f.charges(t); len(got) != 0 {
+	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 0 {
 		t.Fatalf("charges after invalid commands = %v, want none", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orderapi"
@@ -19,18 +18,11 @@ import (
 
 const schema = "points"
 
-type fixture struct {
-	pool *pgxpool.Pool
-	h    *handlers
-}
+type fixture = reftest.Fixture[*handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	h, err := newHandlers(schema, opts)
-	if err != nil {
-		t.Fatalf("newHandlers: %v", err)
-	}
-	return fixture{pool: reftest.Setup(t, schema, Migrations), h: h}
+	return reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, order, customer string, points int64, attempt int) message.Command {
@@ -38,27 +30,9 @@ func cmd(t *testing.T, saga uuid.UUID, order, customer string, points int64, att
 		orderapi.AwardPoints{OrderID: order, Customer: customer, Points: points})
 }
 
-func (f fixture) entries(t *testing.T) map[uuid.UUID]int {
-	t.Helper()
-	e, err := Entries(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("entries: %v", err)
-	}
-	return e
-}
-
-func (f fixture) balances(t *testing.T) map[string]int64 {
-	t.Helper()
-	b, err := Balances(testkit.Context(t, 30*time.Second), f.pool, schema)
-	if err != nil {
-		t.Fatalf("balances: %v", err)
-	}
-	return b
-}
-
 func award(t *testing.T, f fixture, c message.Command) int64 {
 	t.Helper()
-	res := reftest.MustExec(t, f.pool, f.h.award, c)
+	res := reftest.MustExec(t, f.Pool, f.H.award, c)
 	reftest.WantOutcome(t, res, message.Success, "")
 	return reftest.Payload[orderapi.AwardPointsResult](t, res).Balance
 }
@@ -82,10 +56,10 @@ func TestAwardOncePerOrderAndAddUp(t *testing.T) {
 	if got := award(t, f, cmd(t, c, "o2", "ann", 25, 1)); got != 125 {
 		t.Fatalf("balance after o2 = %d, want 125", got)
 	}
-	if got := f.entries(t); len(got) != 2 || got[a] != 1 || got[c] != 1 {
+	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != 2 || got[a] != 1 || got[c] != 1 {
 		t.Fatalf("entries = %v, want one for %s and one for %s", got, a, c)
 	}
-	if got := f.balances(t); len(got) != 1 || got["ann"] != 125 {
+	if got := reftest.Read(t, f.Pool, schema, Balances); len(got) != 1 || got["ann"] != 125 {
 		t.Fatalf("balances = %v, want ann=125", got)
 	}
 }
@@ -107,7 +81,7 @@ func TestConcurrentAwardsCountEachOrderOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.pool, f.h.award, c)
+				res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.award, c)
 				if err == nil && res.Outcome != message.Success {
 					err = fmt.Errorf("outcome %s %s", res.Outcome, res.Reason)
 				}
@@ -124,10 +98,10 @@ func TestConcurrentAwardsCountEachOrderOnce(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("concurrent awards: %v", errs)
 	}
-	if got := f.entries(t); len(got) != orders {
+	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != orders {
 		t.Fatalf("%d entries, want one per order (%d)", len(got), orders)
 	}
-	if got := f.balances(t)["bob"]; got != orders*10 {
+	if got := reftest.Read(t, f.Pool, schema, Balances)["bob"]; got != orders*10 {
 		t.Fatalf("balance = %d, want %d", got, orders*10)
 	}
 }
@@ -137,38 +111,13 @@ func TestFailRate(t *testing.T) {
 	always := setup(t, Options{FailRate: 1, Seed: 3})
 	saga := uuid.New()
 	for attempt := 1; attempt <= 5; attempt++ {
-		reftest.WantOutcome(t, reftest.MustExec(t, always.pool, always.h.award, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
+		reftest.WantOutcome(t, reftest.MustExec(t, always.Pool, always.H.award, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
 	}
-	if got := always.entries(t); len(got) != 0 {
+	if got := reftest.Read(t, always.Pool, schema, Entries); len(got) != 0 {
 		t.Fatalf("FailRate 1: entries = %v, want none", got)
 	}
-	if got := always.balances(t); len(got) != 0 {
+	if got := reftest.Read(t, always.Pool, schema, Balances); len(got) != 0 {
 		t.Fatalf("FailRate 1: balances = %v, want none", got)
-	}
-
-	never, _ := newHandlers(schema, Options{Seed: 3})
-	h1, _ := newHandlers(schema, Options{FailRate: 0.3, Seed: 9})
-	h2, _ := newHandlers(schema, Options{FailRate: 0.3, Seed: 9})
-	failed := 0
-	for range 250 {
-		saga := uuid.New()
-		for attempt := 1; attempt <= 4; attempt++ {
-			c := cmd(t, saga, "o", "ann", 1, attempt)
-			if never.injectFailure(c) {
-				t.Fatalf("FailRate 0 injected a failure for saga %s attempt %d", saga, attempt)
-			}
-			got := h1.injectFailure(c)
-			if got != h2.injectFailure(c) {
-				t.Fatalf("same seed drew differently for saga %s attempt %d", saga, attempt)
-			}
-			if got {
-				failed++
-			}
-		}
-	}
-	// 1,000 draws at p = 0.3: mean 300, standard deviation about 14.5.
-	if failed < 230 || failed > 370 {
-		t.Fatalf("FailRate 0.3 failed %d of 1000 attempts, want about 300", failed)
 	}
 }
 
@@ -186,14 +135,14 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		"negative points": {"points", orderapi.AwardPoints{OrderID: "o1", Customer: "ann", Points: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reftest.WantInvalid(t, f.pool, f.h.award, reftest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
+			reftest.WantInvalid(t, f.Pool, f.H.award, reftest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
 		})
 	}
-	if got := f.entries(t); len(got) != 0 {
+	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != 0 {
 		t.Fatalf("entries after invalid commands = %v, want none", got)
 	}
 
-	p, err := participants.New(f.pool, &participants.Config{Name: orderapi.Points})
+	p, err := participants.New(f.Pool, &participants.Config{Name: orderapi.Points})
 	if err != nil {
 		t.Fatalf("participants.New: %v", err)
 	}

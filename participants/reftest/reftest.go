@@ -38,6 +38,35 @@ func Setup(t testing.TB, schema string, business func(schema string) ([]migratio
 	return pool
 }
 
+// Fixture is a database prepared by Setup and the handlers under test.
+type Fixture[H any] struct {
+	Pool *pgxpool.Pool
+	H    H
+}
+
+// NewFixture runs Setup for schema and business, then builds the handlers
+// with newH for schema, failing the test on an error.
+func NewFixture[H any](t testing.TB, schema string, business func(schema string) ([]migrations.Set, error), newH func(schema string) (H, error)) Fixture[H] {
+	t.Helper()
+	h, err := newH(schema)
+	if err != nil {
+		t.Fatalf("reftest: new handlers for schema %q: %v", schema, err)
+	}
+	return Fixture[H]{Pool: Setup(t, schema, business), H: h}
+}
+
+// Read calls read (a participant's query helper such as shipping.Shipments)
+// on pool for schema with a 30-second deadline, failing the test on an
+// error.
+func Read[T any](t testing.TB, pool *pgxpool.Pool, schema string, read func(ctx context.Context, db participants.DB, schema string) (T, error)) T {
+	t.Helper()
+	v, err := read(testkit.Context(t, 30*time.Second), pool, schema)
+	if err != nil {
+		t.Fatalf("reftest: read schema %q: %v", schema, err)
+	}
+	return v
+}
+
 // Command builds a valid command of the place-order saga for step and
 // action with payload encoded as JSON. A []byte or json.RawMessage payload
 // is used as is, so tests can send malformed JSON.
