@@ -132,19 +132,8 @@ ON CONFLICT (code) DO NOTHING`, code, DiscountCentsDefault); err != nil {
 
 // Locks returns every locked coupon's code and the saga holding it.
 func Locks(ctx context.Context, db DB, schema string) (map[string]uuid.UUID, error) {
-	rows, err := db.Query(ctx, `SELECT code, locked_by FROM `+pgx.Identifier{schema, "coupons"}.Sanitize()+` WHERE locked_by IS NOT NULL`)
+	out, err := participants.QueryMap[string, uuid.UUID](ctx, db, `SELECT code, locked_by FROM `+pgx.Identifier{schema, "coupons"}.Sanitize()+` WHERE locked_by IS NOT NULL`)
 	if err != nil {
-		return nil, fmt.Errorf("coupon locks: %w", err)
-	}
-	out := map[string]uuid.UUID{}
-	var (
-		code string
-		saga uuid.UUID
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&code, &saga}, func() error {
-		out[code] = saga
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("coupon locks: %w", err)
 	}
 	return out, nil

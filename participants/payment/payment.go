@@ -118,19 +118,8 @@ RETURNING id`, cmd.SagaID, in.OrderID, in.Customer, in.AmountCents).Scan(&id)
 // Charges returns, per saga, how many charge rows the ledger holds (1 for a
 // charged saga; more would break the at-most-once invariant).
 func Charges(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	rows, err := db.Query(ctx, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY saga_id`)
+	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY saga_id`)
 	if err != nil {
-		return nil, fmt.Errorf("payment charges: %w", err)
-	}
-	out := map[uuid.UUID]int{}
-	var (
-		saga uuid.UUID
-		n    int
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &n}, func() error {
-		out[saga] = n
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("payment charges: %w", err)
 	}
 	return out, nil
@@ -138,19 +127,8 @@ func Charges(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, erro
 
 // Charged returns the total charged per customer.
 func Charged(ctx context.Context, db DB, schema string) (map[string]int64, error) {
-	rows, err := db.Query(ctx, `SELECT customer, sum(amount_cents)::bigint FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY customer`)
+	out, err := participants.QueryMap[string, int64](ctx, db, `SELECT customer, sum(amount_cents)::bigint FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY customer`)
 	if err != nil {
-		return nil, fmt.Errorf("payment charged: %w", err)
-	}
-	out := map[string]int64{}
-	var (
-		customer string
-		sum      int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&customer, &sum}, func() error {
-		out[customer] = sum
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("payment charged: %w", err)
 	}
 	return out, nil

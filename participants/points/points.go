@@ -105,19 +105,8 @@ RETURNING points`, in.Customer, in.Points).Scan(&balance)
 
 // Entries returns, per saga, how many entries it created (0 or 1).
 func Entries(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	rows, err := db.Query(ctx, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "entries"}.Sanitize()+` GROUP BY saga_id`)
+	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "entries"}.Sanitize()+` GROUP BY saga_id`)
 	if err != nil {
-		return nil, fmt.Errorf("points entries: %w", err)
-	}
-	out := map[uuid.UUID]int{}
-	var (
-		saga uuid.UUID
-		n    int
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &n}, func() error {
-		out[saga] = n
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("points entries: %w", err)
 	}
 	return out, nil
@@ -125,19 +114,8 @@ func Entries(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, erro
 
 // Balances returns every customer's balance.
 func Balances(ctx context.Context, db DB, schema string) (map[string]int64, error) {
-	rows, err := db.Query(ctx, `SELECT customer, points FROM `+pgx.Identifier{schema, "balances"}.Sanitize())
+	out, err := participants.QueryMap[string, int64](ctx, db, `SELECT customer, points FROM `+pgx.Identifier{schema, "balances"}.Sanitize())
 	if err != nil {
-		return nil, fmt.Errorf("points balances: %w", err)
-	}
-	out := map[string]int64{}
-	var (
-		customer string
-		n        int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&customer, &n}, func() error {
-		out[customer] = n
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("points balances: %w", err)
 	}
 	return out, nil

@@ -98,19 +98,8 @@ ORDER BY order_id = $1 DESC LIMIT 1`, in.OrderID, cmd.SagaID).Scan(&id)
 
 // Shipments returns, per saga, how many shipments it created (0 or 1).
 func Shipments(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	rows, err := db.Query(ctx, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "shipments"}.Sanitize()+` GROUP BY saga_id`)
+	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "shipments"}.Sanitize()+` GROUP BY saga_id`)
 	if err != nil {
-		return nil, fmt.Errorf("shipping shipments: %w", err)
-	}
-	out := map[uuid.UUID]int{}
-	var (
-		saga uuid.UUID
-		n    int
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &n}, func() error {
-		out[saga] = n
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("shipping shipments: %w", err)
 	}
 	return out, nil
