@@ -60,6 +60,18 @@
 //     error (the batch is retried).
 //   - Offset commit failure (for example after a rebalance): logged; the
 //     messages are redelivered later and deduplicated.
+//   - A member killed or cut off from the broker: the coordinator drops it
+//     after Config.SessionTimeout (6s by default); a rebalance waits at most
+//     Config.RebalanceTimeout for the members to rejoin. Heartbeats every
+//     Config.HeartbeatInterval (at most 1s) let members see a rebalance soon.
+//   - A Kafka reader that stopped consuming (kafka-go's group session does
+//     not always recover from cut connections or churn in the group):
+//     after Config.RestartAfterErrors consecutive fetch or offset commit
+//     failures, or when the consumer waited Config.StallTimeout for a
+//     message with no batch in flight while the group has lag its committed
+//     offsets do not reduce, the reader is closed (leaving the group) and a
+//     new one joins; counted in <ns>_inbox_reader_restarts_total. Messages
+//     fetched but not committed are redelivered and deduplicated.
 //
 // Because a dead-lettered message's inbox row is deleted, an operator can
 // replay a dead-lettered record (same message id) to its original topic

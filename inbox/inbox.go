@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +46,24 @@ const (
 	// until the coordinator drops the old member after this long (kafka-go's
 	// own default of 30s held every partition of the group that long after
 	// a broker outage).
-	SessionTimeoutDefault = 10 * time.Second
+	SessionTimeoutDefault = 6 * time.Second
+	// HeartbeatIntervalMax caps the default heartbeat interval (a third of
+	// the session timeout): members learn of a rebalance at their next
+	// heartbeat, so a short interval lets a group settle sooner.
+	HeartbeatIntervalMax = time.Second
+	// RebalanceTimeoutDefault is how long the coordinator waits for the
+	// members to rejoin during a rebalance (kafka-go's default is 30s). A
+	// member that does not rejoin in time is dropped and rejoins later.
+	RebalanceTimeoutDefault = 5 * time.Second
+	// StallTimeoutDefault: when this consumer has waited this long for a
+	// message with no batch in flight, and the group has lag that its
+	// committed offsets then do not reduce for half as long again, the
+	// Kafka reader is closed and recreated (kafka-go's group session does not always recover from a
+	// cut connection or a coordinator that stopped answering).
+	StallTimeoutDefault = 20 * time.Second
+	// RestartAfterErrorsDefault is the number of consecutive fetch (or
+	// offset commit) failures after which the reader is recreated.
+	RestartAfterErrorsDefault = 5
 	// CommitTimeoutDefault bounds the offset commit and dead-letter publish
 	// of a batch, which run even while Run's context is being cancelled.
 	CommitTimeoutDefault = 30 * time.Second
@@ -135,6 +154,16 @@ type Config struct {
 	// to the others; default SessionTimeoutDefault. Heartbeats are sent
 	// every third of it, at most every 3s.
 	SessionTimeout time.Duration
+	// HeartbeatInterval is the consumer group heartbeat interval; default a
+	// third of SessionTimeout, at most HeartbeatIntervalMax.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout bounds how long the coordinator waits for members to
+	// rejoin in a rebalance; default RebalanceTimeoutDefault.
+	RebalanceTimeout time.Duration
+	// StallTimeout: see StallTimeoutDefault (the default).
+	StallTimeout time.Duration
+	// RestartAfterErrors: see RestartAfterErrorsDefault (the default).
+	RestartAfterErrors int
 	// Logger receives the consumer's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the consumer's metrics; nil keeps them on a private
@@ -152,6 +181,10 @@ func (c *Config) withDefaults() Config {
 	out.BackoffInitial = cmp.Or(out.BackoffInitial, BackoffInitialDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
 	out.SessionTimeout = cmp.Or(out.SessionTimeout, SessionTimeoutDefault)
+	out.HeartbeatInterval = cmp.Or(out.HeartbeatInterval, min(HeartbeatIntervalMax, out.SessionTimeout/3))
+	out.RebalanceTimeout = cmp.Or(out.RebalanceTimeout, RebalanceTimeoutDefault)
+	out.StallTimeout = cmp.Or(out.StallTimeout, StallTimeoutDefault)
+	out.RestartAfterErrors = cmp.Or(out.RestartAfterErrors, RestartAfterErrorsDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -182,6 +215,16 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inbox: Config.BackoffMax is %s, want > 0", c.BackoffMax)
 	case c.SessionTimeout < 0 || (c.SessionTimeout > 0 && c.SessionTimeout < time.Second):
 		return fmt.Errorf("inbox: Config.SessionTimeout is %s, want at least 1s", c.SessionTimeout)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("inbox: Config.HeartbeatInterval is %s, want > 0", c.HeartbeatInterval)
+	case c.HeartbeatInterval > 0 && c.HeartbeatInterval >= cmp.Or(c.SessionTimeout, SessionTimeoutDefault):
+		return fmt.Errorf("inbox: Config.HeartbeatInterval (%s) is not less than the session timeout", c.HeartbeatInterval)
+	case c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout < time.Second):
+		return fmt.Errorf("inbox: Config.RebalanceTimeout is %s, want at least 1s", c.RebalanceTimeout)
+	case c.StallTimeout < 0 || (c.StallTimeout > 0 && c.StallTimeout < time.Second):
+		return fmt.Errorf("inbox: Config.StallTimeout is %s, want at least 1s", c.StallTimeout)
+	case c.RestartAfterErrors < 0:
+		return fmt.Errorf("inbox: Config.RestartAfterErrors is %d, want > 0", c.RestartAfterErrors)
 	}
 	for i, t := range c.Topics {
 		if t == "" {
@@ -204,6 +247,7 @@ type Consumer struct {
 
 	mMessages, mDuplicates, mDLQ, mErrors prometheus.Counter
 	mBatch                                prometheus.Observer
+	mRestarts                             prometheus.Counter
 
 	running atomic.Bool
 
@@ -250,6 +294,7 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		mDLQ:        m.dlq.WithLabelValues(c.Name),
 		mErrors:     m.handleErrors.WithLabelValues(c.Name),
 		mBatch:      m.batchSize.WithLabelValues(c.Name),
+		mRestarts:   m.restarts.WithLabelValues(c.Name),
 	}, nil
 }
 
@@ -275,7 +320,40 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Warn("inbox: could not ensure dead-letter topics", "topics", dlqTopics, "err", err)
 	}
 
-	reader := kafka.NewReader(kafka.ReaderConfig{
+	writer := &kafka.Writer{
+		Addr:         kafka.TCP(c.cfg.Brokers...),
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+	}
+	defer func() {
+		if cerr := writer.Close(); cerr != nil {
+			c.log.Warn("inbox: close dead-letter writer", "err", cerr)
+		}
+	}()
+	// Readers being closed after a restart; Run waits for them.
+	var closing sync.WaitGroup
+	defer closing.Wait()
+	for restarts := 0; ; restarts++ {
+		err := c.session(ctx, writer, &closing)
+		if !errors.Is(err, errRestart) {
+			if errors.Is(err, errStopped) {
+				return nil
+			}
+			return err
+		}
+		c.mRestarts.Inc()
+		if !sleep(ctx, c.backoff(min(restarts+1, 4))) {
+			return nil
+		}
+	}
+}
+
+// errRestart ends a session whose reader must be recreated.
+var errRestart = errors.New("inbox: restart the reader")
+
+func (c *Consumer) newReader() *kafka.Reader {
+	return kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        c.cfg.Brokers,
 		GroupID:        c.cfg.GroupID,
 		GroupTopics:    c.cfg.Topics,
@@ -284,40 +362,151 @@ func (c *Consumer) Run(ctx context.Context) error {
 		MinBytes:       1,
 		MaxBytes:       10 << 20,
 		MaxWait:        c.cfg.MaxWait,
-		// A member cut off from the broker is dropped after SessionTimeout,
-		// so the group settles soon after the broker is back.
+		// A member cut off from the broker (or killed) is dropped after
+		// SessionTimeout, so the group settles soon after.
 		SessionTimeout:    c.cfg.SessionTimeout,
-		HeartbeatInterval: min(3*time.Second, c.cfg.SessionTimeout/3),
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  3 * time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			c.log.Warn("inbox: kafka reader: " + fmt.Sprintf(msg, args...))
+		}),
 	})
-	writer := &kafka.Writer{
-		Addr:         kafka.TCP(c.cfg.Brokers...),
-		Balancer:     &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond,
-	}
+}
 
-	fetchCtx, stopFetch := context.WithCancel(ctx)
+// session runs one Kafka reader until ctx ends (nil or errStopped), a lane
+// fails (its error) or the reader must be recreated (errRestart). The
+// reader is closed in the background, counted in closing.
+func (c *Consumer) session(ctx context.Context, w *kafka.Writer, closing *sync.WaitGroup) error {
+	reader := c.newReader()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	lanes := make([]chan kafka.Message, c.cfg.Lanes)
 	for i := range lanes {
 		lanes[i] = make(chan kafka.Message, c.cfg.BatchSize)
 	}
-	f := &fetcher{done: make(chan struct{})}
-	go c.fetch(fetchCtx, reader, lanes, f)
+	f := &fetcher{done: make(chan struct{}), restart: cancel}
+	go c.fetch(sctx, reader, lanes, f)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		c.watch(sctx, f)
+	}()
 
-	err := c.runLanes(ctx, reader, writer, lanes, f)
+	err := c.runLanes(sctx, reader, w, lanes, f)
 
-	stopFetch()
+	cancel(nil)
 	<-f.done
-	if cerr := reader.Close(); cerr != nil {
-		c.log.Warn("inbox: close reader", "err", cerr)
-	}
-	if cerr := writer.Close(); cerr != nil {
-		c.log.Warn("inbox: close dead-letter writer", "err", cerr)
-	}
-	if errors.Is(err, errStopped) {
-		return nil
+	<-watched
+	restart := ctx.Err() == nil && errors.Is(context.Cause(sctx), errRestart)
+	closing.Add(1)
+	go func() {
+		defer closing.Done()
+		if cerr := reader.Close(); cerr != nil {
+			c.log.Warn("inbox: close reader", "err", cerr)
+		}
+	}()
+	if restart && (err == nil || errors.Is(err, errStopped)) {
+		return errRestart
 	}
 	return err
+}
+
+// watch recreates the reader (cancels the session with errRestart) when
+// the group has lag its committed offsets do not reduce for StallTimeout
+// while this consumer has been waiting for a message, with no batch in
+// flight, for as long.
+func (c *Consumer) watch(ctx context.Context, f *fetcher) {
+	cl := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Timeout: 5 * time.Second}
+	tick := time.NewTicker(max(c.cfg.StallTimeout/4, 100*time.Millisecond))
+	defer tick.Stop()
+	var last map[string]int64 // committed offsets at the start of the current stall
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		waiting := f.waitingSince()
+		if waiting.IsZero() || f.busy.Load() > 0 || time.Since(waiting) < c.cfg.StallTimeout {
+			last = nil
+			continue
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+		committed, lag, err := groupLag(qctx, cl, c.cfg.GroupID, c.cfg.Topics)
+		qcancel()
+		if err != nil {
+			c.log.Debug("inbox: watchdog: could not read the group's lag", "err", err)
+			continue
+		}
+		if lag == 0 || !maps.Equal(committed, last) {
+			last, since = committed, time.Now()
+			continue
+		}
+		if time.Since(since) < c.cfg.StallTimeout/2 {
+			continue
+		}
+		c.log.Warn("inbox: group has lag but nothing is consumed; recreating the Kafka reader",
+			"lag", lag, "waiting_for", time.Since(waiting).Round(time.Millisecond))
+		f.restart(errRestart)
+		return
+	}
+}
+
+// groupLag returns the committed offsets of group ("topic/partition" ->
+// offset) and the number of records of topics beyond them.
+func groupLag(ctx context.Context, cl *kafka.Client, group string, topics []string) (map[string]int64, int64, error) {
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, 0, fmt.Errorf("metadata of %v: %w", topics, err)
+	}
+	parts := map[string][]int{}
+	reqs := map[string][]kafka.OffsetRequest{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return nil, 0, fmt.Errorf("metadata of %s: %w", t.Name, t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts[t.Name] = append(parts[t.Name], p.ID)
+			reqs[t.Name] = append(reqs[t.Name], kafka.LastOffsetOf(p.ID))
+		}
+	}
+	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: parts})
+	if err == nil && committed.Error != nil {
+		err = committed.Error
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("committed offsets of group %s: %w", group, err)
+	}
+	ends, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: reqs})
+	if err != nil {
+		return nil, 0, fmt.Errorf("end offsets of %v: %w", topics, err)
+	}
+	end := map[string]int64{}
+	for t, ps := range ends.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, 0, fmt.Errorf("end offset of %s/%d: %w", t, p.Partition, p.Error)
+			}
+			end[t+"/"+strconv.Itoa(p.Partition)] = p.LastOffset
+		}
+	}
+	out := map[string]int64{}
+	var lag int64
+	for t, ps := range committed.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, 0, fmt.Errorf("committed offset of %s/%d: %w", t, p.Partition, p.Error)
+			}
+			k := t + "/" + strconv.Itoa(p.Partition)
+			out[k] = p.CommittedOffset
+			if e := end[k]; e > max(p.CommittedOffset, 0) {
+				lag += e - max(p.CommittedOffset, 0)
+			}
+		}
+	}
+	return out, lag, nil
 }
 
 // runLanes runs one loop per lane until ctx ends or one of them fails; the
@@ -373,6 +562,23 @@ type fetcher struct {
 	// show the cancellation yet (contexts derived from one parent are
 	// cancelled one after another, and the fetcher may win that race).
 	cancelled atomic.Bool
+	// restart cancels the session with a cause (errRestart).
+	restart context.CancelCauseFunc
+	// waiting is when the pending FetchMessage call started (unix nanos),
+	// 0 while none is pending.
+	waiting atomic.Int64
+	// busy counts lanes with a batch in flight.
+	busy atomic.Int32
+	// commitFailures counts consecutive offset commit failures.
+	commitFailures atomic.Int32
+}
+
+func (f *fetcher) waitingSince() time.Time {
+	n := f.waiting.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // fetch pushes fetched messages into their lanes until ctx ends or the
@@ -386,12 +592,19 @@ func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafk
 	}()
 	failures := 0
 	for {
+		f.waiting.Store(time.Now().UnixNano())
 		m, err := r.FetchMessage(ctx)
+		f.waiting.Store(0)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, io.EOF) {
 				return
 			}
 			failures++
+			if failures >= c.cfg.RestartAfterErrors {
+				c.log.Warn("inbox: fetch keeps failing; recreating the Kafka reader", "err", err, "failures", failures)
+				f.restart(errRestart)
+				return
+			}
 			c.log.Warn("inbox: fetch failed; retrying", "err", err, "failures", failures)
 			if !sleep(ctx, c.backoff(failures)) {
 				return
@@ -433,18 +646,27 @@ func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, f
 				break fill
 			}
 		}
-		if err := c.processWithRetry(ctx, w, batch); err != nil {
+		f.busy.Add(1)
+		err := c.processWithRetry(ctx, w, batch)
+		if err == nil && c.afterDBCommit != nil {
+			err = c.afterDBCommit(batch)
+		}
+		if err != nil {
+			f.busy.Add(-1)
 			return err
 		}
-		if c.afterDBCommit != nil {
-			if err := c.afterDBCommit(batch); err != nil {
-				return err
-			}
-		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeoutDefault)
-		err := r.CommitMessages(cctx, batch...)
+		err = r.CommitMessages(cctx, batch...)
 		cancel()
-		if err != nil {
+		f.busy.Add(-1)
+		if err == nil {
+			f.commitFailures.Store(0)
+		} else if n := f.commitFailures.Add(1); int(n) >= c.cfg.RestartAfterErrors {
+			c.log.Warn("inbox: offset commits keep failing; recreating the Kafka reader (the batch will be redelivered and deduplicated)",
+				"err", err, "failures", n)
+			f.restart(errRestart)
+			return nil
+		} else {
 			// The database already holds the batch; a redelivery is deduped.
 			c.log.Warn("inbox: commit offsets failed; the batch will be redelivered and deduplicated",
 				"err", err, "messages", len(batch), "first_topic", batch[0].Topic,

@@ -458,6 +458,12 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"Schema", func(c *inbox.Config) { c.Schema = "" }},
 		{"BatchSize", func(c *inbox.Config) { c.BatchSize = -1 }},
 		{"BackoffMax", func(c *inbox.Config) { c.BackoffInitial, c.BackoffMax = time.Second, time.Millisecond }},
+		{"SessionTimeout", func(c *inbox.Config) { c.SessionTimeout = 10 * time.Millisecond }},
+		{"HeartbeatInterval", func(c *inbox.Config) { c.HeartbeatInterval = -time.Second }},
+		{"HeartbeatInterval", func(c *inbox.Config) { c.SessionTimeout, c.HeartbeatInterval = 2*time.Second, 2*time.Second }},
+		{"RebalanceTimeout", func(c *inbox.Config) { c.RebalanceTimeout = time.Millisecond }},
+		{"StallTimeout", func(c *inbox.Config) { c.StallTimeout = -time.Second }},
+		{"RestartAfterErrors", func(c *inbox.Config) { c.RestartAfterErrors = -1 }},
 	}
 	for _, tc := range cases {
 		cfg := base()

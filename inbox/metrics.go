@@ -15,6 +15,7 @@ type Metrics struct {
 	dlq          *prometheus.CounterVec
 	handleErrors *prometheus.CounterVec
 	batchSize    *prometheus.HistogramVec
+	restarts     *prometheus.CounterVec
 }
 
 // NewMetrics creates the inbox collectors under namespace ns and registers
@@ -25,6 +26,7 @@ type Metrics struct {
 //	<ns>_dlq_messages_total{consumer}         messages sent to the dead-letter topic
 //	<ns>_inbox_handle_errors_total{consumer}  transient handler/db errors (batch retried)
 //	<ns>_inbox_batch_size{consumer}           messages per committed transaction
+//	<ns>_inbox_reader_restarts_total{consumer} Kafka readers closed and recreated by the watchdog
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("inbox: NewMetrics: registerer is nil")
@@ -52,8 +54,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help:    "Messages per committed inbox transaction.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
 		}, labels),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_reader_restarts_total",
+			Help: "Kafka readers the inbox consumer closed and recreated because fetches or commits kept failing or the group stopped consuming while it had lag.",
+		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize} {
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.restarts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
 		}
@@ -79,4 +85,9 @@ func (m *Metrics) DeadLettered(consumer string) prometheus.Counter {
 // HandleErrors returns the counter of transient errors for consumer.
 func (m *Metrics) HandleErrors(consumer string) prometheus.Counter {
 	return m.handleErrors.WithLabelValues(consumer)
+}
+
+// Restarts returns the counter of reader restarts for consumer.
+func (m *Metrics) Restarts(consumer string) prometheus.Counter {
+	return m.restarts.WithLabelValues(consumer)
 }
