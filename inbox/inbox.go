@@ -596,7 +596,14 @@ func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader, lanes []chan kafk
 		m, err := r.FetchMessage(ctx)
 		f.waiting.Store(0)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				// kafka-go says its reader is closed although nobody closed
+				// it (seen after broker cuts): start over with a new one.
+				c.log.Warn("inbox: the Kafka reader stopped; recreating it", "err", err)
+				f.restart(errRestart)
 				return
 			}
 			failures++
