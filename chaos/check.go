@@ -95,8 +95,20 @@ func barrierKey(id uuid.UUID, step, action string) string {
 
 // check reads the databases and fills res's outcome and violation counts.
 func (h *harness) check(ctx context.Context, plan workload.Plan, res *Result) error {
+	// Every check reads one snapshot: processes may still be running when
+	// quiescence timed out, and reading the participants' tables and the
+	// barrier at different instants would report effects as unrecorded.
+	tx, err := h.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("chaos: begin snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return h.checkIn(ctx, tx, plan, res)
+}
+
+func (h *harness) checkIn(ctx context.Context, db pgx.Tx, plan workload.Plan, res *Result) error {
 	sc := schemas()
-	rep, err := workload.Check(ctx, h.pool, sc, plan.Stock, false)
+	rep, err := workload.Check(ctx, db, sc, plan.Stock, false)
 	if err != nil {
 		return err
 	}
@@ -113,7 +125,7 @@ func (h *harness) check(ctx context.Context, plan workload.Plan, res *Result) er
 	// Outboxes: unsent or parked rows.
 	for _, s := range h.allSchemas() {
 		var unsent, dead int64
-		if err := h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sent_at IS NULL AND dead_at IS NULL),
+		if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sent_at IS NULL AND dead_at IS NULL),
 count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&unsent, &dead); err != nil {
 			return fmt.Errorf("chaos: read %s.outbox: %w", s, err)
 		}
@@ -129,7 +141,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		steps []saga.StepState
 	}
 	sagas := map[uuid.UUID]sagaRow{}
-	rows, err := h.pool.Query(ctx, `SELECT id, state, steps FROM `+ident(sc.Orchestrator, "sagas"))
+	rows, err := db.Query(ctx, `SELECT id, state, steps FROM `+ident(sc.Orchestrator, "sagas"))
 	if err != nil {
 		return fmt.Errorf("chaos: read sagas: %w", err)
 	}
@@ -156,7 +168,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 	// Barrier rows of every participant, by (saga, step, action).
 	barrier := map[string]barrierRow{}
 	for _, p := range []string{sc.Inventory, sc.Coupon, sc.Payment, sc.Shipping, sc.Points} {
-		rows, err := h.pool.Query(ctx, `SELECT saga_id, step, action, outcome, reason, closed FROM `+ident(p, "barrier"))
+		rows, err := db.Query(ctx, `SELECT saga_id, step, action, outcome, reason, closed FROM `+ident(p, "barrier"))
 		if err != nil {
 			return fmt.Errorf("chaos: read %s.barrier: %w", p, err)
 		}
@@ -182,7 +194,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		step, action string
 	}
 	var cmds []sent
-	rows, err = h.pool.Query(ctx, `SELECT (convert_from(value, 'UTF8')::jsonb)->>'saga_id', (convert_from(value, 'UTF8')::jsonb)->>'step',
+	rows, err = db.Query(ctx, `SELECT (convert_from(value, 'UTF8')::jsonb)->>'saga_id', (convert_from(value, 'UTF8')::jsonb)->>'step',
 (convert_from(value, 'UTF8')::jsonb)->>'action' FROM `+ident(sc.Orchestrator, "outbox")+` WHERE topic LIKE '%.commands'`)
 	if err != nil {
 		return fmt.Errorf("chaos: read orchestrator outbox: %w", err)
@@ -205,19 +217,19 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		return err
 	}
 
-	charges, err := payment.Charges(ctx, h.pool, sc.Payment)
+	charges, err := payment.Charges(ctx, db, sc.Payment)
 	if err != nil {
 		return err
 	}
-	shipments, err := shipping.Shipments(ctx, h.pool, sc.Shipping)
+	shipments, err := shipping.Shipments(ctx, db, sc.Shipping)
 	if err != nil {
 		return err
 	}
-	entries, err := points.Entries(ctx, h.pool, sc.Points)
+	entries, err := points.Entries(ctx, db, sc.Points)
 	if err != nil {
 		return err
 	}
-	reservations, err := inventory.Reservations(ctx, h.pool, sc.Inventory)
+	reservations, err := inventory.Reservations(ctx, db, sc.Inventory)
 	if err != nil {
 		return err
 	}
@@ -311,11 +323,11 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 	res.DoubleEffects = len(double)
 	res.CompensatedAfterPivot = len(afterPivot)
 
-	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM `+ident(sc.Orchestrator, "journal")+` WHERE event = $1`, saga.JournalLate).Scan(&res.LateReplies); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+ident(sc.Orchestrator, "journal")+` WHERE event = $1`, saga.JournalLate).Scan(&res.LateReplies); err != nil {
 		return fmt.Errorf("chaos: count late replies: %w", err)
 	}
 	var dt int64
-	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+ident(sc.Orchestrator, "journal")+`
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+ident(sc.Orchestrator, "journal")+`
 WHERE message_id IS NOT NULL AND NOT ignored GROUP BY saga_id, message_id, event, step, action HAVING count(*) > 1) d`).Scan(&dt); err != nil {
 		return fmt.Errorf("chaos: count double transitions: %w", err)
 	}

@@ -6,8 +6,8 @@ import (
 	"sort"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/coupon"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/payment"
@@ -31,7 +31,8 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 const maxViolations = 50
 
 // Check reads every saga of the orchestrator schema and the reference
-// participants' tables, and checks:
+// participants' tables through db (pass a REPEATABLE READ transaction to
+// read them all at one instant while processes still run), and checks:
 //   - no saga is left non-terminal (and none failed, unless allowFailed);
 //   - stock is conserved: available + reserved + sold equals the initial
 //     stock of every item, and only completed sagas hold a reservation;
@@ -39,7 +40,7 @@ const maxViolations = 50
 //   - one charge per completed saga, none for a compensated one;
 //   - exactly one shipment and one points entry per completed saga, none
 //     for a compensated one.
-func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[string]int, allowFailed bool) (Report, error) {
+func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[string]int, allowFailed bool) (Report, error) {
 	var rep Report
 	bad := func(format string, args ...any) {
 		if len(rep.Violations) < maxViolations {
@@ -49,7 +50,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[
 		}
 	}
 	states := map[uuid.UUID]string{}
-	rows, err := pool.Query(ctx, `SELECT id, state FROM `+quote(s.Orchestrator)+`.sagas`)
+	rows, err := db.Query(ctx, `SELECT id, state FROM `+quote(s.Orchestrator)+`.sagas`)
 	if err != nil {
 		return rep, fmt.Errorf("check: read sagas: %w", err)
 	}
@@ -84,7 +85,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[
 		}
 	}
 
-	stock, err := inventory.Stock(ctx, pool, s.Inventory)
+	stock, err := inventory.Stock(ctx, db, s.Inventory)
 	if err != nil {
 		return rep, fmt.Errorf("check: read stock: %w", err)
 	}
@@ -99,7 +100,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[
 			bad("stock of %s not conserved: available %d + reserved %d + sold %d = %d, initial %d", sku, it.Available, it.Reserved, it.Sold, got, initialStock[sku])
 		}
 	}
-	res, err := inventory.Reservations(ctx, pool, s.Inventory)
+	res, err := inventory.Reservations(ctx, db, s.Inventory)
 	if err != nil {
 		return rep, fmt.Errorf("check: read reservations: %w", err)
 	}
@@ -118,7 +119,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[
 		}
 	}
 
-	locks, err := coupon.Locks(ctx, pool, s.Coupon)
+	locks, err := coupon.Locks(ctx, db, s.Coupon)
 	if err != nil {
 		return rep, fmt.Errorf("check: read coupons: %w", err)
 	}
@@ -133,21 +134,21 @@ func Check(ctx context.Context, pool *pgxpool.Pool, s Schemas, initialStock map[
 
 	perSaga := []struct {
 		what string
-		read func(context.Context, *pgxpool.Pool, string) (map[uuid.UUID]int, error)
+		read func(context.Context, participants.DB, string) (map[uuid.UUID]int, error)
 		sch  string
 	}{
-		{"charge", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+		{"charge", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return payment.Charges(ctx, p, sc)
 		}, s.Payment},
-		{"shipment", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+		{"shipment", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return shipping.Shipments(ctx, p, sc)
 		}, s.Shipping},
-		{"points entry", func(ctx context.Context, p *pgxpool.Pool, sc string) (map[uuid.UUID]int, error) {
+		{"points entry", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return points.Entries(ctx, p, sc)
 		}, s.Points},
 	}
 	for _, ps := range perSaga {
-		counts, err := ps.read(ctx, pool, ps.sch)
+		counts, err := ps.read(ctx, db, ps.sch)
 		if err != nil {
 			return rep, fmt.Errorf("check: read %ss: %w", ps.what, err)
 		}

@@ -84,6 +84,21 @@ func decode(cmd message.Command) (orderapi.ReserveInventory, error) {
 
 // reserve is the forward action: move qty units from available to reserved
 // and record the reservation.
+// lockStock takes a transaction-scoped advisory lock on this schema's
+// stock before a stock row is updated. A participant transaction may hold a
+// whole batch of reservations and releases; two processes updating the same
+// items in different orders would deadlock (and retry whole batches, which
+// under load snowballed into minutes of backlog in the fault harness).
+// Stock updates of one inventory serialize on the hot rows anyway; the lock
+// makes that order explicit. Taking it again in the same transaction is
+// free.
+func (h *handlers) lockStock(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, h.items); err != nil {
+		return fmt.Errorf("inventory: lock stock %s: %w", h.items, err)
+	}
+	return nil
+}
+
 func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 	in, err := decode(cmd)
 	if err != nil {
@@ -102,6 +117,9 @@ func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) 
 		return participants.Result{}, fmt.Errorf("inventory reserve saga %s: read reservation: %w", cmd.SagaID, err)
 	}
 
+	if err := h.lockStock(ctx, tx); err != nil {
+		return participants.Result{}, err
+	}
 	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
 SET available = available - $2, reserved = reserved + $2
 WHERE sku = $1 AND available >= $2`, in.SKU, in.Qty)
@@ -146,6 +164,9 @@ RETURNING sku, qty`, cmd.SagaID).Scan(&sku, &qty)
 	}
 	if err != nil {
 		return participants.Result{}, fmt.Errorf("inventory release saga %s: update reservation: %w", cmd.SagaID, err)
+	}
+	if err := h.lockStock(ctx, tx); err != nil {
+		return participants.Result{}, err
 	}
 	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
 SET available = available + $2, reserved = reserved - $2
