@@ -277,15 +277,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}
 		plan := workload.NewPlan(workload.Mix{Orders: n, Seed: c.Seed})
-		schemas := workload.Schemas{}
-		for _, p := range set.Participants() {
-			switch p.Name() {
-			case orderapi.Inventory:
-				schemas.Inventory = p.Schema()
-			case orderapi.Coupon:
-				schemas.Coupon = p.Schema()
-			}
-		}
+		schemas := workload.SchemasOf("", set)
 		if err := workload.Seed(ctx, partPool, schemas, plan); err != nil {
 			return Result{}, err
 		}

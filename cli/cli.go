@@ -468,15 +468,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			if err := prepareWithRetry(ctx, log, "participants", set.Prepare); err != nil {
 				return err
 			}
-			seed := workload.Schemas{Inventory: "inventory", Coupon: "coupon"}
-			for _, p := range set.Participants() {
-				switch p.Name() {
-				case "inventory":
-					seed.Inventory = p.Schema()
-				case "coupon":
-					seed.Coupon = p.Schema()
-				}
-			}
+			seed := workload.SchemasOf("", set)
 			if stock, _ := cmd.Flags().GetInt("seed-stock"); stock > 0 {
 				items := map[string]int{}
 				for _, s := range strings.Split(v.GetString("participants.items"), ",") {

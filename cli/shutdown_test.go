@@ -168,21 +168,7 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	addr := freeAddr(t)
 	first := startServe(t, bin, dbURL, bs[0], addr, grace)
 
-	schemas := workload.Schemas{Orchestrator: saga.SchemaDefault}
-	for _, p := range parts.Participants() {
-		switch p.Name() {
-		case "inventory":
-			schemas.Inventory = p.Schema()
-		case "coupon":
-			schemas.Coupon = p.Schema()
-		case "payment":
-			schemas.Payment = p.Schema()
-		case "shipping":
-			schemas.Shipping = p.Schema()
-		case "points":
-			schemas.Points = p.Schema()
-		}
-	}
+	schemas := workload.SchemasOf(saga.SchemaDefault, parts)
 	plan := workload.NewPlan(workload.Mix{Orders: 150, Seed: 5, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1, LimitCents: 100_000})
 	if err := workload.Seed(ctx, pool, schemas, plan); err != nil {
 		t.Fatal(err)

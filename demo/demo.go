@@ -192,21 +192,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err := parts.Prepare(ctx); err != nil {
 		return Summary{}, fmt.Errorf("prepare participants: %w", err)
 	}
-	schemas := workload.Schemas{Orchestrator: svc.Engine().Outbox().Schema()}
-	for _, p := range parts.Participants() {
-		switch p.Name() {
-		case "inventory":
-			schemas.Inventory = p.Schema()
-		case "coupon":
-			schemas.Coupon = p.Schema()
-		case "payment":
-			schemas.Payment = p.Schema()
-		case "shipping":
-			schemas.Shipping = p.Schema()
-		case "points":
-			schemas.Points = p.Schema()
-		}
-	}
+	schemas := workload.SchemasOf(svc.Engine().Outbox().Schema(), parts)
 	plan := workload.NewPlan(cfg.Mix)
 	if err := workload.Seed(ctx, partPool, schemas, plan); err != nil {
 		return Summary{}, err

@@ -94,21 +94,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err := parts.Prepare(ctx); err != nil {
 		t.Fatalf("prepare participants: %v", err)
 	}
-	e.schemas = workload.Schemas{Orchestrator: svc.Engine().Outbox().Schema()}
-	for _, p := range parts.Participants() {
-		switch p.Name() {
-		case "inventory":
-			e.schemas.Inventory = p.Schema()
-		case "coupon":
-			e.schemas.Coupon = p.Schema()
-		case "payment":
-			e.schemas.Payment = p.Schema()
-		case "shipping":
-			e.schemas.Shipping = p.Schema()
-		case "points":
-			e.schemas.Points = p.Schema()
-		}
-	}
+	e.schemas = workload.SchemasOf(svc.Engine().Outbox().Schema(), parts)
 	e.plan = workload.NewPlan(workload.Mix{Orders: o.orders, Seed: o.seed, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1})
 	if err := workload.Seed(ctx, e.check, e.schemas, e.plan); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/participants/coupon"
 	"github.com/sagaflow/sagaflow/participants/inventory"
+	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 )
@@ -198,3 +199,24 @@ func quote(ident string) string { return `"` + ident + `"` }
 
 // ErrInvariants is returned by Check's caller when violations exist.
 var ErrInvariants = errors.New("invariants violated")
+
+// SchemasOf names the schemas of the reference participants in set and of
+// the orchestrator (schema orchestrator).
+func SchemasOf(orchestrator string, set *reference.Set) Schemas {
+	s := Schemas{Orchestrator: orchestrator}
+	for _, p := range set.Participants() {
+		switch p.Name() {
+		case orderapi.Inventory:
+			s.Inventory = p.Schema()
+		case orderapi.Coupon:
+			s.Coupon = p.Schema()
+		case orderapi.Payment:
+			s.Payment = p.Schema()
+		case orderapi.Shipping:
+			s.Shipping = p.Schema()
+		case orderapi.Points:
+			s.Points = p.Schema()
+		}
+	}
+	return s
+}
