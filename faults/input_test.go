@@ -128,18 +128,30 @@ func TestWindowMalformedMessage(t *testing.T) {
 	cmdTopic := e.prefix + orderapi.Inventory + ".commands"
 	cmd := message.Command{MessageID: uuid.New(), SagaID: uuid.New(), SagaType: orderapi.SagaType, AggregateID: "x", Step: "no-such-step",
 		Action: message.Forward, Attempt: 1, ReplyTo: e.replies, SentAt: time.Now(), Payload: json.RawMessage(`{}`)}
-	cb, err := message.EncodeCommand(cmd)
-	if err != nil {
-		t.Fatal(err)
+	// Each bad record carries its own message id, as for the replies: the
+	// inbox dedupes by message id, so records sharing one are one message
+	// (whether a repeat is dropped or dead-lettered again would depend on
+	// how the records fall into batches).
+	encode := func() (message.Command, []byte) {
+		c := cmd
+		c.MessageID = uuid.New()
+		b, err := message.EncodeCommand(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, b
 	}
-	id := uuid.New()
+	unknownStepCmd, unknownStepBytes := encode()
+	disagreeCmd, disagreeBytes := encode()
+	_, noHeadersBytes := encode()
+	id1, id2, id3 := uuid.New(), uuid.New(), uuid.New()
 	badCmds := []kafka.Message{
-		record("k1", []byte(`not json`), stdHeaders(id, id)),
-		record("k2", []byte(`{"message_id":"`+id.String()+`"}`), stdHeaders(id, id)),
-		record("k3", []byte(`{"message_id":"`+id.String()+`","attempt":"one"}`), stdHeaders(id, id)),
-		record("k4", cb, stdHeaders(cmd.MessageID, cmd.SagaID)), // unknown step
-		record("k5", cb, stdHeaders(cmd.MessageID, uuid.New())), // headers disagree with the body
-		record("k6", cb, nil), // no headers at all
+		record("k1", []byte(`not json`), stdHeaders(id1, id1)),
+		record("k2", []byte(`{"message_id":"`+id2.String()+`"}`), stdHeaders(id2, id2)),
+		record("k3", []byte(`{"message_id":"`+id3.String()+`","attempt":"one"}`), stdHeaders(id3, id3)),
+		record("k4", unknownStepBytes, stdHeaders(unknownStepCmd.MessageID, unknownStepCmd.SagaID)), // unknown step
+		record("k5", disagreeBytes, stdHeaders(disagreeCmd.MessageID, uuid.New())),                  // headers disagree with the body
+		record("k6", noHeadersBytes, nil),                                                           // no headers at all
 	}
 	e.produce(cmdTopic, badCmds...)
 
