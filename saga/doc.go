@@ -104,6 +104,6 @@
 //     failed or flagged with evidence in its steps and journal.
 //
 // Status queries: [Engine.Get] (one saga and its journal), [Engine.List]
-// (filters and keyset pagination), [Engine.InFlight], [Engine.Counts];
+// (filters and keyset pagination), [Engine.InFlight], [Engine.Stats];
 // [Metrics] registers the engine's Prometheus metrics.
 package saga

@@ -308,24 +308,3 @@ func (e *Engine) InFlight(ctx context.Context) (map[State]int64, error) {
 	return out, rows.Err()
 }
 
-// Counts returns the number of sagas per type and state.
-func (e *Engine) Counts(ctx context.Context) (map[string]map[State]int64, error) {
-	rows, err := e.pool.Query(ctx, `SELECT type, state, count(*) FROM `+e.st.sagas+` GROUP BY type, state`)
-	if err != nil {
-		return nil, fmt.Errorf("count sagas: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]map[State]int64{}
-	for rows.Next() {
-		var t, s string
-		var n int64
-		if err := rows.Scan(&t, &s, &n); err != nil {
-			return nil, err
-		}
-		if out[t] == nil {
-			out[t] = map[State]int64{}
-		}
-		out[t][State(s)] = n
-	}
-	return out, rows.Err()
-}
