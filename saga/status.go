@@ -307,4 +307,3 @@ func (e *Engine) InFlight(ctx context.Context) (map[State]int64, error) {
 	}
 	return out, rows.Err()
 }
-
