@@ -14,5 +14,5 @@ CREATE INDEX sagas_finished_idx ON {{schema}}.sagas (finished_at)
 -- GET /stats: outbox depth and oldest unsent row (dead rows included, counted
 -- apart) without reading the sent history. The outbox table comes from the
 -- messaging set, applied before this one in the same schema.
-CREATE INDEX outbox_unsent_created_idx ON {{schema}}.outbox (created_at)
+CREATE INDEX IF NOT EXISTS outbox_unsent_created_idx ON {{schema}}.outbox (created_at)
     WHERE sent_at IS NULL;
