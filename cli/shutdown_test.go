@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,49 +22,9 @@ import (
 	"github.com/sagaflow/sagaflow/workload"
 )
 
-// syncBuffer is a bytes.Buffer safe for the child's writes and our reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// buildBinary builds cmd/orchestrator into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "orchestrator")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/orchestrator")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/orchestrator: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 type serveProc struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testkit.Output
 	done chan error
 }
 
@@ -76,7 +33,7 @@ func startServe(t *testing.T, bin, dbURL, brokers, addr string, grace time.Durat
 	cmd := exec.Command(bin, "serve", "--addr", addr, "--brokers", brokers, "--database-url", dbURL, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "SAGAFLOW_SHUTDOWN_TIMEOUT="+grace.String(), "SAGAFLOW_KAFKA_PARTITIONS=4",
 		"SAGAFLOW_ORCHESTRATOR_TIMER_INTERVAL=50ms")
-	p := &serveProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &serveProc{cmd: cmd, logs: &testkit.Output{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start serve: %v", err)
@@ -150,7 +107,7 @@ func terminal(t *testing.T, pool *pgxpool.Pool) int {
 // with the invariants intact.
 func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := testkit.BuildBinary(t, "..")
 	dbURL := testkit.Database(t)
 	pool := testkit.PoolURL(t, dbURL)
 	bs := testkit.Brokers(t)
@@ -165,7 +122,7 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	if err := parts.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	first := startServe(t, bin, dbURL, bs[0], addr, grace)
 
 	schemas := workload.SchemasOf(saga.SchemaDefault, parts)
@@ -232,13 +189,13 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 // has the relay and outbox gauges of all five outboxes, and SIGTERM exits 0.
 func TestParticipantsHTTPAndSIGTERM(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
+	bin := testkit.BuildBinary(t, "..")
 	dbURL := testkit.Database(t)
 	bs := testkit.Brokers(t)
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cmd := exec.Command(bin, "participants", "--http-addr", addr, "--brokers", bs[0], "--database-url", dbURL, "--seed-stock", "10")
 	cmd.Env = append(os.Environ(), "SAGAFLOW_SHUTDOWN_TIMEOUT=20s", "SAGAFLOW_KAFKA_PARTITIONS=2")
-	p := &serveProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &serveProc{cmd: cmd, logs: &testkit.Output{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

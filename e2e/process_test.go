@@ -11,9 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,56 +22,11 @@ import (
 	"github.com/sagaflow/sagaflow/testkit"
 )
 
-// buildBinary builds cmd/orchestrator into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "orchestrator")
-	ctx := testkit.Context(t, 3*time.Minute)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/orchestrator")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/orchestrator: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one OS process of the binary.
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	output *syncBuffer
+	output *testkit.Output
 	done   chan struct{}
 	err    error // valid once done is closed
 }
@@ -83,7 +36,7 @@ type proc struct {
 // by itself or exited with an error; on failure its output goes to the log.
 func startProc(t *testing.T, bin, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, output: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, output: &testkit.Output{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.output
@@ -189,11 +142,11 @@ type sagaView struct {
 func TestSeparateProcesses(t *testing.T) {
 	t.Parallel()
 	dbURL := testkit.Database(t) // first: dropped after the processes stop
-	bin := buildBinary(t)
+	bin := testkit.BuildBinary(t, "..")
 
 	brokers := os.Getenv("KAFKA_BROKERS")
 	if len(kafkaclient.ParseBrokers(brokers)) == 0 {
-		brokers = freeAddr(t)
+		brokers = testkit.FreeAddr(t)
 		b := startProc(t, bin, "dev-broker", nil, "dev-broker", "--addr", brokers)
 		testkit.Eventually(t, 30*time.Second, "dev-broker accepting connections", func() (bool, error) {
 			if err := b.exited(); err != nil {
@@ -217,7 +170,7 @@ func TestSeparateProcesses(t *testing.T) {
 		"SAGAFLOW_DATABASE_MAX_CONNS=6",
 	}
 	parts := startProc(t, bin, "participants", env, "participants", "--seed-stock", "1000")
-	httpAddr := freeAddr(t)
+	httpAddr := testkit.FreeAddr(t)
 	srv := startProc(t, bin, "serve", env, "serve", "--addr", httpAddr)
 	c := client{t: t, base: "http://" + httpAddr}
 
