@@ -314,7 +314,7 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 				Brokers: bs, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
 				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
 				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: v.GetInt("orchestrator.inbox_batch")},
-				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch")},
+				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch"), KeepSent: v.GetBool("relay.keep_sent")},
 			})
 			if err != nil {
 				return err
@@ -461,6 +461,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
 				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
 				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
+				KeepSent: v.GetBool("relay.keep_sent"),
 			})
 			if err != nil {
 				return err

@@ -44,12 +44,16 @@ type env struct {
 	// engine is the engine of the first orchestrator built; used to start
 	// sagas and read status.
 	engine *saga.Engine
+	// keepSent makes every relay keep published rows (relay.Config.KeepSent)
+	// so a test can turn them back into unsent ones.
+	keepSent bool
 }
 
 type envOpts struct {
 	orders   int
 	seed     int64
 	override func(*saga.Registry) error
+	keepSent bool
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -57,7 +61,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.seed == 0 {
 		o.seed = 1
 	}
-	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t)}
+	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t), keepSent: o.keepSent}
 	sfx := testkit.RandomSuffix(4)
 	e.prefix = "f" + sfx + "."
 	e.replies = "f" + sfx + ".saga.replies"
@@ -113,7 +117,7 @@ func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet) *orchestrat
 		Brokers: e.brokers, GroupID: e.group, Partitions: 4, Run: run,
 		Engine: saga.Config{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond},
 		Inbox:  inbox.Config{Metrics: e.im, Name: "orchestrator"},
-		Relay:  relay.Config{Metrics: e.rm},
+		Relay:  relay.Config{Metrics: e.rm, KeepSent: e.keepSent},
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -137,7 +141,7 @@ func (e *env) participantsOn(pool *pgxpool.Pool) *reference.Set {
 	e.t.Helper()
 	s, err := reference.New(pool, reference.Options{
 		Brokers: e.brokers, TopicPrefix: e.prefix, Partitions: 4, Seed: 7,
-		PaymentLimitCents: workload.LimitCentsDefault, InboxMetrics: e.im, RelayMetrics: e.rm,
+		PaymentLimitCents: workload.LimitCentsDefault, InboxMetrics: e.im, RelayMetrics: e.rm, KeepSent: e.keepSent,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -226,7 +230,7 @@ func (e *env) relayOf(pool *pgxpool.Pool, schema string) *relay.Relay {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	r, err := relay.New(pool, ob, &relay.Config{Brokers: e.brokers, Metrics: e.rm})
+	r, err := relay.New(pool, ob, &relay.Config{Brokers: e.brokers, Metrics: e.rm, KeepSent: e.keepSent})
 	if err != nil {
 		e.t.Fatal(err)
 	}

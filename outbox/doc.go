@@ -12,10 +12,11 @@
 //
 // The relay (package relay) reads the table with [Outbox.ClaimDue] (due,
 // unsent, not dead rows in id order, under its publishing lock), publishes,
-// and records the result with [Outbox.MarkSent], [Outbox.MarkFailed] (retry
+// and records the result with [Outbox.DeleteSent] (the default) or
+// [Outbox.MarkSent] (keep sent history), [Outbox.MarkFailed] (retry
 // later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
 // rest). [Outbox.Stats] reports pending depth, the age of the oldest
-// unsent row and dead rows; [Outbox.PurgeSent] deletes sent rows by age.
+// unsent row and dead rows; [Outbox.PurgeSent] deletes kept sent rows by age.
 //
 // Guarantees: nothing enqueued in a committed transaction is lost; it is
 // published at least once (a crash between publish and mark re-publishes,

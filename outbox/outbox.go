@@ -51,7 +51,7 @@ type Outbox struct {
 	schema  string
 	channel string
 
-	insertSQL, claimSQL, markSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
+	insertSQL, claimSQL, markSentSQL, deleteSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
 
 	// listenKey is the advisory lock (two-int key space) a relay holds
 	// while it waits for a NOTIFY; see Enqueue and TryListen.
@@ -87,6 +87,7 @@ SELECT (SELECT count(*) FROM (SELECT pg_notify($6, '') FROM busy WHERE NOT busy.
 WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
 ORDER BY id LIMIT $1`
 	o.markSentSQL = `UPDATE ` + t + ` SET sent_at = now(), attempts = attempts + 1 WHERE id = ANY($1) AND sent_at IS NULL`
+	o.deleteSentSQL = `DELETE FROM ` + t + ` WHERE id = ANY($1) AND sent_at IS NULL`
 	o.markFailedSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, available_at = $3 WHERE id = $1 AND sent_at IS NULL`
 	o.markDeadSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, dead_at = now() WHERE id = $1 AND sent_at IS NULL`
 	o.statsSQL = `SELECT count(*) FILTER (WHERE dead_at IS NULL),
@@ -199,6 +200,20 @@ func (o *Outbox) MarkSent(ctx context.Context, db DB, ids []int64) error {
 	}
 	if _, err := db.Exec(ctx, o.markSentSQL, ids); err != nil {
 		return fmt.Errorf("outbox %s: mark %d rows sent: %w", o.schema, len(ids), err)
+	}
+	return nil
+}
+
+// DeleteSent removes ids after they were published, instead of keeping them
+// as sent history (MarkSent). It is the relay's default: a delete writes no
+// new row version and no index entry, where marking a row sent rewrites the
+// whole row (its payload included) and adds it to the sent-history index.
+func (o *Outbox) DeleteSent(ctx context.Context, db DB, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, o.deleteSentSQL, ids); err != nil {
+		return fmt.Errorf("outbox %s: delete %d published rows: %w", o.schema, len(ids), err)
 	}
 	return nil
 }

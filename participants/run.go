@@ -38,9 +38,10 @@ func (p *Participant) Run(ctx context.Context) error {
 		return fmt.Errorf("participant %q: Run: command consumer: %w", p.cfg.Name, err)
 	}
 	rel, err := relay.New(p.pool, p.outbox, &relay.Config{
-		Brokers: p.cfg.Brokers,
-		Logger:  log.With(slog.String("component", "relay")),
-		Metrics: p.cfg.RelayMetrics,
+		Brokers:  p.cfg.Brokers,
+		Logger:   log.With(slog.String("component", "relay")),
+		Metrics:  p.cfg.RelayMetrics,
+		KeepSent: p.cfg.KeepSent,
 	})
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: reply relay: %w", p.cfg.Name, err)

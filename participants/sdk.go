@@ -29,7 +29,10 @@ type Config struct {
 	// InboxLanes is the number of command batches handled concurrently
 	// (inbox.Config.Lanes; default 1). Raise it only if the step handlers do
 	// not update shared rows, or concurrent batches deadlock and retry.
-	InboxLanes   int
+	InboxLanes int
+	// KeepSent keeps published replies in the outbox as sent history
+	// (relay.Config.KeepSent); default false: they are deleted.
+	KeepSent     bool
 	Logger       *slog.Logger
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics

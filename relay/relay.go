@@ -55,8 +55,11 @@ type Config struct {
 	MaxAttempts   int           // publish attempts of one row before it is parked dead; default 20
 	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
 	WriteTimeout  time.Duration // Kafka write timeout, also bounds each database call of a cycle; default 10s
-	Logger        *slog.Logger  // nil: discard
-	Metrics       *Metrics      // nil: no metrics
+	// KeepSent keeps published rows as sent history (marked with sent_at,
+	// purged by retention) instead of deleting them; default false: delete.
+	KeepSent bool
+	Logger   *slog.Logger // nil: discard
+	Metrics  *Metrics     // nil: no metrics
 }
 
 func (c *Config) withDefaults() Config {
@@ -426,7 +429,11 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) (int
 	}
 	mctx, cancel := context.WithTimeout(wctx, r.cfg.WriteTimeout)
 	defer cancel()
-	if err := r.ob.MarkSent(mctx, conn, res.sent); err != nil {
+	done := r.ob.DeleteSent
+	if r.cfg.KeepSent {
+		done = r.ob.MarkSent
+	}
+	if err := done(mctx, conn, res.sent); err != nil {
 		return 0, fmt.Errorf("relay %s: %d rows published but not marked sent (they will be published again): %w", schema, len(res.sent), err)
 	}
 	for _, f := range res.failed {

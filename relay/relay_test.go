@@ -223,6 +223,36 @@ func waitLeader(t testing.TB, r *relay.Relay) {
 	testkit.Eventually(t, 30*time.Second, "relay to take the publishing lock", func() (bool, error) { return r.Leader(), nil })
 }
 
+// By default a published row is deleted: nothing of it stays in the outbox,
+// and rows not yet due stay untouched.
+func TestPublishedRowsDeletedByDefault(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	c := consume(t, f.brokers, f.topic)
+	r := f.newRelay(t, relay.Config{})
+	stop, _ := start(t, r)
+	waitLeader(t, r)
+	late := msg(f.topic, "later", `{"n":0}`)
+	late.AvailableAt = time.Now().Add(time.Hour)
+	f.enqueue(t, late)
+	for i := range 5 {
+		f.enqueue(t, msg(f.topic, fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n":%d}`, i+1)))
+	}
+	testkit.Eventually(t, 30*time.Second, "5 messages on Kafka", func() (bool, error) { return c.count() >= 5, nil })
+	testkit.Eventually(t, 30*time.Second, "published rows deleted", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox`) == 1, nil
+	})
+	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE key = 'later' AND sent_at IS NULL AND attempts = 0`); n != 1 {
+		t.Fatalf("the row due in an hour: %d rows left unsent, want 1", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
+	}
+	if got := c.count(); got != 5 {
+		t.Fatalf("consumed %d messages, want 5", got)
+	}
+}
+
 // A committed enqueue reaches Kafka through NOTIFY, long before the poll
 // fallback would have found it, with its key and headers; the row is marked
 // sent once.
@@ -230,7 +260,7 @@ func TestPublishOnNotify(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
-	r := f.newRelay(t, relay.Config{PollInterval: time.Minute})
+	r := f.newRelay(t, relay.Config{PollInterval: time.Minute, KeepSent: true})
 	stop, _ := start(t, r)
 	waitLeader(t, r)
 
@@ -324,12 +354,9 @@ func TestTwoRelaysKeepPerKeyOrderAcrossFailover(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("enqueue: %v", err)
 	}
-	testkit.Eventually(t, 60*time.Second, "all rows marked sent", func() (bool, error) {
-		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE sent_at IS NULL`) == 0, nil
+	testkit.Eventually(t, 60*time.Second, "every row published and deleted", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox`) == 0, nil
 	})
-	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox`); n != total {
-		t.Fatalf("outbox holds %d rows, want %d", n, total)
-	}
 	testkit.Eventually(t, 60*time.Second, "all messages on Kafka", func() (bool, error) { return c.count() >= total, nil })
 
 	// Per key, in partition order: every new sequence number is the next
@@ -371,11 +398,20 @@ func TestTwoRelaysKeepPerKeyOrderAcrossFailover(t *testing.T) {
 	t.Logf("%d messages, %d duplicates", c.count(), dups)
 }
 
-// A relay that dies after publishing and before marking leaves the rows
-// unsent; the next relay publishes them again (receivers dedupe by
-// message-id) and marks each sent exactly once.
+// A relay that dies after publishing and before deleting (or marking) leaves
+// the rows unsent; the next relay publishes them again (receivers dedupe by
+// message-id) and deletes (marks) each exactly once.
 func TestCrashBetweenPublishAndMarkRepublishes(t *testing.T) {
 	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep_sent=%v", keep), func(t *testing.T) {
+			t.Parallel()
+			crashBetweenPublishAndMark(t, keep)
+		})
+	}
+}
+
+func crashBetweenPublishAndMark(t *testing.T, keep bool) {
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
 	const n = 20
@@ -386,7 +422,7 @@ func TestCrashBetweenPublishAndMarkRepublishes(t *testing.T) {
 	f.enqueue(t, msgs...)
 
 	crash := errors.New("simulated crash")
-	first := f.newRelay(t, relay.Config{})
+	first := f.newRelay(t, relay.Config{KeepSent: keep})
 	relay.SetAfterPublish(first, func() error { return crash })
 	_, done := start(t, first)
 	select {
@@ -402,13 +438,19 @@ func TestCrashBetweenPublishAndMarkRepublishes(t *testing.T) {
 	}
 	testkit.Eventually(t, 30*time.Second, "first copies on Kafka", func() (bool, error) { return c.count() >= n, nil })
 
-	second := f.newRelay(t, relay.Config{})
+	second := f.newRelay(t, relay.Config{KeepSent: keep})
 	start(t, second)
-	testkit.Eventually(t, 30*time.Second, "rows marked sent", func() (bool, error) {
-		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE sent_at IS NOT NULL`) == n, nil
-	})
-	if bad := f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE attempts <> 1`); bad != 0 {
-		t.Fatalf("%d rows with attempts <> 1: a row was marked more than once", bad)
+	if keep {
+		testkit.Eventually(t, 30*time.Second, "rows marked sent", func() (bool, error) {
+			return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE sent_at IS NOT NULL`) == n, nil
+		})
+		if bad := f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE attempts <> 1`); bad != 0 {
+			t.Fatalf("%d rows with attempts <> 1: a row was marked more than once", bad)
+		}
+	} else {
+		testkit.Eventually(t, 30*time.Second, "rows deleted", func() (bool, error) {
+			return f.scalar(t, `SELECT count(*) FROM orch.outbox`) == 0, nil
+		})
 	}
 	testkit.Eventually(t, 30*time.Second, "second copies on Kafka", func() (bool, error) { return c.count() >= 2*n, nil })
 	seen := map[string]int{}
@@ -434,7 +476,7 @@ func TestPoisonRowDoesNotBlock(t *testing.T) {
 	poison := []outbox.Message{msg("bad topic", "k", "poison"), msg(strings.Repeat("x", 250), "k", "poison")}
 	f.enqueue(t, msg(f.topic, "k", "0"), poison[0], msg(f.topic, "k", "1"), poison[1], msg(f.topic, "k", "2"))
 
-	r := f.newRelay(t, relay.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond})
+	r := f.newRelay(t, relay.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond, KeepSent: true})
 	start(t, r)
 	testkit.Eventually(t, 30*time.Second, "valid rows on Kafka", func() (bool, error) { return c.count() >= 3, nil })
 	for i, m := range c.snapshot() {
@@ -558,7 +600,7 @@ func TestOversizedRowRefusedByBrokerDoesNotBlock(t *testing.T) {
 	c := consume(t, f.brokers, f.topic)
 	big := msg(f.topic, "k", strings.Repeat("x", 2<<20))
 	f.enqueue(t, msg(f.topic, "k", "0"), big, msg(f.topic, "k", "1"), msg(f.topic, "other", "2"))
-	r := f.newRelay(t, relay.Config{MaxAttempts: 2, RetryBackoff: time.Millisecond})
+	r := f.newRelay(t, relay.Config{MaxAttempts: 2, RetryBackoff: time.Millisecond, KeepSent: true})
 	start(t, r)
 	testkit.Eventually(t, 30*time.Second, "valid rows on Kafka", func() (bool, error) { return c.count() >= 3, nil })
 	testkit.Eventually(t, 30*time.Second, "oversized row parked dead", func() (bool, error) {
@@ -594,7 +636,7 @@ func TestKafkaOutageBacksOffWithoutBurningAttempts(t *testing.T) {
 	_ = ln.Close()
 
 	f.brokers = []string{addr}
-	r := f.newRelay(t, relay.Config{WriteTimeout: 2 * time.Second})
+	r := f.newRelay(t, relay.Config{WriteTimeout: 2 * time.Second, KeepSent: true})
 	start(t, r)
 	f.enqueue(t, msg("outage-topic", "k", "0"), msg("outage-topic", "k", "1"))
 	testkit.Eventually(t, 30*time.Second, "publish errors counted", func() (bool, error) {

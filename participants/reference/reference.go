@@ -42,9 +42,11 @@ type Options struct {
 	PaymentLimitCents int64
 	InboxBatchSize    int
 	Partitions        int
-	Logger            *slog.Logger
-	InboxMetrics      *inbox.Metrics
-	RelayMetrics      *relay.Metrics
+	// KeepSent keeps published replies as sent history (relay.Config.KeepSent).
+	KeepSent     bool
+	Logger       *slog.Logger
+	InboxMetrics *inbox.Metrics
+	RelayMetrics *relay.Metrics
 }
 
 // Set is the five reference participants.
@@ -73,7 +75,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 			CommandTopic:   opts.TopicPrefix + name + ".commands",
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
-			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics,
+			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics, KeepSent: opts.KeepSent,
 		})
 		if err != nil {
 			return nil, err
