@@ -120,7 +120,7 @@ func engineConfig(v *viper.Viper) saga.Config {
 	return saga.Config{
 		Schema: v.GetString("orchestrator.schema"), ReplyTopic: v.GetString("kafka.reply_topic"),
 		TopicPrefix: v.GetString("kafka.topic_prefix"), TimerInterval: v.GetDuration("orchestrator.timer_interval"),
-		TimerBatch: v.GetInt("orchestrator.timer_batch"),
+		TimerBatch: v.GetInt("orchestrator.timer_batch"), StartBatch: v.GetInt("orchestrator.start_batch"),
 	}
 }
 

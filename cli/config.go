@@ -37,6 +37,7 @@ var Keys = []Key{
 	{"orchestrator.group_id", "sagaflow-orchestrator", "Consumer group of the reply consumer (shared by replicas)."},
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
 	{"orchestrator.timer_batch", saga.TimerBatchDefault, "Due sagas handled per timer transaction."},
+	{"orchestrator.start_batch", saga.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
 	{"orchestrator.inbox_batch", 100, "Replies handled per inbox transaction."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
 	{"relay.keep_sent", false, "Keep published outbox rows as sent history (purged after `retention.sent_outbox_after`) instead of deleting them once Kafka acknowledged them; applies to `serve` and `participants`."},

@@ -77,7 +77,12 @@
 // and its first command the same way; StartTx runs in the caller's
 // transaction, so a service can start a saga atomically with its own write.
 // A second start with the same type and idempotency key returns the first
-// saga. [Engine.ApplyReplies] applies a whole inbox batch with one load, one
+// saga. Concurrent Start calls are committed together (group commit, up to
+// Config.StartBatch per transaction, Config.StartLanes transactions at
+// once): one multi-row insert of the sagas, one of the journal and one of
+// the outbox per batch, and a lone caller still commits at once. If a batch
+// fails, its starts are retried one per transaction, so a bad one fails
+// alone. [Engine.ApplyReplies] applies a whole inbox batch with one load, one
 // version-checked update of every changed saga, one journal and one outbox
 // insert; on a version conflict or a bad reply it writes nothing and the
 // caller falls back to ApplyReply one by one.

@@ -48,8 +48,13 @@ type Config struct {
 	TimerBatch int
 	// GaugeInterval is how often the in-flight gauge is refreshed.
 	GaugeInterval time.Duration
-	Logger        *slog.Logger
-	Metrics       *Metrics
+	// StartBatch is the most concurrent Start calls committed in one
+	// transaction (group commit; default StartBatchDefault); 1 gives every
+	// Start its own transaction. StartLanes is how many such transactions
+	// run at once (default StartLanesDefault).
+	StartBatch, StartLanes int
+	Logger                 *slog.Logger
+	Metrics                *Metrics
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -71,6 +76,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.GaugeInterval <= 0 {
 		c.GaugeInterval = GaugeIntervalDefault
+	}
+	if c.StartBatch <= 0 {
+		c.StartBatch = StartBatchDefault
+	}
+	if c.StartLanes <= 0 {
+		c.StartLanes = StartLanesDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -99,6 +110,8 @@ type Engine struct {
 	cfg  Config
 	st   *store
 	ob   *outbox.Outbox
+
+	starts *startBatcher
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.
@@ -118,7 +131,9 @@ func NewEngine(pool *pgxpool.Pool, reg *Registry, cfg *Config) (*Engine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("saga engine: %w", err)
 	}
-	return &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}, nil
+	e := &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}
+	e.starts = &startBatcher{e: e, max: c.StartBatch, lanes: c.StartLanes}
+	return e, nil
 }
 
 // Outbox is the orchestrator's outbox (for its relay).
@@ -251,14 +266,21 @@ func (e *Engine) prepare(req StartRequest) (*Def, json.RawMessage, error) {
 	return def, data, nil
 }
 
-// Start starts a saga in its own transaction. created is false when a saga
-// with the same type and idempotency key already existed (it is returned).
-func (e *Engine) Start(ctx context.Context, req StartRequest) (in Instance, created bool, err error) {
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		in, created, err = e.StartTx(ctx, tx, req)
-		return err
-	})
-	return in, created, err
+// Start starts a saga and commits it. created is false when a saga with the
+// same type and idempotency key already existed (it is returned).
+// Concurrent calls share transactions (see Config.StartBatch): the saga is
+// committed when Start returns without error, as with a transaction of its
+// own. If ctx ends while the start is already being committed, Start waits
+// for that commit and reports it.
+func (e *Engine) Start(ctx context.Context, req StartRequest) (Instance, bool, error) {
+	def, data, err := e.prepare(req)
+	if err != nil {
+		return Instance{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Instance{}, false, fmt.Errorf("start saga %q: %w", req.Type, err)
+	}
+	return e.starts.do(ctx, &pendingStart{req: req, def: def, data: data, done: make(chan struct{})})
 }
 
 // StartTx starts a saga inside the caller's transaction, so a service can
@@ -268,16 +290,15 @@ func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (Inst
 	if err != nil {
 		return Instance{}, false, err
 	}
-	id := req.ID
-	if id == uuid.Nil {
-		id = uuid.New()
-	}
-	now := e.cfg.Now()
-	in := NewInstance(def, id, req.AggregateID, req.IdempotencyKey, data, now)
-	d, err := Decide(def, in, Event{Kind: EventStart, At: now})
+	return e.startPrepared(ctx, tx, req, def, data)
+}
+
+func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest, def *Def, data json.RawMessage) (Instance, bool, error) {
+	s, err := e.startDecision(req, def, data)
 	if err != nil {
-		return Instance{}, false, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		return Instance{}, false, err
 	}
+	d := s.d
 	ok, err := e.st.insert(ctx, tx, &d.Next)
 	if err != nil {
 		return Instance{}, false, err
@@ -289,31 +310,37 @@ func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (Inst
 	if err := e.write(ctx, tx, d); err != nil {
 		return Instance{}, false, err
 	}
-	e.cfg.Metrics.observe(def.Name, EventStart, in, d)
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga started", slog.String("saga_id", id.String()), slog.String("saga_type", def.Name))
+	e.startedLog(ctx, s)
 	return d.Next, true, nil
 }
 
 // write appends the decision's journal and enqueues its commands.
 func (e *Engine) write(ctx context.Context, tx DB, d Decision) error {
-	if err := e.st.appendJournal(ctx, tx, d.Journal); err != nil {
-		return err
-	}
-	if len(d.Send) == 0 {
-		return nil
-	}
-	msgs := make([]outbox.Message, 0, len(d.Send))
-	for _, o := range d.Send {
-		c := o.Command
-		c.ReplyTo = e.cfg.ReplyTopic
-		b, err := message.EncodeCommand(c)
-		if err != nil {
-			return err
+	return e.writeMany(ctx, tx, []Decision{d})
+}
+
+// writeMany appends the decisions' journals and enqueues their commands,
+// one statement each.
+func (e *Engine) writeMany(ctx context.Context, tx DB, ds []Decision) error {
+	var journal []JournalEntry
+	var msgs []outbox.Message
+	for _, d := range ds {
+		journal = append(journal, d.Journal...)
+		for _, o := range d.Send {
+			c := o.Command
+			c.ReplyTo = e.cfg.ReplyTopic
+			b, err := message.EncodeCommand(c)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, outbox.Message{
+				Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
+				Headers: message.Headers(c.MessageID, c.SagaID),
+			})
 		}
-		msgs = append(msgs, outbox.Message{
-			Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
-			Headers: message.Headers(c.MessageID, c.SagaID),
-		})
+	}
+	if err := e.st.appendJournal(ctx, tx, journal); err != nil {
+		return err
 	}
 	return e.ob.Enqueue(ctx, tx, msgs...)
 }
@@ -424,8 +451,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 	}
 	cur := make(map[uuid.UUID]*change, len(loaded))
 	next := make(map[uuid.UUID]Instance, len(loaded))
-	var journal []JournalEntry
-	var sends []Decision
+	var decided []Decision
 	type observed struct {
 		in Instance
 		d  Decision
@@ -451,7 +477,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		if err != nil {
 			return err
 		}
-		journal = append(journal, d.Journal...)
+		decided = append(decided, d)
 		obs = append(obs, observed{in: in, d: d})
 		if !d.Changed {
 			next[r.SagaID] = in
@@ -459,7 +485,6 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		}
 		next[r.SagaID] = d.Next
 		cur[r.SagaID].changed = true
-		sends = append(sends, d)
 	}
 	var upd []*Instance
 	var prev []int64
@@ -495,25 +520,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 			return fmt.Errorf("apply %d replies: release savepoint: %w", len(rs), err)
 		}
 	}
-	if err := e.st.appendJournal(ctx, tx, journal); err != nil {
-		return err
-	}
-	var msgs []outbox.Message
-	for _, d := range sends {
-		for _, o := range d.Send {
-			c := o.Command
-			c.ReplyTo = e.cfg.ReplyTopic
-			b, err := message.EncodeCommand(c)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, outbox.Message{
-				Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
-				Headers: message.Headers(c.MessageID, c.SagaID),
-			})
-		}
-	}
-	if err := e.ob.Enqueue(ctx, tx, msgs...); err != nil {
+	if err := e.writeMany(ctx, tx, decided); err != nil {
 		return err
 	}
 	for _, o := range obs {

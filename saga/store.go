@@ -25,7 +25,7 @@ type store struct {
 	sagas, journal string
 
 	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
-	loadManySQL, updateManySQL                                                      string
+	loadManySQL, updateManySQL, insertManySQL                                       string
 }
 
 const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at`
@@ -38,6 +38,11 @@ func newStore(schema string) *store {
 	s.insertSQL = `INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (type, idempotency_key) DO NOTHING`
+	s.insertManySQL = `INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
+  $10::bigint[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[])
+ON CONFLICT (type, idempotency_key) DO NOTHING
+RETURNING id`
 	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
 	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
 	s.updateManySQL = `UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
@@ -91,6 +96,41 @@ func (s *store) insert(ctx context.Context, db DB, in *Instance) (bool, error) {
 		return false, fmt.Errorf("insert saga %s: %w", in.ID, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// insertMany stores new instances in one statement and returns the ids it
+// inserted; an instance whose (type, idempotency key) exists is skipped.
+func (s *store) insertMany(ctx context.Context, db DB, ins []*Instance) (map[uuid.UUID]bool, error) {
+	n := len(ins)
+	ids := make([]uuid.UUID, n)
+	types, aggs, keys, states, currents, flags := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	defVersions := make([]int32, n)
+	datas, stepss := make([][]byte, n), make([][]byte, n)
+	versions := make([]int64, n)
+	deadlines, created, updated, finished, wakeups := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	for i, in := range ins {
+		b, err := json.Marshal(in.Steps)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], types[i], defVersions[i], aggs[i], keys[i] = in.ID, in.Type, int32(in.DefVersion), in.AggregateID, in.IdempotencyKey
+		states[i], currents[i], datas[i], stepss[i], versions[i], flags[i] = string(in.State), currentStepName(in), in.Data, b, in.Version, in.Flag
+		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
+	}
+	rows, err := db.Query(ctx, s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
+		versions, flags, deadlines, created, updated, finished, wakeups)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d sagas: %w", n, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d sagas: %w", n, err)
+	}
+	out := make(map[uuid.UUID]bool, len(done))
+	for _, id := range done {
+		out[id] = true
+	}
+	return out, nil
 }
 
 func scanInstance(row pgx.Row) (Instance, error) {

@@ -1,0 +1,223 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Start batching (group commit). Concurrent Start calls are gathered into
+// shared transactions: a caller that finds fewer than StartLanes batch
+// transactions running becomes a leader and commits the waiting requests,
+// up to StartBatch at a time, until none wait; the others wait for their
+// result. A lone caller commits alone at once, so nothing waits for a batch
+// to fill. Each request keeps the meaning of its own Start: the same
+// checks, the same rows, created=false for an existing idempotency key.
+// If a batch transaction fails, each of its requests is retried in a
+// transaction of its own, so one bad request cannot fail its neighbours.
+
+// Start batching defaults.
+const (
+	StartBatchDefault = 128
+	StartLanesDefault = 4
+	// startBatchTimeout bounds one batch transaction; it belongs to no
+	// caller, so no caller's context may cancel it.
+	startBatchTimeout = 30 * time.Second
+)
+
+const (
+	startWaiting int32 = iota
+	startTaken
+	startAbandoned
+)
+
+type pendingStart struct {
+	req   StartRequest
+	def   *Def
+	data  json.RawMessage
+	state atomic.Int32
+	done  chan struct{}
+
+	in      Instance
+	created bool
+	err     error
+}
+
+type startBatcher struct {
+	e          *Engine
+	max, lanes int
+
+	mu      sync.Mutex
+	pending []*pendingStart
+	running int
+}
+
+// do starts p, in a batch with whatever other starts are waiting.
+func (b *startBatcher) do(ctx context.Context, p *pendingStart) (Instance, bool, error) {
+	b.mu.Lock()
+	b.pending = append(b.pending, p)
+	if b.running < b.lanes {
+		b.running++
+		for len(b.pending) > 0 {
+			batch := b.take()
+			b.mu.Unlock()
+			b.run(batch)
+			b.mu.Lock()
+		}
+		b.running--
+	}
+	b.mu.Unlock()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		if p.state.CompareAndSwap(startWaiting, startAbandoned) {
+			return Instance{}, false, fmt.Errorf("start saga %q: %w", p.req.Type, ctx.Err())
+		}
+		// Already in a transaction: its outcome is the answer.
+		<-p.done
+	}
+	return p.in, p.created, p.err
+}
+
+// take removes up to max waiting starts from the queue, at most one per
+// (type, idempotency key): a second start of a key waits for the next
+// batch and then finds the saga the first one created. Called with mu held.
+func (b *startBatcher) take() []*pendingStart {
+	type key struct{ typ, key string }
+	seen := map[key]bool{}
+	var batch []*pendingStart
+	rest := b.pending[:0]
+	for _, p := range b.pending {
+		k := key{p.req.Type, p.req.IdempotencyKey}
+		switch {
+		case p.state.Load() == startAbandoned:
+		case len(batch) >= b.max || seen[k]:
+			rest = append(rest, p)
+		case p.state.CompareAndSwap(startWaiting, startTaken):
+			seen[k] = true
+			batch = append(batch, p)
+		}
+	}
+	clear(b.pending[len(rest):])
+	b.pending = rest
+	return batch
+}
+
+func (b *startBatcher) run(batch []*pendingStart) {
+	if len(batch) == 0 {
+		return
+	}
+	e := b.e
+	ctx, cancel := context.WithTimeout(context.Background(), startBatchTimeout)
+	defer cancel()
+	if len(batch) > 1 {
+		var created []started
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			var err error
+			created, err = e.startMany(ctx, tx, batch)
+			return err
+		})
+		if err == nil {
+			for _, s := range created {
+				e.startedLog(ctx, s)
+			}
+			for _, p := range batch {
+				close(p.done)
+			}
+			return
+		}
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "saga start batch failed; starting each alone",
+			slog.Int("starts", len(batch)), slog.Any("error", err))
+	}
+	for _, p := range batch {
+		p.in, p.created, p.err = Instance{}, false, nil
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			var err error
+			p.in, p.created, err = e.startPrepared(ctx, tx, p.req, p.def, p.data)
+			return err
+		})
+		if err != nil {
+			p.in, p.created, p.err = Instance{}, false, err
+		}
+		close(p.done)
+	}
+}
+
+// startMany inserts the sagas of batch in one statement, then the journal
+// and the first commands of those it created. It sets each request's
+// result and returns the created sagas.
+func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart) ([]started, error) {
+	ds := make([]started, 0, len(batch))
+	ps := make([]*pendingStart, 0, len(batch))
+	for _, p := range batch {
+		s, err := e.startDecision(p.req, p.def, p.data)
+		if err != nil {
+			p.err = err
+			continue
+		}
+		ds, ps = append(ds, s), append(ps, p)
+	}
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	ins := make([]*Instance, len(ds))
+	for i := range ds {
+		ins[i] = &ds[i].d.Next
+	}
+	inserted, err := e.st.insertMany(ctx, tx, ins)
+	if err != nil {
+		return nil, err
+	}
+	var created []started
+	var decisions []Decision
+	for i, p := range ps {
+		if inserted[ds[i].d.Next.ID] {
+			p.in, p.created = ds[i].d.Next, true
+			created = append(created, ds[i])
+			decisions = append(decisions, ds[i].d)
+			continue
+		}
+		existing, err := e.st.loadByKey(ctx, tx, p.req.Type, p.req.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		p.in = existing
+	}
+	if err := e.writeMany(ctx, tx, decisions); err != nil {
+		return nil, err
+	}
+	return created, nil
+}
+
+// started is a new saga: its instance before and its first decision.
+type started struct {
+	prev Instance
+	d    Decision
+}
+
+// startDecision is the first decision of a new saga for req.
+func (e *Engine) startDecision(req StartRequest, def *Def, data json.RawMessage) (started, error) {
+	id := req.ID
+	if id == uuid.Nil {
+		id = uuid.New()
+	}
+	now := e.cfg.Now()
+	in := NewInstance(def, id, req.AggregateID, req.IdempotencyKey, data, now)
+	d, err := Decide(def, in, Event{Kind: EventStart, At: now})
+	if err != nil {
+		return started{}, fmt.Errorf("%w: %v", ErrInvalidInput, err)
+	}
+	return started{prev: in, d: d}, nil
+}
+
+func (e *Engine) startedLog(ctx context.Context, s started) {
+	e.cfg.Metrics.observe(s.prev.Type, EventStart, s.prev, s.d)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga started", slog.String("saga_id", s.prev.ID.String()), slog.String("saga_type", s.prev.Type))
+}
