@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -96,6 +97,16 @@ type Config struct {
 	// Engine overrides engine settings (schema, topics, timers).
 	Engine saga.Config
 	Logger *slog.Logger
+	// Split runs the orchestrator service and the participants in two
+	// worker processes (see RunWorker) instead of in this one, which keeps
+	// the saga starts, the completion tracker and the embedded broker.
+	Split bool
+	// Worker is the command that runs one worker, before its flags
+	// (WorkerConfig.Args); default: this executable's WorkerSubcommand.
+	Worker []string
+	// Stderr receives the workers' logs, each line prefixed with the
+	// worker's role; default os.Stderr.
+	Stderr io.Writer
 }
 
 func (c Config) withDefaults() Config {
@@ -111,6 +122,9 @@ func (c Config) withDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
 	c.Lanes = cmp.Or(c.Lanes, LanesDefault)
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -167,13 +181,44 @@ type Result struct {
 
 	XactPerSaga     float64 `json:"pg_transactions_per_saga"`
 	WALBytesPerSaga float64 `json:"wal_bytes_per_saga"`
-	CPUSecPerSaga   float64 `json:"cpu_seconds_per_saga"`
-	CPUSeconds      float64 `json:"cpu_seconds"`
+	// CPUSeconds is the CPU time of the measured phase summed over
+	// Processes; CPUSecPerSaga divides it by Sagas.
+	CPUSecPerSaga float64 `json:"cpu_seconds_per_saga"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	// Split: the orchestrator and the participants ran in worker processes.
+	Split bool `json:"split"`
+	// Processes are the processes whose CPU time is counted: "bench" alone
+	// in one process; "driver", "orchestrator" and "participants" split.
+	Processes []ProcessCPU `json:"cpu_processes"`
 
 	SynchronousCommit string `json:"synchronous_commit"`
 	Fsync             string `json:"fsync"`
 	Brokers           string `json:"brokers"`
 	Database          string `json:"database"`
+}
+
+// ProcessCPU is the CPU time (user + system) of one process of a run.
+type ProcessCPU struct {
+	// Role is "bench" (everything in one process: driver, embedded broker,
+	// orchestrator, participants), or with Split "driver" (saga starts,
+	// completion tracker, embedded broker), "orchestrator" or "participants".
+	Role       string  `json:"role"`
+	PID        int     `json:"pid"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+// cpuDelta is after - before, process by process.
+func cpuDelta(before, after []ProcessCPU) []ProcessCPU {
+	out := make([]ProcessCPU, len(after))
+	for i, a := range after {
+		out[i] = a
+		for _, b := range before {
+			if b.Role == a.Role && b.PID == a.PID {
+				out[i].CPUSeconds = a.CPUSeconds - b.CPUSeconds
+			}
+		}
+	}
+	return out
 }
 
 // Run runs one benchmark. An error means the run could not be made; sagas
@@ -183,92 +228,83 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := c.validate(); err != nil {
 		return Result{}, err
 	}
-	log := c.Logger
+	st, err := setup(ctx, c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.close()
+	return st.measure(ctx)
+}
+
+// stack is a run set up: its fresh database (migrated, topics created,
+// place-order stock seeded), the broker, the two pools, the orchestrator
+// service and the participants. Nothing runs yet.
+type stack struct {
+	c        Config
+	dbURL    string
+	brokers  []string
+	broker   *devbroker.Broker // nil with Config.Brokers
+	orchPool *pgxpool.Pool
+	partPool *pgxpool.Pool
+	svc      *orchestrator.Service
+	parts    *participantSet
+	w        work
+	res      Result // the run's settings, filled in by measure
+}
+
+func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	dbURL, err := demo.FreshDatabaseURL(ctx, c.DatabaseURL, c.Database)
 	if err != nil {
-		return Result{}, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	brokers := c.Brokers
-	if len(brokers) == 0 {
-		b, err := devbroker.Start(devbroker.Config{Partitions: PartitionsDefault})
+	st := &stack{c: c, dbURL: dbURL, brokers: c.Brokers}
+	defer func() {
 		if err != nil {
-			return Result{}, fmt.Errorf("bench: start embedded broker: %w", err)
+			st.close()
 		}
-		defer b.Close()
-		brokers = b.Addrs()
+	}()
+	if len(st.brokers) == 0 {
+		// kfake listens on TCP (127.0.0.1): the worker processes of a split
+		// run connect to it like any client.
+		if st.broker, err = devbroker.Start(devbroker.Config{Partitions: PartitionsDefault}); err != nil {
+			return nil, fmt.Errorf("bench: start embedded broker: %w", err)
+		}
+		st.brokers = st.broker.Addrs()
 	}
-	orchPool, err := newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-orchestrator")
-	if err != nil {
-		return Result{}, err
+	if st.orchPool, err = newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-orchestrator"); err != nil {
+		return nil, err
 	}
-	defer orchPool.Close()
-	partPool, err := newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-participants")
-	if err != nil {
-		return Result{}, err
+	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-participants"); err != nil {
+		return nil, err
 	}
-	defer partPool.Close()
+	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split}
+	if c.Saga == SagaPlaceOrder {
+		st.res.Steps = 5
+	}
+	if err := st.orchPool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&st.res.SynchronousCommit, &st.res.Fsync); err != nil {
+		return nil, fmt.Errorf("bench: read synchronous_commit: %w", err)
+	}
 
-	res := Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(brokers, ","), Database: c.Database}
-	if err := orchPool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&res.SynchronousCommit, &res.Fsync); err != nil {
-		return Result{}, fmt.Errorf("bench: read synchronous_commit: %w", err)
-	}
-
-	promReg := prometheus.NewRegistry()
-	sm, err := saga.NewMetrics(promReg, "sagaflow")
+	m, err := newMetrics()
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	im, err := inbox.NewMetrics(promReg, "sagaflow")
-	if err != nil {
-		return Result{}, err
+	if st.parts, err = newParticipants(st.partPool, st.brokers, c, m); err != nil {
+		return nil, err
 	}
-	rm, err := relay.NewMetrics(promReg, "sagaflow")
-	if err != nil {
-		return Result{}, err
+	if err := st.parts.prepare(ctx); err != nil {
+		return nil, err
 	}
-	reg := saga.NewRegistry()
-	var w work
-	var runParts func(context.Context) error
-	po := partOptions{Lanes: c.Lanes, Brokers: brokers, Logger: log.With(slog.String("component", "participants")), InboxMetrics: im, RelayMetrics: rm}
+	if st.svc, err = newService(st.orchPool, st.brokers, c, m); err != nil {
+		return nil, err
+	}
+	if err := st.svc.Prepare(ctx); err != nil {
+		return nil, fmt.Errorf("bench: prepare orchestrator: %w", err)
+	}
 	switch c.Saga {
 	case SagaGeneric:
-		def, err := GenericDefinition(c.Steps)
-		if err != nil {
-			return Result{}, err
-		}
-		if err := reg.Register(def); err != nil {
-			return Result{}, err
-		}
-		gs, err := newGenericSet(partPool, c.Steps, po)
-		if err != nil {
-			return Result{}, err
-		}
-		sets, err := gs.migrations()
-		if err != nil {
-			return Result{}, err
-		}
-		if _, err := migrations.Migrate(ctx, partPool, sets...); err != nil {
-			return Result{}, fmt.Errorf("bench: migrate participants: %w", err)
-		}
-		if err := kafkaclient.EnsureTopics(ctx, brokers, PartitionsDefault, 1, gs.topics()...); err != nil {
-			return Result{}, fmt.Errorf("bench: create participant topics: %w", err)
-		}
-		runParts = func(ctx context.Context) error { return runParticipants(ctx, gs) }
-		w = genericWork{seed: c.Seed}
+		st.w = genericWork{seed: c.Seed}
 	case SagaPlaceOrder:
-		res.Steps = 5
-		if err := steps.Register(reg); err != nil {
-			return Result{}, err
-		}
-		set, err := reference.New(partPool, reference.Options{
-			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: im, RelayMetrics: rm,
-		})
-		if err != nil {
-			return Result{}, err
-		}
-		if err := set.Prepare(ctx); err != nil {
-			return Result{}, fmt.Errorf("bench: prepare reference participants: %w", err)
-		}
 		n := c.Warmup + c.Sagas
 		if c.Duration > 0 {
 			n = c.Warmup + min(maxPlannedOrders, int(c.Duration.Seconds()*3000)+1000)
@@ -277,65 +313,242 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}
 		plan := workload.NewPlan(workload.Mix{Orders: n, Seed: c.Seed})
-		schemas := workload.SchemasOf("", set)
-		if err := workload.Seed(ctx, partPool, schemas, plan); err != nil {
-			return Result{}, err
+		if err := workload.Seed(ctx, st.partPool, workload.SchemasOf("", st.parts.ref), plan); err != nil {
+			return nil, err
 		}
-		runParts = set.Run
-		w = orderWork{orders: plan.Orders}
+		st.w = orderWork{orders: plan.Orders}
 	}
+	return st, nil
+}
 
+func (st *stack) close() {
+	if st.orchPool != nil {
+		st.orchPool.Close()
+	}
+	if st.partPool != nil {
+		st.partPool.Close()
+	}
+	if st.broker != nil {
+		st.broker.Close()
+	}
+}
+
+// metrics are the Prometheus metrics of one process's components.
+type metrics struct {
+	saga  *saga.Metrics
+	inbox *inbox.Metrics
+	relay *relay.Metrics
+}
+
+func newMetrics() (metrics, error) {
+	reg := prometheus.NewRegistry()
+	var m metrics
+	var err error
+	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
+		return m, err
+	}
+	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
+		return m, err
+	}
+	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// newService builds the orchestrator service of c.Saga over pool; it does
+// not touch Postgres or Kafka.
+func newService(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*orchestrator.Service, error) {
+	reg := saga.NewRegistry()
+	switch c.Saga {
+	case SagaGeneric:
+		def, err := GenericDefinition(c.Steps)
+		if err != nil {
+			return nil, err
+		}
+		if err := reg.Register(def); err != nil {
+			return nil, err
+		}
+	case SagaPlaceOrder:
+		if err := steps.Register(reg); err != nil {
+			return nil, err
+		}
+	}
 	ec := c.Engine
-	ec.Metrics = sm
-	svc, err := orchestrator.New(orchPool, reg, &orchestrator.Config{
-		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
-		Inbox: inbox.Config{Metrics: im, Lanes: c.Lanes},
-		Relay: relay.Config{Metrics: rm},
+	ec.Metrics = m.saga
+	return orchestrator.New(pool, reg, &orchestrator.Config{
+		Brokers: brokers, Engine: ec, Logger: c.Logger.With(slog.String("component", "orchestrator")),
+		Inbox: inbox.Config{Metrics: m.inbox, Lanes: c.Lanes},
+		Relay: relay.Config{Metrics: m.relay},
 	})
-	if err != nil {
-		return Result{}, err
+}
+
+// participantSet is the participants of c.Saga.
+type participantSet struct {
+	// prepare migrates their schemas and creates their topics.
+	prepare func(context.Context) error
+	// run runs them (consumers, handlers, relays) until ctx ends.
+	run func(context.Context) error
+	ref *reference.Set // place-order: the set whose schemas are seeded
+}
+
+// newParticipants builds the participants of c.Saga over pool; it does not
+// touch Postgres or Kafka.
+func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*participantSet, error) {
+	po := partOptions{Lanes: c.Lanes, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.inbox, RelayMetrics: m.relay}
+	switch c.Saga {
+	case SagaGeneric:
+		gs, err := newGenericSet(pool, c.Steps, po)
+		if err != nil {
+			return nil, err
+		}
+		prepare := func(ctx context.Context) error {
+			sets, err := gs.migrations()
+			if err != nil {
+				return err
+			}
+			if _, err := migrations.Migrate(ctx, pool, sets...); err != nil {
+				return fmt.Errorf("bench: migrate participants: %w", err)
+			}
+			if err := kafkaclient.EnsureTopics(ctx, brokers, PartitionsDefault, 1, gs.topics()...); err != nil {
+				return fmt.Errorf("bench: create participant topics: %w", err)
+			}
+			return nil
+		}
+		return &participantSet{prepare: prepare, run: func(ctx context.Context) error { return runParticipants(ctx, gs) }}, nil
+	case SagaPlaceOrder:
+		set, err := reference.New(pool, reference.Options{
+			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: m.inbox, RelayMetrics: m.relay,
+		})
+		if err != nil {
+			return nil, err
+		}
+		prepare := func(ctx context.Context) error {
+			if err := set.Prepare(ctx); err != nil {
+				return fmt.Errorf("bench: prepare reference participants: %w", err)
+			}
+			return nil
+		}
+		return &participantSet{prepare: prepare, run: set.Run, ref: set}, nil
 	}
-	if err := svc.Prepare(ctx); err != nil {
-		return Result{}, fmt.Errorf("bench: prepare orchestrator: %w", err)
+	return nil, fmt.Errorf("bench: unknown saga %q", c.Saga)
+}
+
+// components runs the orchestrator and the participants while the driver
+// measures: in this process, or in worker processes with Config.Split.
+type components interface {
+	// cpu is the CPU time used so far by each process the run counts.
+	cpu() ([]ProcessCPU, error)
+	// stop stops them and waits; an error is one that stopping raised (a
+	// failure before stop is the run's failure cause instead).
+	stop() error
+}
+
+// inProcess runs the components as goroutines of this process.
+type inProcess struct {
+	cancel context.CancelFunc
+	errc   chan error
+}
+
+func startInProcess(ctx context.Context, st *stack, fail context.CancelCauseFunc) *inProcess {
+	runCtx, cancel := context.WithCancel(ctx)
+	p := &inProcess{cancel: cancel, errc: make(chan error, 2)}
+	for what, run := range map[string]func(context.Context) error{"orchestrator": st.svc.Run, "participants": st.parts.run} {
+		go func() { p.errc <- failEarly(runCtx, fail, wrap(what, run(runCtx))) }()
 	}
-	eng := svc.Engine()
+	return p
+}
+
+func (p *inProcess) cpu() ([]ProcessCPU, error) {
+	return []ProcessCPU{{Role: "bench", PID: os.Getpid(), CPUSeconds: cpuSeconds()}}, nil
+}
+
+func (p *inProcess) stop() error {
+	p.cancel()
+	return errors.Join(<-p.errc, <-p.errc)
+}
+
+// failEarly reports err through fail if runCtx is still live (the
+// component failed on its own) and returns nil then; after runCtx ended
+// it returns err (an error while stopping).
+func failEarly(runCtx context.Context, fail context.CancelCauseFunc, err error) error {
+	if err != nil && runCtx.Err() == nil {
+		fail(err)
+		return nil
+	}
+	return err
+}
+
+// measure runs the components, the warm-up and the measured loop and
+// computes the Result.
+func (st *stack) measure(ctx context.Context) (Result, error) {
+	c, log, res := st.c, st.c.Logger, st.res
+	eng := st.svc.Engine()
 	sagas := pgx.Identifier{eng.Outbox().Schema(), "sagas"}.Sanitize()
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, 3)
-	go func() { errc <- wrap("orchestrator", svc.Run(runCtx)) }()
-	go func() { errc <- wrap("participants", runParts(runCtx)) }()
-	tr := newTracker(orchPool, sagas, c.PollInterval)
-	go func() { errc <- wrap("tracker", tr.run(runCtx)) }()
-	stopAll := func() error {
-		stop()
-		return errors.Join(<-errc, <-errc, <-errc)
+	// lctx ends when a component fails (or a worker process exits) before
+	// the end: the loops stop at once and the run reports why.
+	lctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	var comps components
+	if c.Split {
+		ws, err := startWorkers(lctx, st, fail)
+		if err != nil {
+			return Result{}, err
+		}
+		comps = ws
+	} else {
+		comps = startInProcess(lctx, st, fail)
+	}
+	trCtx, stopTracker := context.WithCancel(lctx)
+	tr := newTracker(st.orchPool, sagas, c.PollInterval)
+	trDone := make(chan error, 1)
+	go func() { trDone <- failEarly(trCtx, fail, wrap("tracker", tr.run(trCtx))) }()
+	stopAll := sync.OnceValue(func() error {
+		stopTracker()
+		return errors.Join(<-trDone, comps.stop())
+	})
+	defer stopAll()
+	// failure is why lctx ended early, if it did.
+	failure := func() error {
+		if lctx.Err() != nil && ctx.Err() == nil {
+			return context.Cause(lctx)
+		}
+		return nil
+	}
+	abort := func(err error) (Result, error) {
+		if cause := failure(); cause != nil {
+			err = cause // err is only its consequence (a loop cancelled)
+		}
+		return Result{}, errors.Join(err, stopAll())
 	}
 
 	// Warm-up: not measured.
 	next := 0
 	if c.Warmup > 0 {
 		log.Info("bench: warm-up", slog.Int("sagas", c.Warmup))
-		wctx, cancel := context.WithTimeout(ctx, c.Timeout)
-		_, _, err := closedLoop(wctx, eng, tr, w, 0, c.Warmup, 0, c.Concurrency)
+		wctx, cancel := context.WithTimeout(lctx, c.Timeout)
+		_, _, err := closedLoop(wctx, eng, tr, st.w, 0, c.Warmup, 0, c.Concurrency)
 		cancel()
 		if err != nil {
-			return Result{}, errors.Join(fmt.Errorf("bench: warm-up: %w", err), stopAll())
+			return abort(fmt.Errorf("bench: warm-up: %w", err))
 		}
 		next = c.Warmup
 	}
 
 	// Baselines.
-	before, err := readCounters(ctx, orchPool, c.Database)
+	before, err := readCounters(ctx, st.orchPool, c.Database)
 	if err != nil {
-		return Result{}, errors.Join(err, stopAll())
+		return abort(err)
 	}
 	pollsBefore := tr.polls.Load()
-	ruBefore := cpuSeconds()
+	cpuBefore, err := comps.cpu()
+	if err != nil {
+		return abort(err)
+	}
 	if c.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
-			return Result{}, errors.Join(fmt.Errorf("bench: start CPU profile: %w", err), stopAll())
+			return abort(fmt.Errorf("bench: start CPU profile: %w", err))
 		}
 	}
 
@@ -345,36 +558,42 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if limit == 0 {
 		limit = math.MaxInt32
 	}
-	mctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Duration)
+	mctx, cancel := context.WithTimeout(lctx, c.Timeout+c.Duration)
 	var ids []uuid.UUID
 	var startedAt time.Time
 	if c.Rate > 0 {
 		res.Mode, res.Rate = "open", c.Rate
-		ids, startedAt, err = openLoop(mctx, eng, tr, w, next, limit, c.Duration, c.Rate, c.Concurrency)
+		ids, startedAt, err = openLoop(mctx, eng, tr, st.w, next, limit, c.Duration, c.Rate, c.Concurrency)
 	} else {
 		res.Mode, res.Concurrency = "closed", c.Concurrency
-		ids, startedAt, err = closedLoop(mctx, eng, tr, w, next, limit, c.Duration, c.Concurrency)
+		ids, startedAt, err = closedLoop(mctx, eng, tr, st.w, next, limit, c.Duration, c.Concurrency)
 	}
 	cancel()
 	if c.CPUProfile != nil {
 		pprof.StopCPUProfile()
 	}
-	ruAfter := cpuSeconds()
+	cpuAfter, cpuErr := comps.cpu()
 	if err != nil {
-		return Result{}, errors.Join(fmt.Errorf("bench: %w", err), stopAll())
+		return abort(fmt.Errorf("bench: %w", err))
+	}
+	if cpuErr != nil {
+		return abort(cpuErr)
 	}
 
 	// Latencies from the engine's own timestamps.
-	lat, completed, last, err := latencies(ctx, orchPool, sagas, ids)
+	lat, completed, last, err := latencies(ctx, st.orchPool, sagas, ids)
 	if err != nil {
-		return Result{}, errors.Join(err, stopAll())
+		return abort(err)
 	}
 	pollsDuring := tr.polls.Load() - pollsBefore
 	if err := stopAll(); err != nil {
 		return Result{}, err
 	}
-	orchPool.Close()
-	partPool.Close()
+	if err := failure(); err != nil {
+		return Result{}, err
+	}
+	st.orchPool.Close()
+	st.partPool.Close()
 	after, err := settledCounters(ctx, c.DatabaseURL, c.Database)
 	if err != nil {
 		return Result{}, err
@@ -390,12 +609,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.StepsPerSecond = res.SagasPerSecond * float64(res.Steps)
 	}
 	res.LatencyP50Ms, res.LatencyP95Ms, res.LatencyP99Ms, res.LatencyMaxMs = pct(lat, 0.50), pct(lat, 0.95), pct(lat, 0.99), pct(lat, 1)
+	res.Processes = cpuDelta(cpuBefore, cpuAfter)
+	for _, p := range res.Processes {
+		res.CPUSeconds += p.CPUSeconds
+	}
 	if n > 0 {
 		// The tracker's polls and the counter reads are measurement, not cost.
 		x := float64(after.xact-before.xact) - float64(pollsDuring) - 2
 		res.XactPerSaga = max(x, 0) / float64(n)
 		res.WALBytesPerSaga = float64(after.wal-before.wal) / float64(n)
-		res.CPUSeconds = ruAfter - ruBefore
 		res.CPUSecPerSaga = res.CPUSeconds / float64(n)
 	}
 	return res, nil

@@ -3,7 +3,13 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"image/png"
+	"os/exec"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,4 +121,57 @@ func TestPlotDrawsBothSeries(t *testing.T) {
 	if err := bench.Plot(&buf, nil, "empty"); err == nil {
 		t.Fatal("Plot of no results did not fail")
 	}
+}
+
+// A short --split run through the built binary: the orchestrator and the
+// participants run as two worker processes, every saga completes, the CPU
+// of all three processes is counted, and no worker outlives the run.
+func TestSplitRunsWorkersAsProcesses(t *testing.T) {
+	t.Parallel()
+	bin := testkit.BuildBinary(t, "..")
+	ctx := testkit.Context(t, 2*time.Minute)
+	db := "sagaflow_bench_split_test_" + testkit.RandomSuffix(6)
+	t.Cleanup(func() { dropDatabase(t, db) })
+	var stdout, stderr testkit.Output
+	cmd := exec.CommandContext(ctx, bin, "bench", "--split", "--json", "--database-url", databaseURL(), "--database", db,
+		"--steps", "2", "--warmup", "10", "--sagas", "100", "--concurrency", "16", "--max-conns", "6")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench --split: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
+		t.Fatalf("bench --split --json: %v\n%s", err, stdout.String())
+	}
+	if !res.Split || !res.AllComplete || res.Completed != 100 || res.Sagas != 100 {
+		t.Fatalf("result %+v: want split, 100 of 100 sagas completed", res)
+	}
+	pids := map[int]string{}
+	for _, p := range res.Processes {
+		pids[p.PID] = p.Role
+		if p.CPUSeconds <= 0 {
+			t.Errorf("process %s (pid %d): %v CPU seconds, want > 0", p.Role, p.PID, p.CPUSeconds)
+		}
+	}
+	if len(pids) != 3 || !slices.Equal(roles(res.Processes), []string{"driver", bench.RoleOrchestrator, bench.RoleParticipants}) {
+		t.Fatalf("processes %+v: want driver, orchestrator and participants, three pids", res.Processes)
+	}
+	if res.CPUSecPerSaga <= 0 || res.XactPerSaga < 3 || res.WALBytesPerSaga <= 0 {
+		t.Fatalf("per saga: %v CPU s, %v transactions, %v WAL bytes; want > 0, >= 3, > 0", res.CPUSecPerSaga, res.XactPerSaga, res.WALBytesPerSaga)
+	}
+	// The driver waited for its workers before exiting, so they are gone
+	// (not even zombies: reaped).
+	for _, p := range res.Processes[1:] {
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%s worker (pid %d) gone", p.Role, p.PID), func() (bool, error) {
+			return errors.Is(syscall.Kill(p.PID, 0), syscall.ESRCH), nil
+		})
+	}
+}
+
+func roles(ps []bench.ProcessCPU) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Role)
+	}
+	return out
 }

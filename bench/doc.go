@@ -23,6 +23,12 @@
 //   - CPU seconds per saga of this process (getrusage; includes the
 //     embedded broker when one runs).
 //
+// With Config.Split the orchestrator service and the participants run in
+// two worker processes instead (RunWorker, spawned as this executable's
+// WorkerSubcommand); the driver keeps the saga starts, the tracker, the
+// counters and the embedded broker, and CPU per saga adds the workers' CPU
+// time (/proc/<pid>/stat) to the driver's (Result.Processes).
+//
 // Sweep runs several concurrencies and Plot draws throughput and p99
 // latency against concurrency as a PNG with the standard library only.
 package bench

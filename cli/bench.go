@@ -33,7 +33,14 @@ fresh Postgres database (--database, dropped and created) and the embedded Kafka
 broker (or --brokers / KAFKA_BROKERS), warms up, then measures --sagas sagas (or
 --duration) at --concurrency sagas in flight (closed loop) or at --rate starts per
 second (open loop). --sweep 8,16,32 runs one measurement per concurrency and draws
-throughput and p99 latency against concurrency into --plot.`,
+throughput and p99 latency against concurrency into --plot.
+
+--split runs the orchestrator service (reply consumer, relay, timers) and the
+participants (with their relays) in two worker processes of this executable
+instead; this process keeps the saga starts (like a client app calling
+StartTx), the completion tracker, the counters and the embedded broker. CPU per
+saga is then the sum over the three processes (listed in the result).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logger(v)
 			if err != nil {
@@ -42,7 +49,7 @@ throughput and p99 latency against concurrency into --plot.`,
 			if !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
 				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
-			cfg.DatabaseURL, cfg.Brokers, cfg.Logger = v.GetString("database.url"), brokers(v), log
+			cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Stderr = v.GetString("database.url"), brokers(v), log, cmd.ErrOrStderr()
 			cfg.Engine = engineConfig(v)
 			if replot != "" {
 				b, err := os.ReadFile(replot)
@@ -97,11 +104,33 @@ throughput and p99 latency against concurrency into --plot.`,
 	f.IntVar(&cfg.Lanes, "lanes", bench.LanesDefault, "concurrent batches of the reply consumer and of the generic participants")
 	f.DurationVar(&cfg.Timeout, "timeout", bench.TimeoutDefault, "bound on the wait for the last saga")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file (with --split: of the driver only)")
+	f.BoolVar(&cfg.Split, "split", false, "run the orchestrator and the participants in two worker processes (this process starts the sagas and measures); CPU counts all three")
 	f.StringVar(&sweep, "sweep", "", "comma-separated concurrencies to run one after another, e.g. 8,16,32,64,128")
 	f.StringVar(&plotPath, "plot", "docs/perf/scaling.png", "with --sweep: PNG plot of throughput and p99 latency against concurrency")
 	f.StringVar(&replot, "replot", "", "redraw --plot from a --results JSON file of an earlier sweep, without running")
 	f.StringVar(&resultsPath, "results", "", "with --sweep: also write the results as JSON to this file")
+	cmd.AddCommand(benchWorkerCmd())
+	return cmd
+}
+
+// benchWorkerCmd is the hidden `bench worker` a --split run spawns (see
+// bench.RunWorker): it runs one role until SIGTERM or until its stdin, a
+// pipe from the driver, closes.
+func benchWorkerCmd() *cobra.Command {
+	var w bench.WorkerConfig
+	cmd := &cobra.Command{
+		Use:    bench.WorkerSubcommand[len(bench.WorkerSubcommand)-1],
+		Short:  "Run the orchestrator or the participants of a bench --split run (spawned by bench)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w.DatabaseURL = os.Getenv(bench.WorkerDatabaseURLEnv)
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: w.LogLevel}))
+			return bench.RunWorker(cmd.Context(), w, log, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	w.AddFlags(cmd.Flags())
 	return cmd
 }
 
@@ -188,6 +217,13 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  throughput   %.0f sagas/s, %.0f steps/s (%.2fs)\n", r.SagasPerSecond, r.StepsPerSecond, r.ElapsedSeconds)
 	fmt.Fprintf(w, "  latency ms   p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", r.LatencyP50Ms, r.LatencyP95Ms, r.LatencyP99Ms, r.LatencyMaxMs)
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
+	if r.Split {
+		var ps []string
+		for _, p := range r.Processes {
+			ps = append(ps, fmt.Sprintf("%s %.2fs", p.Role, p.CPUSeconds))
+		}
+		fmt.Fprintf(w, "  CPU (split)  %s\n", strings.Join(ps, ", "))
+	}
 	if r.AllComplete {
 		fmt.Fprintln(w, "  every saga completed")
 	} else {
