@@ -54,6 +54,9 @@ type Config struct {
 	// OnReady is called, if set, once everything runs and before the orders
 	// are started, with the orchestrator service (to serve HTTP, say).
 	OnReady func(*orchestrator.Service)
+	// KeepSent: the relays keep published rows as sent history
+	// (relay.Config.KeepSent) instead of deleting them.
+	KeepSent bool
 }
 
 // Summary is the demo's result.
@@ -173,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	ec.Metrics = sm
 	svc, err := orchestrator.New(orchPool, registry, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
-		Inbox: inbox.Config{Metrics: im}, Relay: relay.Config{Metrics: rm},
+		Inbox: inbox.Config{Metrics: im}, Relay: relay.Config{Metrics: rm, KeepSent: cfg.KeepSent},
 	})
 	if err != nil {
 		return Summary{}, err
@@ -181,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	parts, err := reference.New(partPool, reference.Options{
 		Brokers: brokers, ShippingFailRate: cfg.ShippingFailRate, PointsFailRate: cfg.PointsFailRate,
 		Seed: cfg.Mix.Seed, PaymentLimitCents: cfg.Mix.LimitCents, Logger: log.With(slog.String("component", "participants")),
-		InboxMetrics: im, RelayMetrics: rm,
+		InboxMetrics: im, RelayMetrics: rm, KeepSent: cfg.KeepSent,
 	})
 	if err != nil {
 		return Summary{}, err

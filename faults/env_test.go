@@ -44,8 +44,10 @@ type env struct {
 	// engine is the engine of the first orchestrator built; used to start
 	// sagas and read status.
 	engine *saga.Engine
-	// keepSent makes every relay keep published rows (relay.Config.KeepSent)
-	// so a test can turn them back into unsent ones.
+	// keepSent: every relay keeps published rows (relay.Config.KeepSent),
+	// so tests can read what was sent (sentOn) and turn rows back into
+	// unsent ones. The default, deleting relay runs in the e2e, chaos, demo
+	// and metricscheck tests and in the relay's own.
 	keepSent bool
 }
 
@@ -53,7 +55,6 @@ type envOpts struct {
 	orders   int
 	seed     int64
 	override func(*saga.Registry) error
-	keepSent bool
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.seed == 0 {
 		o.seed = 1
 	}
-	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t), keepSent: o.keepSent}
+	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t), keepSent: true}
 	sfx := testkit.RandomSuffix(4)
 	e.prefix = "f" + sfx + "."
 	e.replies = "f" + sfx + ".saga.replies"

@@ -55,11 +55,12 @@ func TestWindowCrashAfterStateCommitBeforePublish(t *testing.T) {
 // copies (no effect, no transition).
 func TestWindowCrashAfterPublishBeforeMark(t *testing.T) {
 	t.Parallel()
-	// The relays keep sent rows, so that every record can be made unsent
-	// again below: the window after Kafka acknowledged and before the
+	// The env's relays keep sent rows, so that every record can be made
+	// unsent again below: the window after Kafka acknowledged and before the
 	// delete (or mark) committed, for all of them at once. The crash itself
-	// between publish and delete is TestCrashBetweenPublishAndMarkRepublishes (relay).
-	e := newEnv(t, envOpts{orders: orders, seed: 12, keepSent: true})
+	// between publish and delete, in both modes, is
+	// TestCrashBetweenPublishAndMarkRepublishes (relay).
+	e := newEnv(t, envOpts{orders: orders, seed: 12})
 	ctx := testkit.Context(t, 2*time.Minute)
 	o, p := e.runAll()
 	e.startAll(ctx)

@@ -169,8 +169,9 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 		schema := svc.Engine().Outbox().Schema()
 		replyTopic := svc.Engine().ReplyTopic()
 		bg.Go(func() {
-			// Retention beside the workload: sent outbox rows go at once,
-			// inbox rows and sagas stay (the window is a day).
+			// Retention beside the workload: sent outbox rows (kept:
+			// KeepSent below) go at once, inbox rows and sagas stay (the
+			// window is a day).
 			pool, err := pgxpool.New(ctx, dbURL)
 			if err != nil {
 				t.Errorf("pool: %v", err)
@@ -256,6 +257,8 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 		Mix:              workload.Mix{Orders: 300, Seed: 11, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1, LimitCents: 100_000},
 		ShippingFailRate: 0.2, PointsFailRate: 0.2, Concurrency: 16, Timeout: wait,
 		Engine: saga.Config{GaugeInterval: 100 * time.Millisecond},
+		// The relays keep sent rows, so retention has outbox rows to purge.
+		KeepSent: true,
 	})
 	close(runDone)
 	bg.Wait()
