@@ -22,7 +22,7 @@ type DB interface {
 
 // store owns the SQL of the orchestrator's saga and journal tables.
 type store struct {
-	sagas, journal string
+	sagas, journal, timers string
 
 	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL                                       string
@@ -34,32 +34,55 @@ func newStore(schema string) *store {
 	s := &store{
 		sagas:   pgx.Identifier{schema, "sagas"}.Sanitize(),
 		journal: pgx.Identifier{schema, "journal"}.Sanitize(),
+		timers:  pgx.Identifier{schema, "timers"}.Sanitize(),
 	}
-	s.insertSQL = `INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
+	// Every write of a saga row also writes its timer row (a wake-up time
+	// is set) or deletes it (none), in the same statement. The saga row
+	// keeps next_wakeup_at unindexed, so a step-to-step update is HOT.
+	insertTimers := `tim AS (INSERT INTO ` + s.timers + ` (saga_id, due_at)
+  SELECT id, next_wakeup_at FROM ins WHERE next_wakeup_at IS NOT NULL)`
+	syncTimers := `del AS (DELETE FROM ` + s.timers + ` AS t USING upd WHERE t.saga_id = upd.id AND upd.next_wakeup_at IS NULL),
+tim AS (INSERT INTO ` + s.timers + ` AS t (saga_id, due_at)
+  SELECT id, next_wakeup_at FROM upd WHERE next_wakeup_at IS NOT NULL
+  ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE t.due_at IS DISTINCT FROM EXCLUDED.due_at)`
+	s.insertSQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-ON CONFLICT (type, idempotency_key) DO NOTHING`
-	s.insertManySQL = `INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
+ON CONFLICT (type, idempotency_key) DO NOTHING
+RETURNING id, next_wakeup_at),
+` + insertTimers + `
+SELECT count(*) FROM ins`
+	s.insertManySQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
   $10::bigint[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[])
 ON CONFLICT (type, idempotency_key) DO NOTHING
-RETURNING id`
+RETURNING id, next_wakeup_at),
+` + insertTimers + `
+SELECT id FROM ins`
 	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
 	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
-	s.updateManySQL = `UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
+	s.updateManySQL = `WITH upd AS (UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
   version = u.version, flag = u.flag, deadline_at = u.deadline_at, next_wakeup_at = u.next_wakeup_at,
   updated_at = u.updated_at, finished_at = u.finished_at
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::bigint[], $8::text[],
   $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
   AS u(id, prev, state, current_step, data, steps, version, flag, deadline_at, next_wakeup_at, updated_at, finished_at)
 WHERE s.id = u.id AND s.version = u.prev
-RETURNING s.id`
+RETURNING s.id, s.next_wakeup_at),
+` + syncTimers + `
+SELECT id FROM upd`
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
-	s.updateSQL = `UPDATE ` + s.sagas + ` SET state = $3, current_step = $4, data = $5, steps = $6, version = $7,
+	s.updateSQL = `WITH upd AS (UPDATE ` + s.sagas + ` SET state = $3, current_step = $4, data = $5, steps = $6, version = $7,
   flag = $8, deadline_at = $9, next_wakeup_at = $10, updated_at = $11, finished_at = $12
-WHERE id = $1 AND version = $2`
+WHERE id = $1 AND version = $2
+RETURNING id, next_wakeup_at),
+` + syncTimers + `
+SELECT count(*) FROM upd`
 	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored)
 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[])`
-	s.dueSQL = `SELECT id FROM ` + s.sagas + ` WHERE next_wakeup_at <= $1 ORDER BY next_wakeup_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+	// The saga rows are locked, not the timer rows: every writer locks a
+	// saga row before its timer row, so the two paths cannot deadlock.
+	s.dueSQL = `SELECT s.id FROM ` + s.timers + ` AS t JOIN ` + s.sagas + ` AS s ON s.id = t.saga_id
+WHERE t.due_at <= $1 ORDER BY t.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`
 	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
 FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
 	return s
@@ -89,13 +112,13 @@ func (s *store) insert(ctx context.Context, db DB, in *Instance) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tag, err := db.Exec(ctx, s.insertSQL, in.ID, in.Type, in.DefVersion, in.AggregateID, in.IdempotencyKey,
+	var n int64
+	if err := db.QueryRow(ctx, s.insertSQL, in.ID, in.Type, in.DefVersion, in.AggregateID, in.IdempotencyKey,
 		string(in.State), currentStepName(in), in.Data, steps, in.Version, in.Flag, in.DeadlineAt,
-		in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup())
-	if err != nil {
+		in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()).Scan(&n); err != nil {
 		return false, fmt.Errorf("insert saga %s: %w", in.ID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // insertMany stores new instances in one statement and returns the ids it
@@ -240,12 +263,12 @@ func (s *store) update(ctx context.Context, db DB, next *Instance, prevVersion i
 	if err != nil {
 		return false, err
 	}
-	tag, err := db.Exec(ctx, s.updateSQL, next.ID, prevVersion, string(next.State), currentStepName(next), next.Data, steps,
-		next.Version, next.Flag, next.DeadlineAt, next.NextWakeup(), next.UpdatedAt, next.FinishedAt)
-	if err != nil {
+	var n int64
+	if err := db.QueryRow(ctx, s.updateSQL, next.ID, prevVersion, string(next.State), currentStepName(next), next.Data, steps,
+		next.Version, next.Flag, next.DeadlineAt, next.NextWakeup(), next.UpdatedAt, next.FinishedAt).Scan(&n); err != nil {
 		return false, fmt.Errorf("update saga %s at version %d: %w", next.ID, prevVersion, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 func (s *store) appendJournal(ctx context.Context, db DB, entries []JournalEntry) error {
