@@ -864,15 +864,23 @@ func (t *tracker) forget(id uuid.UUID) {
 	t.mu.Unlock()
 }
 
+// pollCostPerID spaces the tracker's polls by the number of sagas watched:
+// a poll looks up every watched id, and at 1,024 in flight polling every
+// 5 ms took a sixth of Postgres's statement time away from the workload.
+// At 1,024 the polls are 51 ms apart, which changes nothing for a closed
+// loop whose sagas take far longer; with few sagas watched it stays at the
+// tracker's interval.
+const pollCostPerID = 50 * time.Microsecond
+
 func (t *tracker) run(ctx context.Context) error {
-	tick := time.NewTicker(t.interval)
-	defer tick.Stop()
+	wait := time.NewTimer(t.interval)
+	defer wait.Stop()
 	var ids []uuid.UUID
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-wait.C:
 		}
 		ids = ids[:0]
 		t.mu.Lock()
@@ -880,6 +888,7 @@ func (t *tracker) run(ctx context.Context) error {
 			ids = append(ids, id)
 		}
 		t.mu.Unlock()
+		wait.Reset(max(t.interval, time.Duration(len(ids))*pollCostPerID))
 		if len(ids) == 0 {
 			continue
 		}
