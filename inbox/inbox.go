@@ -781,7 +781,9 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		}
 	}()
 
-	fresh, err := dedupe(ctx, tx, c.table, ids, topics)
+	// The dedupe insert and, for a batch handler, the savepoint it runs
+	// under go to Postgres in one round trip.
+	fresh, err := dedupe(ctx, tx, c.table, ids, topics, c.cfg.BatchHandler != nil)
 	if err != nil {
 		return res, err
 	}
@@ -853,26 +855,36 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 
 // dedupe records ids in the inbox table in one statement and returns the
 // ids that were not there yet.
-func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topics []string) (map[uuid.UUID]bool, error) {
+// batchSavepoint is the savepoint a batch handler runs under; rolling back
+// to it undoes the handler's writes and keeps the inbox rows.
+const batchSavepoint = "sagaflow_inbox_batch"
+
+// dedupe records ids in the inbox table and returns those that were new.
+// With savepoint it also sets batchSavepoint after the insert, in the same
+// round trip.
+func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topics []string, savepoint bool) (map[uuid.UUID]bool, error) {
 	fresh := make(map[uuid.UUID]bool, len(ids))
-	if len(ids) == 0 {
+	b := &pgx.Batch{}
+	if len(ids) > 0 {
+		b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
+			pgUUIDs(ids), topics).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id pgtype.UUID
+				if err := rows.Scan(&id); err != nil {
+					return fmt.Errorf("scan: %w", err)
+				}
+				fresh[uuid.UUID(id.Bytes)] = true
+			}
+			return rows.Err()
+		})
+	}
+	if savepoint {
+		b.Queue("SAVEPOINT " + batchSavepoint)
+	}
+	if b.Len() == 0 {
 		return fresh, nil
 	}
-	rows, err := tx.Query(ctx,
-		"INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
-		pgUUIDs(ids), topics)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id pgtype.UUID
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("inbox: record message ids in %s: scan: %w", table, err)
-		}
-		fresh[uuid.UUID(id.Bytes)] = true
-	}
-	if err := rows.Err(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
 	}
 	return fresh, nil
@@ -892,25 +904,20 @@ func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
 // error) means it failed and was rolled back: handle the messages one by
 // one. An error means the transaction itself is broken.
 func (c *Consumer) handleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (bool, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("inbox: batch savepoint: %w", err)
-	}
+	// batchSavepoint was set by dedupe. On success it is left in place (the
+	// commit releases it): one round trip fewer per batch.
 	herr := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("batch handler panicked: %v", p)
 			}
 		}()
-		return c.cfg.BatchHandler(ctx, sp, ms)
+		return c.cfg.BatchHandler(ctx, tx, ms)
 	}()
 	if herr == nil {
-		if err := sp.Commit(ctx); err != nil {
-			return false, fmt.Errorf("inbox: release batch savepoint: %w", err)
-		}
 		return true, nil
 	}
-	if err := sp.Rollback(ctx); err != nil {
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
 		return false, fmt.Errorf("inbox: roll back batch savepoint after %q: %w", herr.Error(), err)
 	}
 	c.log.Debug("inbox: batch handler declined the batch; handling its messages one by one", "err", herr, "messages", len(ms))

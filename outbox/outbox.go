@@ -110,6 +110,39 @@ func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	args, err := o.enqueueArgs(msgs)
+	if err != nil {
+		return err
+	}
+	var n, notified int64
+	if err := tx.QueryRow(ctx, o.insertSQL, args...).Scan(&notified, &n); err != nil {
+		return fmt.Errorf("outbox %s: enqueue %d messages: %w", o.schema, len(msgs), err)
+	}
+	return nil
+}
+
+// QueueEnqueue adds Enqueue's statement for msgs to b, for a caller that
+// sends several statements of one transaction in one round trip.
+func (o *Outbox) QueueEnqueue(b *pgx.Batch, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	args, err := o.enqueueArgs(msgs)
+	if err != nil {
+		return err
+	}
+	n := len(msgs)
+	b.Queue(o.insertSQL, args...).QueryRow(func(row pgx.Row) error {
+		var inserted, notified int64
+		if err := row.Scan(&notified, &inserted); err != nil {
+			return fmt.Errorf("outbox %s: enqueue %d messages: %w", o.schema, n, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+func (o *Outbox) enqueueArgs(msgs []Message) ([]any, error) {
 	topics := make([]string, len(msgs))
 	keys := make([]string, len(msgs))
 	values := make([][]byte, len(msgs))
@@ -118,7 +151,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 	now := time.Now()
 	for i, m := range msgs {
 		if m.Topic == "" {
-			return fmt.Errorf("outbox %s: enqueue message %d: %w", o.schema, i, ErrEmptyTopic)
+			return nil, fmt.Errorf("outbox %s: enqueue message %d: %w", o.schema, i, ErrEmptyTopic)
 		}
 		topics[i], keys[i], values[i] = m.Topic, m.Key, m.Value
 		h := m.Headers
@@ -127,7 +160,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 		}
 		b, err := json.Marshal(h)
 		if err != nil {
-			return fmt.Errorf("outbox %s: enqueue message %d: headers: %w", o.schema, i, err)
+			return nil, fmt.Errorf("outbox %s: enqueue message %d: headers: %w", o.schema, i, err)
 		}
 		headers[i] = b
 		avail[i] = m.AvailableAt
@@ -135,11 +168,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 			avail[i] = now
 		}
 	}
-	var n, notified int64
-	if err := tx.QueryRow(ctx, o.insertSQL, topics, keys, values, headers, avail, o.channel, o.listenKey[0], o.listenKey[1]).Scan(&notified, &n); err != nil {
-		return fmt.Errorf("outbox %s: enqueue %d messages: %w", o.schema, len(msgs), err)
-	}
-	return nil
+	return []any{topics, keys, values, headers, avail, o.channel, o.listenKey[0], o.listenKey[1]}, nil
 }
 
 // TryListen takes the listen lock on the relay's session conn: from then

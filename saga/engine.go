@@ -31,6 +31,9 @@ const (
 	maxVersionConflicts  = 20
 )
 
+// applySavepoint undoes ApplyReplies' writes after a version conflict.
+const applySavepoint = "sagaflow_apply_replies"
+
 // ErrInvalidInput is wrapped by errors about a bad start request.
 var ErrInvalidInput = errors.New("invalid input")
 
@@ -322,6 +325,26 @@ func (e *Engine) write(ctx context.Context, tx DB, d Decision) error {
 // writeMany appends the decisions' journals and enqueues their commands,
 // one statement each.
 func (e *Engine) writeMany(ctx context.Context, tx DB, ds []Decision) error {
+	b := &pgx.Batch{}
+	if err := e.queueWrites(b, ds); err != nil {
+		return err
+	}
+	return sendBatch(ctx, tx, b, "write journal and commands")
+}
+
+// sendBatch sends b's statements in one round trip.
+func sendBatch(ctx context.Context, tx DB, b *pgx.Batch, what string) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// queueWrites adds to b the journal rows and the outbox rows of ds.
+func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision) error {
 	var journal []JournalEntry
 	var msgs []outbox.Message
 	for _, d := range ds {
@@ -339,10 +362,8 @@ func (e *Engine) writeMany(ctx context.Context, tx DB, ds []Decision) error {
 			})
 		}
 	}
-	if err := e.st.appendJournal(ctx, tx, journal); err != nil {
-		return err
-	}
-	return e.ob.Enqueue(ctx, tx, msgs...)
+	e.st.queueJournal(b, journal)
+	return e.ob.QueueEnqueue(b, msgs...)
 }
 
 // apply runs ev through the door for saga id inside tx: load, decide,
@@ -364,7 +385,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 			return in, Decision{}, err
 		}
 		if !d.Changed {
-			if err := e.st.appendJournal(ctx, tx, d.Journal); err != nil {
+			if err := e.writeMany(ctx, tx, []Decision{d}); err != nil {
 				return in, d, err
 			}
 			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
@@ -497,31 +518,31 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		upd = append(upd, &n)
 		prev = append(prev, c.prev.Version)
 	}
+	// One round trip: a savepoint, the version-checked update of every
+	// changed saga, the journal and the commands. On a version conflict the
+	// savepoint undoes all of it.
+	b := &pgx.Batch{}
+	done := make(map[uuid.UUID]bool, len(upd))
 	if len(upd) > 0 {
-		// The savepoint lets a version conflict undo the update alone.
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return fmt.Errorf("apply %d replies: savepoint: %w", len(rs), err)
-		}
-		done, err := e.st.updateMany(ctx, sp, upd, prev)
-		if err != nil {
+		b.Queue("SAVEPOINT " + applySavepoint)
+		if err := e.st.queueUpdateMany(b, upd, prev, done); err != nil {
 			return err
 		}
-		if len(done) != len(upd) {
-			if e.cfg.Metrics != nil {
-				e.cfg.Metrics.conflicts.Add(float64(len(upd) - len(done)))
-			}
-			if err := sp.Rollback(ctx); err != nil {
-				return fmt.Errorf("apply %d replies: roll back after a version conflict: %w", len(rs), err)
-			}
-			return fmt.Errorf("apply %d replies: %d of %d sagas moved since loaded: %w", len(rs), len(upd)-len(done), len(upd), ErrBatchFallback)
-		}
-		if err := sp.Commit(ctx); err != nil {
-			return fmt.Errorf("apply %d replies: release savepoint: %w", len(rs), err)
-		}
 	}
-	if err := e.writeMany(ctx, tx, decided); err != nil {
+	if err := e.queueWrites(b, decided); err != nil {
 		return err
+	}
+	if err := sendBatch(ctx, tx, b, fmt.Sprintf("apply %d replies", len(rs))); err != nil {
+		return err
+	}
+	if len(done) != len(upd) {
+		if e.cfg.Metrics != nil {
+			e.cfg.Metrics.conflicts.Add(float64(len(upd) - len(done)))
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+applySavepoint); err != nil {
+			return fmt.Errorf("apply %d replies: roll back after a version conflict: %w", len(rs), err)
+		}
+		return fmt.Errorf("apply %d replies: %d of %d sagas moved since loaded: %w", len(rs), len(upd)-len(done), len(upd), ErrBatchFallback)
 	}
 	for _, o := range obs {
 		e.cfg.Metrics.observe(o.in.Type, EventReply, o.in, o.d)

@@ -117,6 +117,18 @@ func (b *startBatcher) run(batch []*pendingStart) {
 	e := b.e
 	ctx, cancel := context.WithTimeout(context.Background(), startBatchTimeout)
 	defer cancel()
+	if created, ok := e.startPipelined(ctx, batch); ok {
+		for _, s := range created {
+			e.startedLog(ctx, s)
+		}
+		for _, p := range batch {
+			close(p.done)
+		}
+		return
+	}
+	for _, p := range batch {
+		p.in, p.created, p.err = Instance{}, false, nil
+	}
 	if len(batch) > 1 {
 		var created []started
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -148,6 +160,57 @@ func (b *startBatcher) run(batch []*pendingStart) {
 		}
 		close(p.done)
 	}
+}
+
+// startPipelined is the fast path of a batch of starts: BEGIN, the saga,
+// timer, journal and outbox inserts go to Postgres in one round trip, then
+// COMMIT. It commits only if every saga was new; otherwise (an idempotency
+// key that exists, any error) it rolls back and reports false, and the
+// batch takes the path that handles those cases.
+func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]started, bool) {
+	ss := make([]started, 0, len(batch))
+	ps := make([]*pendingStart, 0, len(batch))
+	for _, p := range batch {
+		s, err := e.startDecision(p.req, p.def, p.data)
+		if err != nil {
+			return nil, false
+		}
+		ss, ps = append(ss, s), append(ps, p)
+	}
+	ins := make([]*Instance, len(ss))
+	ds := make([]Decision, len(ss))
+	for i := range ss {
+		ins[i], ds[i] = &ss[i].d.Next, ss[i].d
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false
+	}
+	// A connection released inside a transaction is closed by the pool.
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	inserted := make(map[uuid.UUID]bool, len(ins))
+	if err := e.st.queueInsertMany(b, ins, inserted); err != nil {
+		return nil, false
+	}
+	if err := e.queueWrites(b, ds); err != nil {
+		return nil, false
+	}
+	err = conn.SendBatch(ctx, b).Close()
+	if err != nil || len(inserted) != len(ins) {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		return nil, false
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		// The outcome of a failed COMMIT is unknown: the slow path's
+		// insert finds committed sagas by their idempotency keys.
+		return nil, false
+	}
+	for i, p := range ps {
+		p.in, p.created = ss[i].d.Next, true
+	}
+	return ss, true
 }
 
 // startMany inserts the sagas of batch in one statement, then the journal

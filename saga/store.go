@@ -18,6 +18,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // store owns the SQL of the orchestrator's saga and journal tables.
@@ -124,6 +125,20 @@ func (s *store) insert(ctx context.Context, db DB, in *Instance) (bool, error) {
 // insertMany stores new instances in one statement and returns the ids it
 // inserted; an instance whose (type, idempotency key) exists is skipped.
 func (s *store) insertMany(ctx context.Context, db DB, ins []*Instance) (map[uuid.UUID]bool, error) {
+	b := &pgx.Batch{}
+	out := make(map[uuid.UUID]bool, len(ins))
+	if err := s.queueInsertMany(b, ins, out); err != nil {
+		return nil, err
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// queueInsertMany adds insertMany's statement to b; inserted receives the
+// ids it inserted.
+func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid.UUID]bool) error {
 	n := len(ins)
 	ids := make([]uuid.UUID, n)
 	types, aggs, keys, states, currents, flags := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -132,28 +147,29 @@ func (s *store) insertMany(ctx context.Context, db DB, ins []*Instance) (map[uui
 	versions := make([]int64, n)
 	deadlines, created, updated, finished, wakeups := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	for i, in := range ins {
-		b, err := json.Marshal(in.Steps)
+		js, err := json.Marshal(in.Steps)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ids[i], types[i], defVersions[i], aggs[i], keys[i] = in.ID, in.Type, int32(in.DefVersion), in.AggregateID, in.IdempotencyKey
-		states[i], currents[i], datas[i], stepss[i], versions[i], flags[i] = string(in.State), currentStepName(in), in.Data, b, in.Version, in.Flag
+		states[i], currents[i], datas[i], stepss[i], versions[i], flags[i] = string(in.State), currentStepName(in), in.Data, js, in.Version, in.Flag
 		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
 	}
-	rows, err := db.Query(ctx, s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
-		versions, flags, deadlines, created, updated, finished, wakeups)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d sagas: %w", n, err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("insert %d sagas: %w", n, err)
-	}
-	out := make(map[uuid.UUID]bool, len(done))
-	for _, id := range done {
-		out[id] = true
-	}
-	return out, nil
+	b.Queue(s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
+		versions, flags, deadlines, created, updated, finished, wakeups).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id pgtype.UUID
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			inserted[uuid.UUID(id.Bytes)] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("insert %d sagas: %w", n, err)
+		}
+		return nil
+	})
+	return nil
 }
 
 func scanInstance(row pgx.Row) (Instance, error) {
@@ -211,10 +227,10 @@ func (s *store) loadMany(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.
 	return out, nil
 }
 
-// updateMany writes each next[i] if its stored version is still prev[i], in
-// one statement, and returns the ids it wrote; an id missing from the
-// result was moved by someone else first.
-func (s *store) updateMany(ctx context.Context, db DB, next []*Instance, prev []int64) (map[uuid.UUID]bool, error) {
+// queueUpdateMany adds to b the update of each next[i] if its stored
+// version is still prev[i], in one statement; done receives the ids it
+// wrote (an id missing was moved by someone else first).
+func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, done map[uuid.UUID]bool) error {
 	n := len(next)
 	ids := make([]uuid.UUID, n)
 	states, currents, flags := make([]string, n), make([]string, n), make([]string, n)
@@ -222,27 +238,29 @@ func (s *store) updateMany(ctx context.Context, db DB, next []*Instance, prev []
 	versions := make([]int64, n)
 	deadlines, wakeups, updated, finished := make([]*time.Time, n), make([]*time.Time, n), make([]time.Time, n), make([]*time.Time, n)
 	for i, in := range next {
-		b, err := json.Marshal(in.Steps)
+		js, err := json.Marshal(in.Steps)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ids[i], states[i], currents[i], flags[i] = in.ID, string(in.State), currentStepName(in), in.Flag
-		datas[i], stepss[i], versions[i] = in.Data, b, in.Version
+		datas[i], stepss[i], versions[i] = in.Data, js, in.Version
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
-	rows, err := db.Query(ctx, s.updateManySQL, pgUUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished)
-	if err != nil {
-		return nil, fmt.Errorf("update %d sagas: %w", n, err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("update %d sagas: %w", n, err)
-	}
-	out := make(map[uuid.UUID]bool, len(done))
-	for _, id := range done {
-		out[id] = true
-	}
-	return out, nil
+	b.Queue(s.updateManySQL, pgUUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id pgtype.UUID
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				done[uuid.UUID(id.Bytes)] = true
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("update %d sagas: %w", n, err)
+			}
+			return nil
+		})
+	return nil
 }
 
 func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (Instance, error) {
@@ -271,9 +289,10 @@ func (s *store) update(ctx context.Context, db DB, next *Instance, prevVersion i
 	return n == 1, nil
 }
 
-func (s *store) appendJournal(ctx context.Context, db DB, entries []JournalEntry) error {
+// queueJournal adds the insert of entries to b.
+func (s *store) queueJournal(b *pgx.Batch, entries []JournalEntry) {
 	if len(entries) == 0 {
-		return nil
+		return
 	}
 	n := len(entries)
 	ids, ats := make([]uuid.UUID, n), make([]time.Time, n)
@@ -287,10 +306,7 @@ func (s *store) appendJournal(ctx context.Context, db DB, entries []JournalEntry
 			msgs[i] = pgtype.UUID{Bytes: *e.MessageID, Valid: true}
 		}
 	}
-	if _, err := db.Exec(ctx, s.journalSQL, pgUUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored); err != nil {
-		return fmt.Errorf("append %d journal entries for saga %s: %w", n, entries[0].SagaID, err)
-	}
-	return nil
+	b.Queue(s.journalSQL, pgUUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored)
 }
 
 func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]JournalEntry, error) {
