@@ -87,7 +87,11 @@ SELECT (SELECT count(*) FROM (SELECT pg_notify($6, '') FROM busy WHERE NOT busy.
 WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
 ORDER BY id LIMIT $1`
 	o.markSentSQL = `UPDATE ` + t + ` SET sent_at = now(), attempts = attempts + 1 WHERE id = ANY($1) AND sent_at IS NULL`
-	o.deleteSentSQL = `DELETE FROM ` + t + ` WHERE id = ANY($1) AND sent_at IS NULL`
+	// By primary key alone: with "AND sent_at IS NULL" the planner ANDed
+	// the partial unsent index, reading every entry of it (dead ones of
+	// rows deleted before included) on each call. The relay deletes only
+	// rows it claimed unsent under its publishing lock.
+	o.deleteSentSQL = `DELETE FROM ` + t + ` WHERE id = ANY($1)`
 	o.markFailedSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, available_at = $3 WHERE id = $1 AND sent_at IS NULL`
 	o.markDeadSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, dead_at = now() WHERE id = $1 AND sent_at IS NULL`
 	o.statsSQL = `SELECT count(*) FILTER (WHERE dead_at IS NULL),
