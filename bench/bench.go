@@ -49,7 +49,7 @@ const (
 	ConcurrencyDefault  = 32
 	WarmupDefault       = 200
 	SagasDefault        = 2000
-	PollIntervalDefault = 5 * time.Millisecond
+	PollIntervalDefault = 10 * time.Millisecond
 	TimeoutDefault      = 5 * time.Minute
 	MaxConnsDefault     = 16
 	LanesDefault        = 4
