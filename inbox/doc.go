@@ -24,6 +24,11 @@
 //     ON CONFLICT DO NOTHING; ids that were already there are duplicates and
 //     are skipped (the Handler is not called). An id repeated inside one
 //     batch is handled once.
+//     With a BatchHandler, the same round trip sets a savepoint and the
+//     BatchHandler gets the new messages under it; on an error it is rolled
+//     back to and the messages go one by one through step 3. On success the
+//     savepoint is not released (the commit does that): a round trip costs
+//     more than the statements in it at moderate load.
 //  3. Each new message runs the Handler inside a savepoint. A nil error keeps
 //     its writes. A permanent error (Permanent, or an error wrapping
 //     message.ErrInvalid) or a panic rolls back to the savepoint, deletes
