@@ -13,25 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sagaflow/sagaflow/bench"
 	"github.com/sagaflow/sagaflow/testkit"
 )
 
 func databaseURL() string { return testkit.AdminURL() }
-
-func dropDatabase(t *testing.T, name string) {
-	conn, err := pgx.Connect(context.Background(), testkit.AdminURL())
-	if err != nil {
-		t.Errorf("drop database %s: %v", name, err)
-		return
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		t.Errorf("drop database %s: %v", name, err)
-	}
-}
 
 // A short closed-loop run of the generic saga end to end: every saga
 // completes, and the cost figures are measured (not zero).
@@ -43,7 +29,7 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 		DatabaseURL: databaseURL(), Database: db, Brokers: testkit.Brokers(t),
 		Saga: bench.SagaGeneric, Steps: 2, Warmup: 5, Sagas: 30, Concurrency: 8, MaxConns: 6,
 	})
-	t.Cleanup(func() { dropDatabase(t, db) })
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -131,7 +117,7 @@ func TestSplitRunsWorkersAsProcesses(t *testing.T) {
 	bin := testkit.BuildBinary(t, "..")
 	ctx := testkit.Context(t, 2*time.Minute)
 	db := "sagaflow_bench_split_test_" + testkit.RandomSuffix(6)
-	t.Cleanup(func() { dropDatabase(t, db) })
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
 	var stdout, stderr testkit.Output
 	cmd := exec.CommandContext(ctx, bin, "bench", "--split", "--json", "--database-url", databaseURL(), "--database", db,
 		"--steps", "2", "--warmup", "10", "--sagas", "100", "--concurrency", "16", "--max-conns", "6")

@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 
 	"github.com/sagaflow/sagaflow/testkit"
@@ -30,7 +28,7 @@ func TestSplitFailsWhenAWorkerExits(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, time.Minute)
 	db := "sagaflow_bench_split_fail_" + testkit.RandomSuffix(6)
-	t.Cleanup(func() { dropDatabaseInternal(t, db) })
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
 	var stderr testkit.Output
 	start := time.Now()
 	_, err := Run(ctx, Config{
@@ -100,19 +98,5 @@ func TestLoggerLevel(t *testing.T) {
 	}
 	if lv := loggerLevel(slog.New(slog.DiscardHandler)); lv <= slog.LevelError {
 		t.Fatalf("level of a discarding logger: %v, want above error", lv)
-	}
-}
-
-func dropDatabaseInternal(t *testing.T, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testkit.AdminURL())
-	if err != nil {
-		t.Errorf("drop database %s: %v", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		t.Errorf("drop database %s: %v", name, err)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sagaflow/sagaflow/chaos"
 	"github.com/sagaflow/sagaflow/cli"
 	"github.com/sagaflow/sagaflow/testkit"
@@ -33,7 +31,7 @@ func TestHarnessTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	db := fmt.Sprintf("sagaflow_chaos_test_%d", os.Getpid())
-	t.Cleanup(func() { dropDatabase(t, db) })
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: 7, Sagas: 40, Duration: 12 * time.Second, FaultEvery: 400 * time.Millisecond,
 		DatabaseURL: testkit.AdminURL(), Database: db,
@@ -53,20 +51,6 @@ func TestHarnessTiny(t *testing.T) {
 	}
 	if res.Duplicates == 0 && res.Stops == 0 && res.Cuts == 0 {
 		t.Errorf("no fault was injected: %s", res.Line())
-	}
-}
-
-func dropDatabase(t *testing.T, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testkit.AdminURL())
-	if err != nil {
-		t.Errorf("drop database %s: %v", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		t.Errorf("drop database %s: %v", name, err)
 	}
 }
 

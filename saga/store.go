@@ -156,20 +156,25 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
 	}
 	b.Queue(s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
-		versions, flags, deadlines, created, updated, finished, wakeups).Query(func(rows pgx.Rows) error {
+		versions, flags, deadlines, created, updated, finished, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
+	return nil
+}
+
+// collectIDs reads rows of one uuid column into into.
+func collectIDs(into map[uuid.UUID]bool, what string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id pgtype.UUID
 			if err := rows.Scan(&id); err != nil {
-				return err
+				return fmt.Errorf("%s: %w", what, err)
 			}
-			inserted[uuid.UUID(id.Bytes)] = true
+			into[uuid.UUID(id.Bytes)] = true
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("insert %d sagas: %w", n, err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		return nil
-	})
-	return nil
+	}
 }
 
 func scanInstance(row pgx.Row) (Instance, error) {
@@ -247,19 +252,7 @@ func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, do
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
 	b.Queue(s.updateManySQL, pgUUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished).
-		Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id pgtype.UUID
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				done[uuid.UUID(id.Bytes)] = true
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("update %d sagas: %w", n, err)
-			}
-			return nil
-		})
+		Query(collectIDs(done, fmt.Sprintf("update %d sagas", n)))
 	return nil
 }
 

@@ -55,19 +55,7 @@ func Database(t testing.TB) string {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("testkit: create database %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, AdminURL())
-		if err != nil {
-			t.Errorf("testkit: drop database %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("testkit: drop database %s: %v", name, err)
-		}
-	})
+	t.Cleanup(func() { DropDatabase(t, name) })
 	cfg, err := pgx.ParseConfig(AdminURL())
 	if err != nil {
 		t.Fatalf("testkit: parse %s: %v", AdminURL(), err)
@@ -77,6 +65,23 @@ func Database(t testing.TB) string {
 		user = "postgres"
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", user, cfg.Host, cfg.Port, name)
+}
+
+// DropDatabase drops database name on the server of AdminURL, closing its
+// connections; a failure is reported as a test error.
+func DropDatabase(t testing.TB, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Errorf("testkit: drop database %s: %v", name, err)
+		return
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Errorf("testkit: drop database %s: %v", name, err)
+	}
 }
 
 // Pool returns a pool on a fresh database for t, closed when the test ends.
