@@ -24,6 +24,7 @@ func benchCmd(v *viper.Viper) *cobra.Command {
 		cpuProfile, sweep     string
 		plotPath, resultsPath string
 		replot                string
+		repeat                int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -62,8 +63,20 @@ saga is then the sum over the three processes (listed in the result).`,
 				}
 				return writePlot(cmd, all, plotPath)
 			}
+			if repeat < 1 {
+				return fmt.Errorf("--repeat is %d, want >= 1", repeat)
+			}
 			if sweep != "" {
+				if repeat > 1 {
+					return fmt.Errorf("--repeat and --sweep cannot be combined")
+				}
 				return runSweep(cmd, cfg, sweep, plotPath, resultsPath, asJSON)
+			}
+			if repeat > 1 {
+				if cpuProfile != "" {
+					return fmt.Errorf("--repeat and --cpuprofile cannot be combined (profile one run)")
+				}
+				return runRepeat(cmd, cfg, repeat, asJSON)
 			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
@@ -110,6 +123,7 @@ saga is then the sum over the three processes (listed in the result).`,
 	f.StringVar(&sweep, "sweep", "", "comma-separated concurrencies to run one after another, e.g. 8,16,32,64,128")
 	f.StringVar(&plotPath, "plot", "docs/perf/scaling.png", "with --sweep: PNG plot of throughput and p99 latency against concurrency")
 	f.StringVar(&replot, "replot", "", "redraw --plot from a --results JSON file of an earlier sweep, without running")
+	f.IntVar(&repeat, "repeat", 1, "run the measurement this many times (a fresh database each) and report each run and the medians")
 	f.StringVar(&resultsPath, "results", "", "with --sweep: also write the results as JSON to this file")
 	cmd.AddCommand(benchWorkerCmd())
 	return cmd
@@ -133,6 +147,46 @@ func benchWorkerCmd() *cobra.Command {
 	}
 	w.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// runRepeat runs cfg n times and reports every run and the medians.
+func runRepeat(cmd *cobra.Command, cfg bench.Config, n int, asJSON bool) error {
+	var runs []bench.Result
+	for i := range n {
+		res, err := bench.Run(cmd.Context(), cfg)
+		if err != nil {
+			return fmt.Errorf("run %d of %d: %w", i+1, n, err)
+		}
+		if !asJSON {
+			fmt.Fprintf(cmd.OutOrStdout(), "run %d of %d: ", i+1, n)
+			printBench(cmd.OutOrStdout(), res)
+		}
+		runs = append(runs, res)
+	}
+	med, err := bench.Median(runs)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Runs   []bench.Result `json:"runs"`
+			Median bench.Result   `json:"median"`
+		}{runs, med}); err != nil {
+			return err
+		}
+	} else {
+		var tp, p99 []string
+		for _, r := range runs {
+			tp = append(tp, fmt.Sprintf("%.0f", r.SagasPerSecond))
+			p99 = append(p99, fmt.Sprintf("%.0f", r.LatencyP99Ms))
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "median of %d runs (sagas/s %s; p99 ms %s): ", n, strings.Join(tp, ", "), strings.Join(p99, ", "))
+		printBench(cmd.OutOrStdout(), med)
+	}
+	if !med.AllComplete {
+		return exitError{code: 2}
+	}
+	return nil
 }
 
 func runSweep(cmd *cobra.Command, cfg bench.Config, sweep, plotPath, resultsPath string, asJSON bool) error {

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"errors"
+	"slices"
+)
+
+// Median is one result whose figures are the medians, field by field, of
+// runs of the same workload (each figure its own median, so they need not
+// come from one run); counts are summed and AllComplete holds only if it
+// held for every run. Processes are left out: their CPU differs per run.
+func Median(runs []Result) (Result, error) {
+	if len(runs) == 0 {
+		return Result{}, errors.New("bench: median of no runs")
+	}
+	m := runs[0]
+	m.Processes = nil
+	med := func(f func(Result) float64) float64 {
+		xs := make([]float64, len(runs))
+		for i, r := range runs {
+			xs[i] = f(r)
+		}
+		slices.Sort(xs)
+		n := len(xs)
+		if n%2 == 1 {
+			return xs[n/2]
+		}
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	m.ElapsedSeconds = med(func(r Result) float64 { return r.ElapsedSeconds })
+	m.SagasPerSecond = med(func(r Result) float64 { return r.SagasPerSecond })
+	m.StepsPerSecond = med(func(r Result) float64 { return r.StepsPerSecond })
+	m.LatencyP50Ms = med(func(r Result) float64 { return r.LatencyP50Ms })
+	m.LatencyP95Ms = med(func(r Result) float64 { return r.LatencyP95Ms })
+	m.LatencyP99Ms = med(func(r Result) float64 { return r.LatencyP99Ms })
+	m.LatencyMaxMs = med(func(r Result) float64 { return r.LatencyMaxMs })
+	m.XactPerSaga = med(func(r Result) float64 { return r.XactPerSaga })
+	m.WALBytesPerSaga = med(func(r Result) float64 { return r.WALBytesPerSaga })
+	m.CPUSecPerSaga = med(func(r Result) float64 { return r.CPUSecPerSaga })
+	m.CPUSeconds = med(func(r Result) float64 { return r.CPUSeconds })
+	m.Sagas, m.Completed, m.NotComplete, m.AllComplete = 0, 0, 0, true
+	for _, r := range runs {
+		m.Sagas += r.Sagas
+		m.Completed += r.Completed
+		m.NotComplete += r.NotComplete
+		m.AllComplete = m.AllComplete && r.AllComplete
+	}
+	return m, nil
+}

@@ -1,0 +1,31 @@
+package bench
+
+import "testing"
+
+func TestMedianTakesEachFigureAlone(t *testing.T) {
+	runs := []Result{
+		{SagasPerSecond: 900, LatencyP99Ms: 300, CPUSecPerSaga: 0.002, Sagas: 10, Completed: 10, AllComplete: true, Processes: []ProcessCPU{{Role: "bench"}}},
+		{SagasPerSecond: 1200, LatencyP99Ms: 100, CPUSecPerSaga: 0.001, Sagas: 10, Completed: 9, NotComplete: 1, AllComplete: false},
+		{SagasPerSecond: 1000, LatencyP99Ms: 200, CPUSecPerSaga: 0.003, Sagas: 10, Completed: 10, AllComplete: true},
+	}
+	m, err := Median(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.SagasPerSecond != 1000 || m.LatencyP99Ms != 200 || m.CPUSecPerSaga != 0.002 {
+		t.Fatalf("medians %v/s p99 %v cpu %v, want 1000, 200, 0.002", m.SagasPerSecond, m.LatencyP99Ms, m.CPUSecPerSaga)
+	}
+	if m.Sagas != 30 || m.Completed != 29 || m.NotComplete != 1 || m.AllComplete {
+		t.Fatalf("counts %d/%d/%d all=%v, want 30/29/1 false", m.Sagas, m.Completed, m.NotComplete, m.AllComplete)
+	}
+	if m.Processes != nil {
+		t.Fatalf("processes kept: %v", m.Processes)
+	}
+	even, err := Median(runs[:2])
+	if err != nil || even.SagasPerSecond != 1050 {
+		t.Fatalf("median of two runs: %v (%v), want 1050", even.SagasPerSecond, err)
+	}
+	if _, err := Median(nil); err == nil {
+		t.Fatal("median of no runs: no error")
+	}
+}
