@@ -18,6 +18,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Message is one record to publish.
@@ -201,26 +202,42 @@ func (o *Outbox) Unlisten(ctx context.Context, conn DB) error {
 // ClaimDue returns up to limit due, unsent rows in id order. The caller is
 // expected to hold the relay's publishing lock (see relay).
 func (o *Outbox) ClaimDue(ctx context.Context, db DB, limit int) ([]Row, error) {
-	rows, err := db.Query(ctx, o.claimSQL, limit)
-	if err != nil {
-		return nil, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
+	return o.ClaimDueAfter(ctx, db, nil, false, limit)
+}
+
+// ClaimDueAfter first records that done were published (deleting them, or
+// with keepSent marking them sent) and then claims like ClaimDue, in one
+// round trip: the relay records a batch with the claim of the next one.
+func (o *Outbox) ClaimDueAfter(ctx context.Context, db DB, done []int64, keepSent bool, limit int) ([]Row, error) {
+	b := &pgx.Batch{}
+	if len(done) > 0 {
+		sql := o.deleteSentSQL
+		if keepSent {
+			sql = o.markSentSQL
+		}
+		b.Queue(sql, done)
 	}
-	defer rows.Close()
 	var out []Row
-	for rows.Next() {
-		var r Row
-		var h []byte
-		if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.Value, &h, &r.Attempts, &r.CreatedAt); err != nil {
-			return nil, fmt.Errorf("outbox %s: scan row: %w", o.schema, err)
-		}
-		if len(h) > 0 {
-			if err := json.Unmarshal(h, &r.Headers); err != nil {
-				return nil, fmt.Errorf("outbox %s: row %d headers: %w", o.schema, r.ID, err)
+	b.Queue(o.claimSQL, limit).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r Row
+			var h []byte
+			if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.Value, &h, &r.Attempts, &r.CreatedAt); err != nil {
+				return fmt.Errorf("scan row: %w", err)
 			}
+			if len(h) > 0 {
+				if err := json.Unmarshal(h, &r.Headers); err != nil {
+					return fmt.Errorf("row %d headers: %w", r.ID, err)
+				}
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		if len(done) > 0 {
+			return nil, fmt.Errorf("outbox %s: record %d published rows and claim due rows: %w", o.schema, len(done), err)
+		}
 		return nil, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
 	}
 	return out, nil

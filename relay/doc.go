@@ -16,7 +16,10 @@
 // in id order (outbox.ClaimDue, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
 // the row; hash balancer, acks=all, 1ms batch timeout), delete the
-// acknowledged rows (mark them sent with KeepSent). Deleting is the default
+// acknowledged rows (mark them sent with KeepSent). The delete is sent in
+// the same round trip as the next claim (the claim that finds nothing before
+// the relay waits records the last batch, and so does shutdown), so a cycle
+// costs one round trip to Postgres instead of two. Deleting is the default
 // because it is the cheaper write: marking rewrites the whole row, payload
 // included, and adds an index entry, where a delete only stamps the old
 // version; in the benchmark it took a sixth of the outbox's WAL. After a non-empty batch it loops at once. After an empty one it

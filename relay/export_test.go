@@ -13,9 +13,10 @@ func SetAfterPublish(r *Relay, f func() error) { r.afterPublish = f }
 
 // Cycler runs single claim-publish-mark cycles outside Run (benchmarks).
 type Cycler struct {
-	r  *Relay
-	tr *kafka.Transport
-	w  *kafka.Writer
+	r         *Relay
+	tr        *kafka.Transport
+	w         *kafka.Writer
+	published []int64
 }
 
 func NewCycler(r *Relay) *Cycler {
@@ -23,8 +24,20 @@ func NewCycler(r *Relay) *Cycler {
 	return &Cycler{r: r, tr: tr, w: r.newWriter(tr)}
 }
 
+// Cycle runs one claim-publish cycle and records what it published, as the
+// next cycle of a running relay would.
 func (c *Cycler) Cycle(ctx context.Context, conn *pgx.Conn) (int, error) {
-	return c.r.cycle(ctx, conn, c.w)
+	n, err := c.r.cycle(ctx, conn, c.w, &c.published)
+	if err != nil {
+		return n, err
+	}
+	if len(c.published) > 0 {
+		if err := c.r.record(ctx, conn, c.published); err != nil {
+			return n, err
+		}
+		c.published = c.published[:0]
+	}
+	return n, nil
 }
 
 func (c *Cycler) Close() {

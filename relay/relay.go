@@ -309,8 +309,23 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 	// notify. Otherwise they do not, and the relay polls every BusyPoll.
 	listening := false
 	var pause time.Duration
+	// published: rows Kafka acknowledged that are not deleted (or marked)
+	// yet; the next claim records them in the same round trip. The empty
+	// claim before the relay waits records the last ones, and so does the
+	// way out.
+	var published []int64
+	defer func() {
+		if len(published) == 0 || conn.IsClosed() {
+			return
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+		defer cancel()
+		if err := r.record(fctx, conn, published); err != nil {
+			r.log.Warn("relay: published rows not marked on the way out (they will be published again)", "rows", len(published), "error", err)
+		}
+	}()
 	for ctx.Err() == nil {
-		n, err := r.cycle(ctx, conn, w)
+		n, err := r.cycle(ctx, conn, w, &published)
 		var outage *outageError
 		switch {
 		case errors.As(err, &outage):
@@ -403,18 +418,31 @@ type outageError struct {
 func (e *outageError) Error() string { return e.err.Error() }
 func (e *outageError) Unwrap() error { return e.err }
 
-// cycle claims due rows, publishes them and marks the result. It returns the
-// number of rows claimed.
-func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) (int, error) {
+// record deletes (or, with KeepSent, marks sent) published rows.
+func (r *Relay) record(ctx context.Context, conn *pgx.Conn, ids []int64) error {
+	if r.cfg.KeepSent {
+		return r.ob.MarkSent(ctx, conn, ids)
+	}
+	return r.ob.DeleteSent(ctx, conn, ids)
+}
+
+// cycle records the rows published by the previous cycle (*published),
+// claims due rows (one round trip for both), publishes them and leaves the
+// acknowledged ones in *published; failed rows are marked at once. It
+// returns the number of rows claimed.
+func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, published *[]int64) (int, error) {
 	schema := r.ob.Schema()
 	// The claim runs on the lock connection: if that session (and so the
 	// lock) is gone, the claim fails and nothing is published.
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-	rows, err := r.ob.ClaimDue(cctx, conn, r.cfg.BatchSize)
+	rows, err := r.ob.ClaimDueAfter(cctx, conn, *published, r.cfg.KeepSent, r.cfg.BatchSize)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("relay %s: %w", schema, err)
+		// Whether the previous rows were recorded is unknown: they stay in
+		// *published, and recording them again changes nothing.
+		return 0, fmt.Errorf("relay %s: %d rows published but maybe not marked (they may be published again): %w", schema, len(*published), err)
 	}
+	*published = (*published)[:0]
 	if len(rows) == 0 {
 		return 0, nil
 	}
@@ -429,13 +457,7 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) (int
 	}
 	mctx, cancel := context.WithTimeout(wctx, r.cfg.WriteTimeout)
 	defer cancel()
-	done := r.ob.DeleteSent
-	if r.cfg.KeepSent {
-		done = r.ob.MarkSent
-	}
-	if err := done(mctx, conn, res.sent); err != nil {
-		return 0, fmt.Errorf("relay %s: %d rows published but not marked sent (they will be published again): %w", schema, len(res.sent), err)
-	}
+	*published = append(*published, res.sent...)
 	for _, f := range res.failed {
 		if err := r.markFailed(mctx, conn, f.row, f.err); err != nil {
 			return 0, err
