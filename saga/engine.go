@@ -590,8 +590,14 @@ func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
 		}
 		n = len(ids)
 		for _, id := range ids {
-			if _, _, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} }); err != nil {
+			in, _, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} })
+			if err != nil {
 				return fmt.Errorf("timer for saga %s: %w", id, err)
+			}
+			// The timer may have fired early (writes only move timers
+			// earlier): set it to the saga's real next wake-up.
+			if err := e.st.resyncTimer(ctx, tx, id, in.NextWakeup()); err != nil {
+				return err
 			}
 		}
 		return nil

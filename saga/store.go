@@ -27,6 +27,7 @@ type store struct {
 
 	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL                                       string
+	setTimerSQL, deleteTimerSQL                                                     string
 }
 
 const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at`
@@ -37,15 +38,21 @@ func newStore(schema string) *store {
 		journal: pgx.Identifier{schema, "journal"}.Sanitize(),
 		timers:  pgx.Identifier{schema, "timers"}.Sanitize(),
 	}
-	// Every write of a saga row also writes its timer row (a wake-up time
-	// is set) or deletes it (none), in the same statement. The saga row
-	// keeps next_wakeup_at unindexed, so a step-to-step update is HOT.
+	// Every write of a saga row also writes its timer row, in the same
+	// statement: inserted when the saga gets a wake-up time, moved only
+	// EARLIER, deleted when it has none. A timer row is never later than
+	// the saga's wake-up, so nothing fires late; it may be earlier (each
+	// step sets a later timeout, and a step update that does not touch the
+	// timer row writes one index entry fewer per table), and a timer that
+	// fires early finds nothing due and is moved to the real wake-up
+	// (resyncTimer). The saga row keeps next_wakeup_at unindexed, so a
+	// step-to-step update is HOT.
 	insertTimers := `tim AS (INSERT INTO ` + s.timers + ` (saga_id, due_at)
   SELECT id, next_wakeup_at FROM ins WHERE next_wakeup_at IS NOT NULL)`
 	syncTimers := `del AS (DELETE FROM ` + s.timers + ` AS t USING upd WHERE t.saga_id = upd.id AND upd.next_wakeup_at IS NULL),
 tim AS (INSERT INTO ` + s.timers + ` AS t (saga_id, due_at)
   SELECT id, next_wakeup_at FROM upd WHERE next_wakeup_at IS NOT NULL
-  ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE t.due_at IS DISTINCT FROM EXCLUDED.due_at)`
+  ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE EXCLUDED.due_at < t.due_at)`
 	s.insertSQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (type, idempotency_key) DO NOTHING
@@ -84,6 +91,9 @@ SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::
 	// saga row before its timer row, so the two paths cannot deadlock.
 	s.dueSQL = `SELECT s.id FROM ` + s.timers + ` AS t JOIN ` + s.sagas + ` AS s ON s.id = t.saga_id
 WHERE t.due_at <= $1 ORDER BY t.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`
+	s.setTimerSQL = `INSERT INTO ` + s.timers + ` AS t (saga_id, due_at) VALUES ($1, $2)
+ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at`
+	s.deleteTimerSQL = `DELETE FROM ` + s.timers + ` WHERE saga_id = $1`
 	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
 FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
 	return s
@@ -157,6 +167,22 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 	}
 	b.Queue(s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
 		versions, flags, deadlines, created, updated, finished, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
+	return nil
+}
+
+// resyncTimer sets the timer row of saga id to wake exactly (none: no row).
+// The timer path calls it after firing, since other writes only move a
+// timer earlier.
+func (s *store) resyncTimer(ctx context.Context, db DB, id uuid.UUID, wake *time.Time) error {
+	var err error
+	if wake == nil {
+		_, err = db.Exec(ctx, s.deleteTimerSQL, id)
+	} else {
+		_, err = db.Exec(ctx, s.setTimerSQL, id, *wake)
+	}
+	if err != nil {
+		return fmt.Errorf("resync timer of saga %s: %w", id, err)
+	}
 	return nil
 }
 

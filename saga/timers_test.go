@@ -28,10 +28,10 @@ func timerOf(t *testing.T, env *engineEnv, id uuid.UUID) *time.Time {
 	return &due
 }
 
-// The timers table follows every write of a saga: a row at the active
-// step's wake-up time from the start, moved at each step, gone when the
-// saga ends.
-func TestTimersFollowTheSagaWakeUp(t *testing.T) {
+// The timers table never lets a saga wake late: while it runs there is a
+// timer row no later than its wake-up (writes only move it earlier), and
+// the row is gone when the saga ends.
+func TestTimersNeverLaterThanTheWakeUp(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
 	ctx := context.Background()
@@ -39,23 +39,16 @@ func TestTimersFollowTheSagaWakeUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outputs := map[string]any{
-		orderapi.StepReserveInventory: orderapi.ReserveInventoryResult{ReservationID: "r1"},
-		orderapi.StepLockCoupon:       orderapi.LockCouponResult{},
-		orderapi.StepChargePayment:    orderapi.ChargePaymentResult{PaymentID: "p1"},
-		orderapi.StepCreateShipment:   orderapi.CreateShipmentResult{ShipmentID: "s1"},
-		orderapi.StepAwardPoints:      orderapi.AwardPointsResult{Balance: 10},
-	}
 	for range 5 {
 		cur, _ := get(t, env, in.ID)
 		want := cur.NextWakeup()
 		got := timerOf(t, env, in.ID)
-		if want == nil || got == nil || !got.Equal(want.Truncate(time.Microsecond)) {
-			t.Fatalf("at step %s: timer row %v, want %v", cur.CurrentStep(), got, want)
+		if want == nil || got == nil || got.After(want.Truncate(time.Microsecond)) {
+			t.Fatalf("at step %s: timer row %v, saga wakes at %v", cur.CurrentStep(), got, want)
 		}
 		c := lastCommand(t, env)
 		env.clock.advance(time.Second)
-		mustReply(t, env, c, message.Success, outputs[c.Step])
+		mustReply(t, env, c, message.Success, stepOutputs[c.Step])
 	}
 	if got, _ := get(t, env, in.ID); got.State != saga.Completed {
 		t.Fatalf("state %s, want completed", got.State)
@@ -63,6 +56,52 @@ func TestTimersFollowTheSagaWakeUp(t *testing.T) {
 	if due := timerOf(t, env, in.ID); due != nil {
 		t.Fatalf("a completed saga keeps a timer at %v", due)
 	}
+}
+
+// A timer that fires early (its row kept the first step's timeout while the
+// saga moved on) changes nothing in the saga and is moved to the saga's
+// real wake-up, so it is not claimed again and again.
+func TestEarlyTimerIsMovedToTheWakeUp(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	in, _, err := env.eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "t2", AggregateID: "o2", Data: order("o2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := timerOf(t, env, in.ID)
+	env.clock.advance(time.Second)
+	c := lastCommand(t, env)
+	mustReply(t, env, c, message.Success, stepOutputs[c.Step])
+	moved, _ := get(t, env, in.ID)
+	wake := moved.NextWakeup()
+	if first == nil || wake == nil || !wake.After(*first) {
+		t.Fatalf("timer %v, wake-up after the first step %v: want a later wake-up", first, wake)
+	}
+	// Between the stale timer and the real wake-up.
+	env.clock.advance(first.Sub(env.clock.now()) + time.Millisecond)
+	n, err := env.eng.FireDue(ctx, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("FireDue: %d fired, %v; want the early timer", n, err)
+	}
+	after, _ := get(t, env, in.ID)
+	if after.Version != moved.Version {
+		t.Fatalf("an early timer moved the saga: version %d -> %d", moved.Version, after.Version)
+	}
+	if got := timerOf(t, env, in.ID); got == nil || !got.Equal(wake.Truncate(time.Microsecond)) {
+		t.Fatalf("timer after the early fire %v, want the wake-up %v", got, wake)
+	}
+	if n, err := env.eng.FireDue(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("FireDue again: %d fired, %v; want none", n, err)
+	}
+}
+
+var stepOutputs = map[string]any{
+	orderapi.StepReserveInventory: orderapi.ReserveInventoryResult{ReservationID: "r1"},
+	orderapi.StepLockCoupon:       orderapi.LockCouponResult{},
+	orderapi.StepChargePayment:    orderapi.ChargePaymentResult{PaymentID: "p1"},
+	orderapi.StepCreateShipment:   orderapi.CreateShipmentResult{ShipmentID: "s1"},
+	orderapi.StepAwardPoints:      orderapi.AwardPointsResult{Balance: 10},
 }
 
 // A step-to-step transition changes current_step, next_wakeup_at, data,
