@@ -92,7 +92,10 @@
 // A saga's next wake-up time (the active step's timeout or backoff, or the
 // pre-pivot deadline) is kept in the timers table, one row per saga that
 // has one, written in the same statement as the saga row (and, for
-// information, in the saga row's unindexed next_wakeup_at).
+// information, in the saga row's unindexed next_wakeup_at). Writes move a
+// timer row only earlier, so it is never later than the saga's wake-up and
+// a step's later timeout costs no write; a timer that fires early finds
+// nothing due and the timer path sets it to the real wake-up.
 // [Engine.RunTimers] reads due timers in due order and locks their saga
 // rows with FOR UPDATE SKIP LOCKED, so replicas share the work, and feeds
 // each a timer event through the same door. Every writer locks the saga row
