@@ -337,8 +337,15 @@ func TestWindowPivotTimedOutButExecuted(t *testing.T) {
 	e.startAll(ctx)
 	topic := e.prefix + orderapi.Payment + ".commands"
 	testkit.Eventually(t, settle, "pivot re-sent at least once for every saga that reached it", func() (bool, error) {
-		at := e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE current_step = $1 AND state = 'running'`, orderapi.StepChargePayment)
-		open := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'running' AND current_step IN ('reserve-inventory', 'lock-coupon')`)
+		// One statement, one snapshot: read apart, a saga could move to
+		// the pivot between the two counts and be missed by both.
+		var at, open int
+		if err := e.check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE current_step = $1),
+  count(*) FILTER (WHERE current_step IN ('reserve-inventory', 'lock-coupon'))
+FROM `+e.schemas.Orchestrator+`.sagas WHERE state = 'running'`, orderapi.StepChargePayment).Scan(&at, &open); err != nil {
+			return false, err
+		}
+		// Read after the counts: sends only grow.
 		sent := countAction(e.commandsIn(topic), orderapi.StepChargePayment, message.Forward)
 		return at > 0 && open == 0 && sent >= 2*at, nil
 	})
