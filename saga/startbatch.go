@@ -117,7 +117,20 @@ func (b *startBatcher) run(batch []*pendingStart) {
 	e := b.e
 	ctx, cancel := context.WithTimeout(context.Background(), startBatchTimeout)
 	defer cancel()
-	if created, ok := e.startPipelined(ctx, batch); ok {
+	created, ok := e.startPipelined(ctx, batch)
+	if !ok && len(batch) > 1 {
+		resetStarts(batch)
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			var err error
+			created, err = e.startMany(ctx, tx, batch)
+			return err
+		})
+		if ok = err == nil; !ok {
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "saga start batch failed; starting each alone",
+				slog.Int("starts", len(batch)), slog.Any("error", err))
+		}
+	}
+	if ok {
 		for _, s := range created {
 			e.startedLog(ctx, s)
 		}
@@ -126,30 +139,8 @@ func (b *startBatcher) run(batch []*pendingStart) {
 		}
 		return
 	}
+	resetStarts(batch)
 	for _, p := range batch {
-		p.in, p.created, p.err = Instance{}, false, nil
-	}
-	if len(batch) > 1 {
-		var created []started
-		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			var err error
-			created, err = e.startMany(ctx, tx, batch)
-			return err
-		})
-		if err == nil {
-			for _, s := range created {
-				e.startedLog(ctx, s)
-			}
-			for _, p := range batch {
-				close(p.done)
-			}
-			return
-		}
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "saga start batch failed; starting each alone",
-			slog.Int("starts", len(batch)), slog.Any("error", err))
-	}
-	for _, p := range batch {
-		p.in, p.created, p.err = Instance{}, false, nil
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			var err error
 			p.in, p.created, err = e.startPrepared(ctx, tx, p.req, p.def, p.data)
@@ -168,14 +159,9 @@ func (b *startBatcher) run(batch []*pendingStart) {
 // key that exists, any error) it rolls back and reports false, and the
 // batch takes the path that handles those cases.
 func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]started, bool) {
-	ss := make([]started, 0, len(batch))
-	ps := make([]*pendingStart, 0, len(batch))
-	for _, p := range batch {
-		s, err := e.startDecision(p.req, p.def, p.data)
-		if err != nil {
-			return nil, false
-		}
-		ss, ps = append(ss, s), append(ps, p)
+	ss, ps := e.decideStarts(batch)
+	if len(ps) != len(batch) {
+		return nil, false // a request the general path reports alone
 	}
 	ins := make([]*Instance, len(ss))
 	ds := make([]Decision, len(ss))
@@ -217,16 +203,7 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 // and the first commands of those it created. It sets each request's
 // result and returns the created sagas.
 func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart) ([]started, error) {
-	ds := make([]started, 0, len(batch))
-	ps := make([]*pendingStart, 0, len(batch))
-	for _, p := range batch {
-		s, err := e.startDecision(p.req, p.def, p.data)
-		if err != nil {
-			p.err = err
-			continue
-		}
-		ds, ps = append(ds, s), append(ps, p)
-	}
+	ds, ps := e.decideStarts(batch)
 	if len(ds) == 0 {
 		return nil, nil
 	}
@@ -257,6 +234,29 @@ func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart
 		return nil, err
 	}
 	return created, nil
+}
+
+// resetStarts clears the results of a batch before another attempt.
+func resetStarts(batch []*pendingStart) {
+	for _, p := range batch {
+		p.in, p.created, p.err = Instance{}, false, nil
+	}
+}
+
+// decideStarts makes the first decision of every start of batch; a start
+// whose decision fails gets its error and is left out of the result.
+func (e *Engine) decideStarts(batch []*pendingStart) ([]started, []*pendingStart) {
+	ss := make([]started, 0, len(batch))
+	ps := make([]*pendingStart, 0, len(batch))
+	for _, p := range batch {
+		s, err := e.startDecision(p.req, p.def, p.data)
+		if err != nil {
+			p.err = err
+			continue
+		}
+		ss, ps = append(ss, s), append(ps, p)
+	}
+	return ss, ps
 }
 
 // started is a new saga: its instance before and its first decision.

@@ -25,9 +25,9 @@ type DB interface {
 type store struct {
 	sagas, journal, timers string
 
-	insertSQL, loadSQL, loadByKeySQL, updateSQL, journalSQL, dueSQL, readJournalSQL string
-	loadManySQL, updateManySQL, insertManySQL                                       string
-	setTimerSQL, deleteTimerSQL                                                     string
+	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
+	loadManySQL, updateManySQL, insertManySQL                 string
+	setTimerSQL, deleteTimerSQL                               string
 }
 
 const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at`
@@ -53,12 +53,6 @@ func newStore(schema string) *store {
 tim AS (INSERT INTO ` + s.timers + ` AS t (saga_id, due_at)
   SELECT id, next_wakeup_at FROM upd WHERE next_wakeup_at IS NOT NULL
   ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE EXCLUDED.due_at < t.due_at)`
-	s.insertSQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-ON CONFLICT (type, idempotency_key) DO NOTHING
-RETURNING id, next_wakeup_at),
-` + insertTimers + `
-SELECT count(*) FROM ins`
 	s.insertManySQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
   $10::bigint[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[])
@@ -79,12 +73,6 @@ RETURNING s.id, s.next_wakeup_at),
 ` + syncTimers + `
 SELECT id FROM upd`
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
-	s.updateSQL = `WITH upd AS (UPDATE ` + s.sagas + ` SET state = $3, current_step = $4, data = $5, steps = $6, version = $7,
-  flag = $8, deadline_at = $9, next_wakeup_at = $10, updated_at = $11, finished_at = $12
-WHERE id = $1 AND version = $2
-RETURNING id, next_wakeup_at),
-` + syncTimers + `
-SELECT count(*) FROM upd`
 	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored)
 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[])`
 	// The saga rows are locked, not the timer rows: every writer locks a
@@ -119,17 +107,11 @@ func currentStepName(in *Instance) string {
 
 // insert stores a new instance; false when (type, idempotency key) exists.
 func (s *store) insert(ctx context.Context, db DB, in *Instance) (bool, error) {
-	steps, err := json.Marshal(in.Steps)
+	inserted, err := s.insertMany(ctx, db, []*Instance{in})
 	if err != nil {
-		return false, err
-	}
-	var n int64
-	if err := db.QueryRow(ctx, s.insertSQL, in.ID, in.Type, in.DefVersion, in.AggregateID, in.IdempotencyKey,
-		string(in.State), currentStepName(in), in.Data, steps, in.Version, in.Flag, in.DeadlineAt,
-		in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()).Scan(&n); err != nil {
 		return false, fmt.Errorf("insert saga %s: %w", in.ID, err)
 	}
-	return n == 1, nil
+	return inserted[in.ID], nil
 }
 
 // insertMany stores new instances in one statement and returns the ids it
@@ -296,16 +278,15 @@ func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (Ins
 // update writes next if the stored version is still prevVersion; false
 // when someone else moved the saga first.
 func (s *store) update(ctx context.Context, db DB, next *Instance, prevVersion int64) (bool, error) {
-	steps, err := json.Marshal(next.Steps)
-	if err != nil {
+	b := &pgx.Batch{}
+	done := make(map[uuid.UUID]bool, 1)
+	if err := s.queueUpdateMany(b, []*Instance{next}, []int64{prevVersion}, done); err != nil {
 		return false, err
 	}
-	var n int64
-	if err := db.QueryRow(ctx, s.updateSQL, next.ID, prevVersion, string(next.State), currentStepName(next), next.Data, steps,
-		next.Version, next.Flag, next.DeadlineAt, next.NextWakeup(), next.UpdatedAt, next.FinishedAt).Scan(&n); err != nil {
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return false, fmt.Errorf("update saga %s at version %d: %w", next.ID, prevVersion, err)
 	}
-	return n == 1, nil
+	return done[next.ID], nil
 }
 
 // queueJournal adds the insert of entries to b.
