@@ -199,15 +199,11 @@ func (o *Outbox) Unlisten(ctx context.Context, conn DB) error {
 	return nil
 }
 
-// ClaimDue returns up to limit due, unsent rows in id order. The caller is
-// expected to hold the relay's publishing lock (see relay).
-func (o *Outbox) ClaimDue(ctx context.Context, db DB, limit int) ([]Row, error) {
-	return o.ClaimDueAfter(ctx, db, nil, false, limit)
-}
-
 // ClaimDueAfter first records that done were published (deleting them, or
-// with keepSent marking them sent) and then claims like ClaimDue, in one
-// round trip: the relay records a batch with the claim of the next one.
+// with keepSent marking them sent; none: nothing) and then returns up to
+// limit due, unsent rows in id order, in one round trip: the relay records
+// a batch with the claim of the next one. The caller is expected to hold
+// the relay's publishing lock (see relay).
 func (o *Outbox) ClaimDueAfter(ctx context.Context, db DB, done []int64, keepSent bool, limit int) ([]Row, error) {
 	b := &pgx.Batch{}
 	if len(done) > 0 {

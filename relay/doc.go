@@ -13,7 +13,7 @@
 //
 // The leader LISTENs on the outbox's channel (outbox.Enqueue notifies it in
 // the inserting transaction) and then loops: claim up to BatchSize due rows
-// in id order (outbox.ClaimDue, on the lock connection), hand them to Kafka
+// in id order (outbox.ClaimDueAfter, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
 // the row; hash balancer, acks=all, 1ms batch timeout), delete the
 // acknowledged rows (mark them sent with KeepSent). The delete is sent in
