@@ -10,10 +10,11 @@
 // database, so a NOTIFY per transaction would cap the commit rate. A record may carry an AvailableAt in the future
 // (delayed publication).
 //
-// The relay (package relay) reads the table with [Outbox.ClaimDueAfter] (due,
-// unsent, not dead rows in id order, under its publishing lock), publishes,
-// and records the result: published rows are deleted (or, keeping sent
-// history, marked sent) in the round trip of the next claim, or by
+// The relay (package relay) reads the table with [Outbox.Claim] (due,
+// unsent, not dead rows in id order, under its publishing lock; the same
+// round trip takes or releases the listen lock), publishes, and records the
+// result: published rows are deleted (or, keeping sent history, marked sent)
+// in the round trip of the next claim, or by
 // [Outbox.DeleteSent] / [Outbox.MarkSent] on the way out; [Outbox.MarkFailed] (retry
 // later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
 // rest). [Outbox.Stats] reports pending depth, the age of the oldest

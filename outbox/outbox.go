@@ -59,6 +59,11 @@ type Outbox struct {
 	listenKey [2]int32
 }
 
+const (
+	tryListenSQL = `SELECT pg_try_advisory_lock($1::int4, $2::int4)`
+	unlistenSQL  = `SELECT pg_advisory_unlock($1::int4, $2::int4)`
+)
+
 // listenClass is the first half of every outbox's listen lock key.
 const listenClass int32 = 0x5a6a0b0c
 
@@ -184,7 +189,7 @@ func (o *Outbox) enqueueArgs(msgs []Message) ([]any, error) {
 // visible: claim once more before waiting. Release with Unlisten.
 func (o *Outbox) TryListen(ctx context.Context, conn DB) (bool, error) {
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, $2::int4)`, o.listenKey[0], o.listenKey[1]).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, tryListenSQL, o.listenKey[0], o.listenKey[1]).Scan(&ok); err != nil {
 		return false, fmt.Errorf("outbox %s: take listen lock: %w", o.schema, err)
 	}
 	return ok, nil
@@ -193,28 +198,69 @@ func (o *Outbox) TryListen(ctx context.Context, conn DB) (bool, error) {
 // Unlisten releases the listen lock taken by TryListen on conn: producers
 // stop notifying and the relay polls again.
 func (o *Outbox) Unlisten(ctx context.Context, conn DB) error {
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int4, $2::int4)`, o.listenKey[0], o.listenKey[1]); err != nil {
+	if _, err := conn.Exec(ctx, unlistenSQL, o.listenKey[0], o.listenKey[1]); err != nil {
 		return fmt.Errorf("outbox %s: release listen lock: %w", o.schema, err)
 	}
 	return nil
 }
 
-// ClaimDueAfter first records that done were published (deleting them, or
-// with keepSent marking them sent; none: nothing) and then returns up to
-// limit due, unsent rows in id order, in one round trip: the relay records
-// a batch with the claim of the next one. The caller is expected to hold
-// the relay's publishing lock (see relay).
-func (o *Outbox) ClaimDueAfter(ctx context.Context, db DB, done []int64, keepSent bool, limit int) ([]Row, error) {
+// ListenOp is what a Claim round trip does with the outbox's listen lock
+// (see TryListen) before it claims.
+type ListenOp int
+
+const (
+	// ListenKeep leaves the listen lock as it is.
+	ListenKeep ListenOp = iota
+	// ListenTry tries to take it, as TryListen; Claimed.Listening reports
+	// whether it was taken. The claim runs after the try, so when the lock
+	// was taken it sees every row committed without a NOTIFY.
+	ListenTry
+	// ListenRelease releases it, as Unlisten.
+	ListenRelease
+)
+
+// Claim is one relay round trip: record the rows published by the previous
+// one, change the listen lock, claim due rows.
+type Claim struct {
+	// Done were published: deleted, or with KeepSent marked sent.
+	Done     []int64
+	KeepSent bool
+	Listen   ListenOp
+	// Limit is the most rows returned (>= 1).
+	Limit int
+}
+
+// Claimed is the result of Claim.
+type Claimed struct {
+	// Rows are up to Limit due, unsent, not dead rows in id order.
+	Rows []Row
+	// Listening: with ListenTry, whether the listen lock was taken.
+	Listening bool
+}
+
+// Claim records c.Done, applies c.Listen and returns up to c.Limit due,
+// unsent rows in id order, all in one round trip: the relay records a batch
+// and takes or releases its listen lock with the claim of the next batch.
+// The caller is expected to hold the relay's publishing lock (see relay).
+func (o *Outbox) Claim(ctx context.Context, db DB, c Claim) (Claimed, error) {
 	b := &pgx.Batch{}
-	if len(done) > 0 {
+	if len(c.Done) > 0 {
 		sql := o.deleteSentSQL
-		if keepSent {
+		if c.KeepSent {
 			sql = o.markSentSQL
 		}
-		b.Queue(sql, done)
+		b.Queue(sql, c.Done)
 	}
-	var out []Row
-	b.Queue(o.claimSQL, limit).Query(func(rows pgx.Rows) error {
+	var out Claimed
+	switch c.Listen {
+	case ListenTry:
+		b.Queue(tryListenSQL, o.listenKey[0], o.listenKey[1]).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&out.Listening)
+		})
+	case ListenRelease:
+		b.Queue(unlistenSQL, o.listenKey[0], o.listenKey[1])
+	}
+	b.Queue(o.claimSQL, c.Limit).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var r Row
 			var h []byte
@@ -226,15 +272,15 @@ func (o *Outbox) ClaimDueAfter(ctx context.Context, db DB, done []int64, keepSen
 					return fmt.Errorf("row %d headers: %w", r.ID, err)
 				}
 			}
-			out = append(out, r)
+			out.Rows = append(out.Rows, r)
 		}
 		return rows.Err()
 	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		if len(done) > 0 {
-			return nil, fmt.Errorf("outbox %s: record %d published rows and claim due rows: %w", o.schema, len(done), err)
+		if len(c.Done) > 0 {
+			return Claimed{}, fmt.Errorf("outbox %s: record %d published rows and claim due rows: %w", o.schema, len(c.Done), err)
 		}
-		return nil, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
+		return Claimed{}, fmt.Errorf("outbox %s: claim due rows: %w", o.schema, err)
 	}
 	return out, nil
 }

@@ -13,7 +13,7 @@
 //
 // The leader LISTENs on the outbox's channel (outbox.Enqueue notifies it in
 // the inserting transaction) and then loops: claim up to BatchSize due rows
-// in id order (outbox.ClaimDueAfter, on the lock connection), hand them to Kafka
+// in id order (outbox.Claim, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
 // the row; hash balancer, acks=all, 1ms batch timeout), delete the
 // acknowledged rows (mark them sent with KeepSent). The delete is sent in
@@ -22,17 +22,25 @@
 // costs one round trip to Postgres instead of two. Deleting is the default
 // because it is the cheaper write: marking rewrites the whole row, payload
 // included, and adds an index entry, where a delete only stamps the old
-// version; in the benchmark it took a sixth of the outbox's WAL. After a non-empty batch it loops at once. After an empty one it
-// tries to take the outbox's listen lock (outbox.TryListen): it succeeds only
-// when no transaction that enqueued without notifying is still open. If it
-// fails, producers are busy and their rows come next: the relay polls again
-// after BusyPoll (2ms). If it succeeds, producers notify from then on; the
-// relay claims once more (rows committed before the lock) and then waits for
-// a notification, at most PollInterval (the poll fallback, which also picks
-// up rows whose available_at has come), and releases the lock. So under load
-// no transaction pays for a NOTIFY (Postgres serializes the commits of
-// notifying transactions, WAL flush included), and when idle a new row still
-// wakes the relay at once.
+// version; in the benchmark it took a sixth of the outbox's WAL.
+//
+// Producers notify only while the relay holds the outbox's listen lock
+// (see outbox.TryListen), and the relay takes and releases that lock in the
+// round trip of a claim, never in one of its own. After a partial batch it
+// pauses Linger (3ms) and claims again, trying to take the lock on the way:
+// the try succeeds only when no transaction that enqueued without notifying
+// is still open, and the claim, run after the try, sees every row committed
+// before it. When a claim finds nothing: holding the lock, the relay waits
+// for a notification, at most PollInterval (the poll fallback, which also
+// picks up rows whose available_at has come), and keeps the lock after
+// waking; not holding it (producers were busy, their rows come next), it
+// claims again after BusyPoll (2ms). When a claim made while listening
+// returns more than one row, rows are flowing: the next claim releases the
+// lock and the relay polls. So under load no transaction pays for a NOTIFY
+// (Postgres serializes the commits of notifying transactions, WAL flush
+// included), when idle a new row still wakes the relay at once, and a
+// wake-up costs two round trips (claim, then the empty claim before the
+// wait) instead of the six of separate lock calls.
 //
 // # Guarantees
 //

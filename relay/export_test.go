@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // SetAfterPublish installs the crash hook: f runs after WriteMessages and
@@ -27,7 +29,8 @@ func NewCycler(r *Relay) *Cycler {
 // Cycle runs one claim-publish cycle and records what it published, as the
 // next cycle of a running relay would.
 func (c *Cycler) Cycle(ctx context.Context, conn *pgx.Conn) (int, error) {
-	n, err := c.r.cycle(ctx, conn, c.w, &c.published)
+	res, _, err := c.r.cycle(ctx, conn, c.w, &c.published, outbox.ListenKeep)
+	n := res.rows
 	if err != nil {
 		return n, err
 	}

@@ -307,7 +307,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 
 	// listening: this session holds the outbox's listen lock, so producers
 	// notify. Otherwise they do not, and the relay polls every BusyPoll.
+	// The lock is taken and released in the round trip of a claim (op).
 	listening := false
+	op := outbox.ListenTry
 	var pause time.Duration
 	// published: rows Kafka acknowledged that are not deleted (or marked)
 	// yet; the next claim records them in the same round trip. The empty
@@ -325,10 +327,19 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		}
 	}()
 	for ctx.Err() == nil {
-		n, err := r.cycle(ctx, conn, w, &published)
+		n, claimed, err := r.cycle(ctx, conn, w, &published, op)
+		if claimed {
+			switch op {
+			case outbox.ListenTry:
+				listening = n.listening
+			case outbox.ListenRelease:
+				listening = false
+			}
+		}
 		var outage *outageError
 		switch {
 		case errors.As(err, &outage):
+			op = outbox.ListenKeep
 			pause = nextPause(pause, r.cfg.RetryBackoff)
 			r.log.Error("relay: publish failed for the whole batch; backing off", "error", err, "rows", outage.rows, "retry_in", pause)
 			sleep(ctx, pause)
@@ -337,8 +348,18 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 			return err
 		}
 		pause = 0
-		if n > 0 {
-			if n < r.cfg.BatchSize && r.cfg.Linger > 0 {
+		if rows := n.rows; rows > 0 {
+			switch {
+			case listening && rows > 1:
+				// Rows keep coming: stop the NOTIFYs, poll instead.
+				op = outbox.ListenRelease
+			case !listening && rows < r.cfg.BatchSize:
+				// Maybe the last of them: be ready to wait.
+				op = outbox.ListenTry
+			default:
+				op = outbox.ListenKeep
+			}
+			if rows < r.cfg.BatchSize && r.cfg.Linger > 0 {
 				// A partial batch: let more rows gather before the next
 				// claim, trading a little latency for fewer, fuller cycles.
 				sleep(ctx, r.cfg.Linger)
@@ -346,20 +367,19 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 			continue // drain before waiting
 		}
 		if !listening {
-			lctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-			listening, err = r.ob.TryListen(lctx, conn)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("relay %s: %w", r.ob.Schema(), err)
+			if op != outbox.ListenTry {
+				op = outbox.ListenTry
+				continue
 			}
-			if !listening {
-				// A producer that did not notify is still in flight.
-				sleep(ctx, r.cfg.BusyPoll)
-			}
-			// Listening or not, claim again: rows committed before the
-			// lock was taken sent no NOTIFY.
+			// The listen lock was refused: a producer that did not
+			// notify is still in flight, and its rows come next.
+			sleep(ctx, r.cfg.BusyPoll)
 			continue
 		}
+		// Nothing due and producers notify: wait for one (at most
+		// PollInterval, the poll fallback that also finds rows whose
+		// available_at has come), keeping the lock.
+		op = outbox.ListenKeep
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 		_, err = conn.WaitForNotification(wctx)
 		timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
@@ -367,16 +387,6 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		if err != nil && ctx.Err() == nil && !timedOut {
 			return fmt.Errorf("relay %s: wait for notification on %q: %w", r.ob.Schema(), r.ob.Channel(), err)
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		uctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-		err = r.ob.Unlisten(uctx, conn)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("relay %s: %w", r.ob.Schema(), err)
-		}
-		listening = false
 	}
 	return nil
 }
@@ -426,52 +436,61 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, ids []int64) error {
 	return r.ob.DeleteSent(ctx, conn, ids)
 }
 
+// cycleResult is what one cycle claimed.
+type cycleResult struct {
+	rows      int  // rows claimed
+	listening bool // with ListenTry: the listen lock was taken
+}
+
 // cycle records the rows published by the previous cycle (*published),
-// claims due rows (one round trip for both), publishes them and leaves the
-// acknowledged ones in *published; failed rows are marked at once. It
-// returns the number of rows claimed.
-func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, published *[]int64) (int, error) {
+// applies op to the listen lock and claims due rows (one round trip for
+// all three), publishes them and leaves the acknowledged ones in
+// *published; failed rows are marked at once. claimed reports whether the
+// claim round trip succeeded (and so op took effect).
+func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, published *[]int64, op outbox.ListenOp) (res cycleResult, claimed bool, err error) {
 	schema := r.ob.Schema()
 	// The claim runs on the lock connection: if that session (and so the
 	// lock) is gone, the claim fails and nothing is published.
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-	rows, err := r.ob.ClaimDueAfter(cctx, conn, *published, r.cfg.KeepSent, r.cfg.BatchSize)
+	got, err := r.ob.Claim(cctx, conn, outbox.Claim{Done: *published, KeepSent: r.cfg.KeepSent, Listen: op, Limit: r.cfg.BatchSize})
 	cancel()
 	if err != nil {
 		// Whether the previous rows were recorded is unknown: they stay in
 		// *published, and recording them again changes nothing.
-		return 0, fmt.Errorf("relay %s: %d rows published but maybe not marked (they may be published again): %w", schema, len(*published), err)
+		return res, false, fmt.Errorf("relay %s: %d rows published but maybe not marked (they may be published again): %w", schema, len(*published), err)
 	}
+	rows := got.Rows
+	res = cycleResult{rows: len(rows), listening: got.Listening}
 	*published = (*published)[:0]
 	if len(rows) == 0 {
-		return 0, nil
+		return res, true, nil
 	}
 	// From here the batch is in flight: finish it even if ctx is cancelled,
 	// so a shutdown does not cause re-publishing.
 	wctx := context.WithoutCancel(ctx)
-	res := r.publish(wctx, w, rows)
+	pr := r.publish(wctx, w, rows)
 	if r.afterPublish != nil {
 		if err := r.afterPublish(); err != nil {
-			return 0, &crashError{err: err}
+			return res, true, &crashError{err: err}
 		}
 	}
 	mctx, cancel := context.WithTimeout(wctx, r.cfg.WriteTimeout)
 	defer cancel()
-	*published = append(*published, res.sent...)
-	for _, f := range res.failed {
+	*published = append(*published, pr.sent...)
+	for _, f := range pr.failed {
 		if err := r.markFailed(mctx, conn, f.row, f.err); err != nil {
-			return 0, err
+			return res, true, err
 		}
 	}
 	if r.m != nil {
-		r.m.published.Add(float64(len(res.sent)))
-		r.m.publishErrors.Add(float64(len(res.failed) + len(res.untouched)))
+		r.m.published.Add(float64(len(pr.sent)))
+		r.m.publishErrors.Add(float64(len(pr.failed) + len(pr.untouched)))
 	}
-	if len(res.untouched) > 0 {
-		return len(rows), &outageError{rows: len(res.untouched), err: fmt.Errorf("relay %s: publish %d rows (first row id %d): %w",
-			schema, len(res.untouched), res.untouched[0].ID, res.outage)}
+	if len(pr.untouched) > 0 {
+		return res, true, &outageError{rows: len(pr.untouched), err: fmt.Errorf("relay %s: publish %d rows (first row id %d): %w",
+			schema, len(pr.untouched), pr.untouched[0].ID, pr.outage)}
 	}
-	return len(rows), nil
+	return res, true, nil
 }
 
 func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outbox.Row, cause error) error {

@@ -295,6 +295,62 @@ func TestPublishOnNotify(t *testing.T) {
 	}
 }
 
+// The listen lock rides on the claims: after a wake-up the relay keeps
+// listening, during a burst it releases the lock (producers stop notifying)
+// and takes it again when the burst is over. Every delivery of a lone row
+// therefore comes from a NOTIFY, never from the minute-long poll fallback,
+// and an idle relay holds the lock.
+func TestListensAgainAfterEveryBurst(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	c := consume(t, f.brokers, f.topic)
+	r := f.newRelay(t, relay.Config{PollInterval: time.Minute})
+	stop, _ := start(t, r)
+	waitLeader(t, r)
+
+	// The listen lock: outbox's listenClass (0x5a6a0b0c) in the two-int advisory key
+	// space (objsubid 2), in this test's own database.
+	listening := func() bool {
+		return f.scalar(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+  AND classid = 1516899084 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 1
+	}
+	want := 0
+	lone := func(round int) {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, "idle relay holding the listen lock", func() (bool, error) { return listening(), nil })
+		began := time.Now()
+		f.enqueue(t, msg(f.topic, fmt.Sprintf("lone-%d", round), `{}`))
+		want++
+		testkit.Eventually(t, 30*time.Second, "lone row on Kafka", func() (bool, error) { return c.count() == want, nil })
+		if el := time.Since(began); el >= 30*time.Second {
+			t.Fatalf("round %d: lone row took %s: the poll fallback, not a NOTIFY, woke the relay", round, el)
+		}
+	}
+	for round := range 3 {
+		lone(round)
+		lone(round + 100) // a second wake-up without a burst in between
+		// A burst from 8 producers, 25 transactions each.
+		var wg sync.WaitGroup
+		for p := range 8 {
+			wg.Go(func() {
+				for i := range 25 {
+					f.enqueue(t, msg(f.topic, fmt.Sprintf("burst-%d-%d", p, i%3), `{}`))
+				}
+			})
+		}
+		wg.Wait()
+		want += 200
+		testkit.Eventually(t, 60*time.Second, "burst on Kafka", func() (bool, error) { return c.count() == want, nil })
+	}
+	lone(1000)
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
+	}
+	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox`); n != 0 {
+		t.Fatalf("%d rows left in the outbox after every row was published", n)
+	}
+}
+
 // Two relays on one outbox: only one publishes at a time, per-key order
 // holds, and when the leader is stopped mid-stream the standby takes over
 // and nothing is lost.
