@@ -93,11 +93,18 @@ func decode(cmd message.Command) (orderapi.ReserveInventory, error) {
 // makes that order explicit. Taking it again in the same transaction is
 // free.
 func (h *handlers) lockStock(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, h.items); err != nil {
+	if _, err := tx.Exec(ctx, lockStockSQL, h.items); err != nil {
 		return fmt.Errorf("inventory: lock stock %s: %w", h.items, err)
 	}
 	return nil
 }
+
+// queueLockStock adds lockStock's statement to b.
+func (h *handlers) queueLockStock(b *pgx.Batch) {
+	b.Queue(lockStockSQL, h.items)
+}
+
+const lockStockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
 
 func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 	in, err := decode(cmd)
@@ -106,43 +113,71 @@ func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) 
 	}
 	ok := participants.Success(orderapi.ReserveInventoryResult{ReservationID: cmd.SagaID.String()})
 
-	var state string
-	err = tx.QueryRow(ctx, `SELECT state FROM `+h.reservations+` WHERE saga_id = $1`, cmd.SagaID).Scan(&state)
+	// One round trip for the common case: read an earlier reservation of
+	// the saga, take the stock lock, then move the stock and record the
+	// reservation in one statement that does nothing if the saga already
+	// has one or the stock is short. Statements of a batch run in order.
+	var (
+		prior    *string
+		reserved bool
+	)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT state FROM `+h.reservations+` WHERE saga_id = $1`, cmd.SagaID).QueryRow(func(row pgx.Row) error {
+		var state string
+		switch err := row.Scan(&state); {
+		case err == nil:
+			prior = &state
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read reservation: %w", err)
+		}
+		return nil
+	})
+	h.queueLockStock(b)
+	// A concurrent copy for the same saga blocks on the stock row or the
+	// reservation's primary key and then fails with a unique violation,
+	// rolling its stock update back.
+	b.Queue(`WITH upd AS (
+  UPDATE `+h.items+` SET available = available - $2, reserved = reserved + $2
+  WHERE sku = $1 AND available >= $2 AND NOT EXISTS (SELECT 1 FROM `+h.reservations+` WHERE saga_id = $3)
+  RETURNING sku)
+INSERT INTO `+h.reservations+` (saga_id, order_id, sku, qty, state)
+SELECT $3, $4, sku, $2, 'reserved' FROM upd
+RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&reserved); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("update stock and insert reservation: %w", err)
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return participants.Result{}, fmt.Errorf("inventory reserve saga %s order %q sku %q qty %d: %w", cmd.SagaID, in.OrderID, in.SKU, in.Qty, err)
+	}
 	switch {
-	case err == nil && state == StateReserved:
+	case reserved:
+		return ok, nil
+	case prior != nil && *prior == StateReserved:
 		return ok, nil // a copy of a forward that already took effect
-	case err == nil:
+	case prior != nil:
 		return participants.Fail(reasonCompensated), nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return participants.Result{}, fmt.Errorf("inventory reserve saga %s: read reservation: %w", cmd.SagaID, err)
 	}
-
-	if err := h.lockStock(ctx, tx); err != nil {
-		return participants.Result{}, err
+	// Nothing reserved: why? (Also covers a reservation that appeared
+	// between the first and the last statement.)
+	var (
+		state  *string
+		exists bool
+	)
+	if err := tx.QueryRow(ctx, `SELECT (SELECT state FROM `+h.reservations+` WHERE saga_id = $1), EXISTS (SELECT 1 FROM `+h.items+` WHERE sku = $2)`,
+		cmd.SagaID, in.SKU).Scan(&state, &exists); err != nil {
+		return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q: look up reservation and sku: %w", cmd.SagaID, in.SKU, err)
 	}
-	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
-SET available = available - $2, reserved = reserved + $2
-WHERE sku = $1 AND available >= $2`, in.SKU, in.Qty)
-	if err != nil {
-		return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q qty %d: update stock: %w", cmd.SagaID, in.SKU, in.Qty, err)
+	switch {
+	case state != nil && *state == StateReserved:
+		return ok, nil
+	case state != nil:
+		return participants.Fail(reasonCompensated), nil
+	case !exists:
+		return participants.Fail(orderapi.ReasonUnknownSKU), nil
 	}
-	if tag.RowsAffected() == 0 {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+h.items+` WHERE sku = $1)`, in.SKU).Scan(&exists); err != nil {
-			return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q: look up sku: %w", cmd.SagaID, in.SKU, err)
-		}
-		if !exists {
-			return participants.Fail(orderapi.ReasonUnknownSKU), nil
-		}
-		return participants.Fail(orderapi.ReasonInsufficientStock), nil
-	}
-	// A concurrent copy for the same saga blocks here on the primary key and
-	// then fails with a unique violation, rolling its stock update back.
-	if _, err := tx.Exec(ctx, `INSERT INTO `+h.reservations+` (saga_id, order_id, sku, qty, state)
-VALUES ($1, $2, $3, $4, 'reserved')`, cmd.SagaID, in.OrderID, in.SKU, in.Qty); err != nil {
-		return participants.Result{}, fmt.Errorf("inventory reserve saga %s order %q: insert reservation: %w", cmd.SagaID, in.OrderID, err)
-	}
-	return ok, nil
+	return participants.Fail(orderapi.ReasonInsufficientStock), nil
 }
 
 // release is the compensation: give back what the saga's reservation holds,

@@ -82,21 +82,21 @@ func (h *handlers) award(ctx context.Context, tx pgx.Tx, cmd message.Command) (p
 	if h.opts.Fails(cmd) {
 		return participants.RetryLater(orderapi.ReasonTransient), nil
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO `+h.entries+` (order_id, saga_id, customer, points)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING`, in.OrderID, cmd.SagaID, in.Customer, in.Points)
-	if err != nil {
-		return participants.Result{}, fmt.Errorf("points award saga %s order %q: insert entry: %w", cmd.SagaID, in.OrderID, err)
-	}
+	// One statement: the entry, and the balance raised only when the entry
+	// is new; a repeat answers the balance as it is. The final SELECT reads
+	// balances as they were before the statement, so it is only the
+	// fallback when nothing was added.
 	var balance int64
-	if tag.RowsAffected() == 1 {
-		err = tx.QueryRow(ctx, `INSERT INTO `+h.balances+` AS b (customer, points) VALUES ($1, $2)
-ON CONFLICT (customer) DO UPDATE SET points = b.points + excluded.points, updated_at = now()
-RETURNING points`, in.Customer, in.Points).Scan(&balance)
-	} else {
-		// Already awarded for this order (or by this saga): answer the balance.
-		err = tx.QueryRow(ctx, `SELECT COALESCE((SELECT points FROM `+h.balances+` WHERE customer = $1), 0)`, in.Customer).Scan(&balance)
-	}
+	err = tx.QueryRow(ctx, `WITH e AS (
+  INSERT INTO `+h.entries+` (order_id, saga_id, customer, points) VALUES ($1, $2, $3, $4)
+  ON CONFLICT DO NOTHING
+  RETURNING customer, points),
+b AS (
+  INSERT INTO `+h.balances+` AS b (customer, points) SELECT customer, points FROM e
+  ON CONFLICT (customer) DO UPDATE SET points = b.points + excluded.points, updated_at = now()
+  RETURNING points)
+SELECT COALESCE((SELECT points FROM b), (SELECT points FROM `+h.balances+` WHERE customer = $3), 0)`,
+		in.OrderID, cmd.SagaID, in.Customer, in.Points).Scan(&balance)
 	if err != nil {
 		return participants.Result{}, fmt.Errorf("points award saga %s order %q customer %q: balance: %w", cmd.SagaID, in.OrderID, in.Customer, err)
 	}
