@@ -200,6 +200,14 @@ type Result struct {
 	// Processes; CPUSecPerSaga divides it by Sagas.
 	CPUSecPerSaga float64 `json:"cpu_seconds_per_saga"`
 	CPUSeconds    float64 `json:"cpu_seconds"`
+	// HostCPUSecPerSaga is the CPU time of the whole machine during the
+	// measured phase (every process, Postgres included, and the kernel's
+	// work for them; /proc/stat, Linux only) per saga. HostBusy is the
+	// share of the machine's CPU time that was busy, HostSteal the share
+	// the hypervisor gave to other guests.
+	HostCPUSecPerSaga float64 `json:"host_cpu_seconds_per_saga,omitempty"`
+	HostBusy          float64 `json:"host_busy,omitempty"`
+	HostSteal         float64 `json:"host_steal,omitempty"`
 	// Split: the orchestrator and the participants ran in worker processes.
 	Split bool `json:"split"`
 	// Processes are the processes whose CPU time is counted: "bench" alone
@@ -563,6 +571,7 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return abort(err)
 	}
+	hostBefore, hostOK := readHostTicks()
 	if c.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
 			return abort(fmt.Errorf("bench: start CPU profile: %w", err))
@@ -590,6 +599,7 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		pprof.StopCPUProfile()
 	}
 	cpuAfter, cpuErr := comps.cpu()
+	hostAfter, hostAfterOK := readHostTicks()
 	if err != nil {
 		return abort(fmt.Errorf("bench: %w", err))
 	}
@@ -636,6 +646,9 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		res.XactPerSaga = max(x, 0) / float64(n)
 		res.WALBytesPerSaga = float64(after.wal-before.wal) / float64(n)
 		res.CPUSecPerSaga = res.CPUSeconds / float64(n)
+		if hostOK && hostAfterOK {
+			res.hostCPU(hostBefore, hostAfter, n)
+		}
 	}
 	return res, nil
 }

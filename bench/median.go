@@ -38,6 +38,9 @@ func Median(runs []Result) (Result, error) {
 	m.WALBytesPerSaga = med(func(r Result) float64 { return r.WALBytesPerSaga })
 	m.CPUSecPerSaga = med(func(r Result) float64 { return r.CPUSecPerSaga })
 	m.CPUSeconds = med(func(r Result) float64 { return r.CPUSeconds })
+	m.HostCPUSecPerSaga = med(func(r Result) float64 { return r.HostCPUSecPerSaga })
+	m.HostBusy = med(func(r Result) float64 { return r.HostBusy })
+	m.HostSteal = med(func(r Result) float64 { return r.HostSteal })
 	m.Sagas, m.Completed, m.NotComplete, m.AllComplete = 0, 0, 0, true
 	for _, r := range runs {
 		m.Sagas += r.Sagas

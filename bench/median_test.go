@@ -29,3 +29,24 @@ func TestMedianTakesEachFigureAlone(t *testing.T) {
 		t.Fatal("median of no runs: no error")
 	}
 }
+
+func TestParseHostTicks(t *testing.T) {
+	stat := "cpu  100 5 50 1000 20 3 7 11 0 0\ncpu0 50 2 25 500 10 1 3 5 0 0\nintr 1\n"
+	got, err := parseHostTicks([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (hostTicks{busy: 100 + 5 + 50 + 3 + 7, idle: 1000 + 20, steal: 11}); got != want {
+		t.Fatalf("parsed %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"", "intr 1\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n"} {
+		if _, err := parseHostTicks([]byte(bad)); err == nil {
+			t.Errorf("parseHostTicks(%q) = nil error, want one", bad)
+		}
+	}
+	var r Result
+	r.hostCPU(hostTicks{busy: 100, idle: 100}, hostTicks{busy: 400, idle: 150, steal: 50}, 30)
+	if r.HostCPUSecPerSaga != 0.1 || r.HostBusy != 0.75 || r.HostSteal != 0.125 {
+		t.Fatalf("hostCPU: %v s/saga, busy %v, steal %v; want 0.1, 0.75, 0.125", r.HostCPUSecPerSaga, r.HostBusy, r.HostSteal)
+	}
+}

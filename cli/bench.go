@@ -272,6 +272,10 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  throughput   %.0f sagas/s, %.0f steps/s (%.2fs)\n", r.SagasPerSecond, r.StepsPerSecond, r.ElapsedSeconds)
 	fmt.Fprintf(w, "  latency ms   p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", r.LatencyP50Ms, r.LatencyP95Ms, r.LatencyP99Ms, r.LatencyMaxMs)
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
+	if r.HostBusy > 0 {
+		fmt.Fprintf(w, "  machine      %.0f%% busy, %.2f ms CPU per saga (every process, Postgres included), %.1f%% stolen by the hypervisor\n",
+			r.HostBusy*100, r.HostCPUSecPerSaga*1000, r.HostSteal*100)
+	}
 	if r.Split {
 		var ps []string
 		for _, p := range r.Processes {
