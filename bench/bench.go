@@ -194,6 +194,9 @@ type Result struct {
 	LatencyP99Ms float64 `json:"latency_p99_ms"`
 	LatencyMaxMs float64 `json:"latency_max_ms"`
 
+	// StepHops: where each step's time went (see StepHop).
+	StepHops []StepHop `json:"step_hops,omitempty"`
+
 	XactPerSaga     float64 `json:"pg_transactions_per_saga"`
 	WALBytesPerSaga float64 `json:"wal_bytes_per_saga"`
 	// CPUSeconds is the CPU time of the measured phase summed over
@@ -414,6 +417,8 @@ type participantSet struct {
 	// run runs them (consumers, handlers, relays) until ctx ends.
 	run func(context.Context) error
 	ref *reference.Set // place-order: the set whose schemas are seeded
+	// schemas are the participants' schemas (their barrier tables).
+	schemas []string
 }
 
 // newParticipants builds the participants of c.Saga over pool; it does not
@@ -439,7 +444,11 @@ func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) 
 			}
 			return nil
 		}
-		return &participantSet{prepare: prepare, run: func(ctx context.Context) error { return runParticipants(ctx, gs) }}, nil
+		var schemas []string
+		for i := 1; i <= c.Steps; i++ {
+			schemas = append(schemas, genericSchema(i))
+		}
+		return &participantSet{prepare: prepare, run: func(ctx context.Context) error { return runParticipants(ctx, gs) }, schemas: schemas}, nil
 	case SagaPlaceOrder:
 		set, err := reference.New(pool, reference.Options{
 			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: m.inbox, RelayMetrics: m.relay,
@@ -454,7 +463,11 @@ func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) 
 			}
 			return nil
 		}
-		return &participantSet{prepare: prepare, run: set.Run, ref: set}, nil
+		var schemas []string
+		for _, p := range set.Participants() {
+			schemas = append(schemas, p.Schema())
+		}
+		return &participantSet{prepare: prepare, run: set.Run, ref: set, schemas: schemas}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown saga %q", c.Saga)
 }
@@ -610,6 +623,9 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 	// Latencies from the engine's own timestamps.
 	lat, completed, last, err := latencies(ctx, st.orchPool, sagas, ids)
 	if err != nil {
+		return abort(err)
+	}
+	if res.StepHops, err = stepHops(ctx, st.orchPool, eng.Outbox().Schema(), st.parts.schemas, ids); err != nil {
 		return abort(err)
 	}
 	pollsDuring := tr.polls.Load() - pollsBefore

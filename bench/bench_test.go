@@ -50,6 +50,24 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 	if res.SynchronousCommit == "" {
 		t.Fatal("synchronous_commit not reported")
 	}
+	// Every step of every saga is in the breakdown, in step order, and its
+	// three parts fit inside the sagas' latencies.
+	if len(res.StepHops) != 2 || res.StepHops[0].Step != bench.GenericStep(1) || res.StepHops[1].Step != bench.GenericStep(2) {
+		t.Fatalf("step breakdown %+v, want step-1 and step-2", res.StepHops)
+	}
+	var sumP50 float64
+	for _, h := range res.StepHops {
+		if h.Count != 30 {
+			t.Errorf("step %s: breakdown over %d sagas, want 30", h.Step, h.Count)
+		}
+		if !(h.CommandP50Ms > 0 && h.CommandP50Ms <= h.CommandP99Ms && h.ReplyP50Ms > 0 && h.ReplyP50Ms <= h.ReplyP99Ms && h.ApplyP50Ms >= 0 && h.ApplyP50Ms <= h.ApplyP99Ms) {
+			t.Errorf("step %s: breakdown %+v, want 0 < p50 <= p99 for command and reply, 0 <= p50 <= p99 for apply", h.Step, h)
+		}
+		sumP50 += h.CommandP50Ms + h.ReplyP50Ms + h.ApplyP50Ms
+	}
+	if sumP50 > res.LatencyMaxMs {
+		t.Errorf("the steps' p50 parts add up to %.1f ms, more than the slowest saga (%.1f ms)", sumP50, res.LatencyMaxMs)
+	}
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {

@@ -50,3 +50,23 @@ func TestParseHostTicks(t *testing.T) {
 		t.Fatalf("hostCPU: %v s/saga, busy %v, steal %v; want 0.1, 0.75, 0.125", r.HostCPUSecPerSaga, r.HostBusy, r.HostSteal)
 	}
 }
+
+func TestMedianOfStepBreakdowns(t *testing.T) {
+	hop := func(step string, cmd float64) StepHop { return StepHop{Step: step, Count: 10, CommandP50Ms: cmd, ReplyP50Ms: 2 * cmd} }
+	runs := []Result{
+		{StepHops: []StepHop{hop("a", 10), hop("b", 1)}},
+		{StepHops: []StepHop{hop("a", 30), hop("b", 3)}},
+		{StepHops: []StepHop{hop("a", 20), hop("b", 2)}},
+	}
+	m, err := Median(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.StepHops) != 2 || m.StepHops[0] != hop("a", 20) || m.StepHops[1] != hop("b", 2) {
+		t.Fatalf("median breakdown %+v, want a at 20 ms and b at 2 ms", m.StepHops)
+	}
+	runs[2].StepHops = runs[2].StepHops[:1]
+	if m, _ = Median(runs); m.StepHops != nil {
+		t.Fatalf("runs with different steps: median breakdown %+v, want none", m.StepHops)
+	}
+}

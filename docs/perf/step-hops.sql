@@ -1,4 +1,5 @@
--- Where a step's time goes, from the timestamps the bench database keeps.
+-- Where a step's time goes, from the timestamps the bench database keeps
+-- (the bench prints the same per step; this is the query to dig further).
 -- Run after 'orchestrator bench --saga generic --steps 3 ...' (database
 -- sagaflow_bench): psql -d sagaflow_bench -f docs/perf/step-hops.sql
 --   cmd_hop:   the orchestrator decided the step (steps[].started_at) ->
