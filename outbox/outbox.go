@@ -268,9 +268,11 @@ func (o *Outbox) Claim(ctx context.Context, db DB, c Claim) (Claimed, error) {
 				return fmt.Errorf("scan row: %w", err)
 			}
 			if len(h) > 0 {
-				if err := json.Unmarshal(h, &r.Headers); err != nil {
+				hs, err := decodeHeaders(h)
+				if err != nil {
 					return fmt.Errorf("row %d headers: %w", r.ID, err)
 				}
+				r.Headers = hs
 			}
 			out.Rows = append(out.Rows, r)
 		}

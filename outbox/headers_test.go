@@ -1,0 +1,75 @@
+package outbox
+
+import (
+	"encoding/json"
+	"maps"
+	"testing"
+)
+
+func TestDecodeHeadersMatchesEncodingJSON(t *testing.T) {
+	for _, in := range []string{
+		`{"message-id": "6f1c2a4e-0d3b-4c1e-9a55-1f2e3d4c5b6a", "saga-id": "0b7d1e4f-9c2a-4d3e-8f11-2233445566aa", "content-type": "application/json"}`,
+		`{"a":"b","c":"d"}`,
+		` { "a" : "b" ,	"c":"d" } `,
+		`{}`,
+		`{"k": "é ünïcode ✓"}`,
+		`{"k": "a\"b"}`,   // escape: encoding/json's path
+		`{"k": "\u00e9"}`, // escape
+		`{"k": "x", "k": "y"}`,
+		`null`,
+	} {
+		var want map[string]string
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatalf("%s: encoding/json: %v", in, err)
+		}
+		got, err := decodeHeaders([]byte(in))
+		if err != nil || !maps.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("decodeHeaders(%s) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{`{"a": 1}`, `{"a": "b"`, `{"a" "b"}`, `["a"]`, `{"a": "b"} x`, `{"a": "b",}`} {
+		if got, err := decodeHeaders([]byte(in)); err == nil {
+			t.Errorf("decodeHeaders(%s) = %v, want an error as encoding/json gives", in, got)
+		}
+	}
+}
+
+// Whatever the direct reader accepts, encoding/json reads the same way.
+func FuzzDecodeFlatStrings(f *testing.F) {
+	f.Add([]byte(`{"message-id": "x", "saga-id": "y"}`))
+	f.Add([]byte(`{"a":"b"}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"a": "\n"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := decodeFlatStrings(b)
+		if !ok {
+			return
+		}
+		var want map[string]string
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("direct reader accepted %q, encoding/json refuses it: %v", b, err)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%q: direct reader %v, encoding/json %v", b, got, want)
+		}
+	})
+}
+
+func BenchmarkDecodeHeaders(b *testing.B) {
+	h := []byte(`{"saga-id": "0b7d1e4f-9c2a-4d3e-8f11-2233445566aa", "message-id": "6f1c2a4e-0d3b-4c1e-9a55-1f2e3d4c5b6a", "content-type": "application/json"}`)
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeHeaders(h); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var m map[string]string
+			if err := json.Unmarshal(h, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
