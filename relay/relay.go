@@ -29,6 +29,9 @@ const (
 	WriteTimeoutDefault  = 10 * time.Second
 )
 
+// batchTimeout is the kafka-go writer's BatchTimeout (see newWriter).
+const batchTimeout = 10 * time.Microsecond
+
 // MaxRetryBackoff caps the doubling delay of a failed row and of the pause
 // after a whole-batch failure.
 const MaxRetryBackoff = time.Minute
@@ -238,12 +241,18 @@ func (r *Relay) Run(ctx context.Context) error {
 
 func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:                   kafka.TCP(r.cfg.Brokers...),
-		Balancer:               &kafka.Hash{},
-		MaxAttempts:            3,
-		BatchSize:              r.cfg.BatchSize,
-		BatchBytes:             MaxMessageBytes,
-		BatchTimeout:           time.Millisecond,
+		Addr:        kafka.TCP(r.cfg.Brokers...),
+		Balancer:    &kafka.Hash{},
+		MaxAttempts: 3,
+		BatchSize:   r.cfg.BatchSize,
+		BatchBytes:  MaxMessageBytes,
+		// The relay is the writer's only caller and hands it a whole claim
+		// per call: a partial batch has nothing more to wait for. kafka-go
+		// queues a batch when its timer fires, but only after the call
+		// that is filling it has added all of its messages (both hold the
+		// partition writer's lock), so a tiny timeout still sends one
+		// batch per partition per call, without the wait.
+		BatchTimeout:           batchTimeout,
 		ReadTimeout:            r.cfg.WriteTimeout,
 		WriteTimeout:           r.cfg.WriteTimeout,
 		RequiredAcks:           kafka.RequireAll,
