@@ -15,8 +15,8 @@
 // the inserting transaction) and then loops: claim up to BatchSize due rows
 // in id order (outbox.Claim, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
-// the row; hash balancer, acks=all, 1ms batch timeout), delete the
-// acknowledged rows (mark them sent with KeepSent). The delete is sent in
+// the row; hash balancer, acks=all, 10µs batch timeout: the claim is the
+// batch), delete the acknowledged rows (mark them sent with KeepSent). The delete is sent in
 // the same round trip as the next claim (the claim that finds nothing before
 // the relay waits records the last batch, and so does shutdown), so a cycle
 // costs one round trip to Postgres instead of two. Deleting is the default
