@@ -16,8 +16,8 @@
 // in id order (outbox.Claim, on the lock connection), hand them to Kafka
 // with one WriteMessages call (topic per message, key = row key, headers from
 // the row; hash balancer, acks=all, 10µs batch timeout: the claim is the
-// batch), delete the acknowledged rows (mark them sent with KeepSent). The delete is sent in
-// the same round trip as the next claim (the claim that finds nothing before
+// batch), delete the acknowledged rows (mark them sent with KeepSent). The
+// delete is sent in the same round trip as the next claim (the claim that finds nothing before
 // the relay waits records the last batch, and so does shutdown), so a cycle
 // costs one round trip to Postgres instead of two. Deleting is the default
 // because it is the cheaper write: marking rewrites the whole row, payload
@@ -36,11 +36,14 @@
 // waking; not holding it (producers were busy, their rows come next), it
 // claims again after BusyPoll (2ms). When a claim made while listening
 // returns more than one row, rows are flowing: the next claim releases the
-// lock and the relay polls. So under load no transaction pays for a NOTIFY
-// (Postgres serializes the commits of notifying transactions, WAL flush
-// included), when idle a new row still wakes the relay at once, and a
-// wake-up costs two round trips (claim, then the empty claim before the
-// wait) instead of the six of separate lock calls.
+// lock and the relay polls. So under load producers notify only between a
+// claim that took the lock and the next one, which releases it (Postgres
+// serializes the commits of notifying transactions, WAL flush included);
+// when idle a new row still wakes the relay at once; and a wake-up costs
+// two round trips (claim, then the empty claim before the wait) instead of
+// the six of separate lock calls. (Holding the lock through busy periods,
+// or taking it only after one-row claims, both measured slower at 500
+// sagas/s.)
 //
 // # Guarantees
 //
