@@ -52,7 +52,9 @@ func TestParseHostTicks(t *testing.T) {
 }
 
 func TestMedianOfStepBreakdowns(t *testing.T) {
-	hop := func(step string, cmd float64) StepHop { return StepHop{Step: step, Count: 10, CommandP50Ms: cmd, ReplyP50Ms: 2 * cmd} }
+	hop := func(step string, cmd float64) StepHop {
+		return StepHop{Step: step, Count: 10, CommandP50Ms: cmd, ReplyP50Ms: 2 * cmd}
+	}
 	runs := []Result{
 		{StepHops: []StepHop{hop("a", 10), hop("b", 1)}},
 		{StepHops: []StepHop{hop("a", 30), hop("b", 3)}},
