@@ -3,11 +3,12 @@
 //
 // [Outbox.Enqueue] inserts records inside the caller's transaction, so a
 // state change and the messages it causes commit together or not at all,
-// and, while the relay waits for one ([Outbox.TryListen]), sends a NOTIFY
-// on [Outbox.Channel] that Postgres delivers only at commit, waking the
-// relay. While the relay is busy it polls instead: Postgres serializes the
-// commits (WAL flush included) of every notifying transaction in a
-// database, so a NOTIFY per transaction would cap the commit rate. A record may carry an AvailableAt in the future
+// and, while the relay waits for one (it holds the listen lock, see
+// [ListenOp]), sends a NOTIFY on [Outbox.Channel] that Postgres delivers
+// only at commit, waking the relay. While the relay is busy it polls
+// instead: Postgres serializes the commits (WAL flush included) of every
+// notifying transaction in a database, so a NOTIFY per transaction would
+// cap the commit rate. A record may carry an AvailableAt in the future
 // (delayed publication).
 //
 // The relay (package relay) reads the table with [Outbox.Claim] (due,

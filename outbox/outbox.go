@@ -55,7 +55,7 @@ type Outbox struct {
 	insertSQL, claimSQL, markSentSQL, deleteSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
 
 	// listenKey is the advisory lock (two-int key space) a relay holds
-	// while it waits for a NOTIFY; see Enqueue and TryListen.
+	// while it waits for a NOTIFY; see Enqueue and ListenOp.
 	listenKey [2]int32
 }
 
@@ -114,7 +114,7 @@ func (o *Outbox) Schema() string { return o.schema }
 func (o *Outbox) Channel() string { return o.channel }
 
 // Enqueue inserts msgs inside the caller's transaction and, if the relay is
-// waiting for a notification (see TryListen), notifies it when that
+// waiting for a notification (see ListenOp), notifies it when that
 // transaction commits. Nothing is published unless the transaction commits.
 func (o *Outbox) Enqueue(ctx context.Context, tx DB, msgs ...Message) error {
 	if len(msgs) == 0 {
@@ -181,41 +181,23 @@ func (o *Outbox) enqueueArgs(msgs []Message) ([]any, error) {
 	return []any{topics, keys, values, headers, avail, o.channel, o.listenKey[0], o.listenKey[1]}, nil
 }
 
-// TryListen takes the listen lock on the relay's session conn: from then
-// on every Enqueue sends a NOTIFY at its commit. It fails (false) while a
-// transaction that enqueued without notifying is still open; the relay
-// must then keep polling, since that transaction's rows are not visible
-// yet. Once TryListen succeeds, every row committed without a NOTIFY is
-// visible: claim once more before waiting. Release with Unlisten.
-func (o *Outbox) TryListen(ctx context.Context, conn DB) (bool, error) {
-	var ok bool
-	if err := conn.QueryRow(ctx, tryListenSQL, o.listenKey[0], o.listenKey[1]).Scan(&ok); err != nil {
-		return false, fmt.Errorf("outbox %s: take listen lock: %w", o.schema, err)
-	}
-	return ok, nil
-}
-
-// Unlisten releases the listen lock taken by TryListen on conn: producers
-// stop notifying and the relay polls again.
-func (o *Outbox) Unlisten(ctx context.Context, conn DB) error {
-	if _, err := conn.Exec(ctx, unlistenSQL, o.listenKey[0], o.listenKey[1]); err != nil {
-		return fmt.Errorf("outbox %s: release listen lock: %w", o.schema, err)
-	}
-	return nil
-}
-
 // ListenOp is what a Claim round trip does with the outbox's listen lock
-// (see TryListen) before it claims.
+// before it claims. The relay holds that session lock while it waits for a
+// NOTIFY: from then on every Enqueue sends one at its commit. Taking it
+// fails while a transaction that enqueued without notifying is still open
+// (it holds the lock shared); such a transaction's rows are not visible
+// yet, so the relay must keep polling.
 type ListenOp int
 
 const (
 	// ListenKeep leaves the listen lock as it is.
 	ListenKeep ListenOp = iota
-	// ListenTry tries to take it, as TryListen; Claimed.Listening reports
-	// whether it was taken. The claim runs after the try, so when the lock
-	// was taken it sees every row committed without a NOTIFY.
+	// ListenTry tries to take it; Claimed.Listening reports whether it was
+	// taken. The claim runs after the try, so when the lock was taken it
+	// sees every row committed without a NOTIFY: the relay may then wait.
 	ListenTry
-	// ListenRelease releases it, as Unlisten.
+	// ListenRelease releases it: producers stop notifying and the relay
+	// polls.
 	ListenRelease
 )
 

@@ -25,7 +25,7 @@
 // version; in the benchmark it took a sixth of the outbox's WAL.
 //
 // Producers notify only while the relay holds the outbox's listen lock
-// (see outbox.TryListen), and the relay takes and releases that lock in the
+// (see outbox.ListenOp), and the relay takes and releases that lock in the
 // round trip of a claim, never in one of its own. After a partial batch it
 // pauses Linger (3ms) and claims again, trying to take the lock on the way:
 // the try succeeds only when no transaction that enqueued without notifying
