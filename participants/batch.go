@@ -51,18 +51,13 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		cmds[i] = cmd
 	}
 	n := len(cmds)
+	results, err := p.forwardAll(ctx, tx, cmds)
+	if err != nil {
+		return err
+	}
 	sagaIDs, stepNames, payloads := make([]pgtype.UUID, n), make([]string, n), make([]*string, n)
 	for i, cmd := range cmds {
-		p.mu.RLock()
-		h, ok := p.handlers[cmd.Step]
-		p.mu.RUnlock()
-		if !ok {
-			return errDecline
-		}
-		res, err := h.forward(ctx, tx, cmd)
-		if err != nil {
-			return fmt.Errorf("%w: %s: handler: %v", errDecline, p.opName(cmd), err)
-		}
+		res := results[i]
 		if res.Outcome != message.Success {
 			return errDecline
 		}
@@ -119,4 +114,60 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
 	}
 	return nil
+}
+
+// forwardAll runs the forward handlers of cmds and returns their results in
+// the order of cmds: one call of a step's BatchFunc for all its commands
+// (steps in order of first appearance, after the commands of steps without
+// one, each run by its Func in order).
+func (p *Participant) forwardAll(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error) {
+	results := make([]Result, len(cmds))
+	type group struct {
+		f   BatchFunc
+		idx []int
+	}
+	var groups []*group
+	byStep := map[string]*group{}
+	for i, cmd := range cmds {
+		p.mu.RLock()
+		h, ok := p.handlers[cmd.Step]
+		p.mu.RUnlock()
+		if !ok {
+			return nil, errDecline
+		}
+		if h.forwardBatch != nil {
+			g := byStep[cmd.Step]
+			if g == nil {
+				g = &group{f: h.forwardBatch}
+				byStep[cmd.Step] = g
+				groups = append(groups, g)
+			}
+			g.idx = append(g.idx, i)
+			continue
+		}
+		res, err := h.forward(ctx, tx, cmd)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: handler: %v", errDecline, p.opName(cmd), err)
+		}
+		results[i] = res
+	}
+	for _, g := range groups {
+		batch := make([]message.Command, len(g.idx))
+		for k, i := range g.idx {
+			batch[k] = cmds[i]
+		}
+		rs, err := g.f(ctx, tx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: step %q: batch handler (%d commands): %v", errDecline, batch[0].Step, len(batch), err)
+		}
+		if len(rs) != len(batch) {
+			p.cfg.Logger.Warn("participant: a batch forward handler returned a result count that does not match its commands; handling them one by one",
+				"participant", p.cfg.Name, "step", batch[0].Step, "commands", len(batch), "results", len(rs))
+			return nil, fmt.Errorf("%w: step %q: batch handler returned %d results for %d commands", errDecline, batch[0].Step, len(rs), len(batch))
+		}
+		for k, i := range g.idx {
+			results[i] = rs[k]
+		}
+	}
+	return results, nil
 }

@@ -1,7 +1,10 @@
 package participants_test
 
 import (
+	"context"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -80,5 +83,124 @@ func TestHandleBatchRecordsForwardsAndDeclinesEverythingElse(t *testing.T) {
 	count()
 	if effects != 2 || replies != 3 {
 		t.Fatalf("copy answered one by one: %d effects, %d replies; want 2 (not executed again) and 3", effects, replies)
+	}
+}
+
+// batchEffect is a BatchFunc that writes one effects row per command in one
+// statement, records the sizes of its calls, and answers res for each.
+func batchEffect(res participants.Result, calls *[]int) participants.BatchFunc {
+	return func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+		*calls = append(*calls, len(cmds))
+		ids, steps := make([]uuid.UUID, len(cmds)), make([]string, len(cmds))
+		for i, c := range cmds {
+			ids[i], steps[i] = c.SagaID, c.Step
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pt.effects SELECT s, st, 'forward' FROM unnest($1::uuid[], $2::text[]) AS u(s, st)`, ids, steps); err != nil {
+			return nil, err
+		}
+		out := make([]participants.Result, len(cmds))
+		for i := range out {
+			out[i] = res
+			if res.Outcome == message.Success {
+				out[i] = participants.Success(map[string]string{"saga": cmds[i].SagaID.String()})
+			}
+		}
+		return out, nil
+	}
+}
+
+func TestHandleForwardBatchRunsOneCallPerStep(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var calls, declineCalls []int
+	var single atomic.Int32
+	for _, reg := range []struct {
+		step string
+		f    participants.BatchFunc
+	}{{"reserve", batchEffect(participants.Success(nil), &calls)}, {"decline", batchEffect(participants.Fail("short"), &declineCalls)}} {
+		if err := f.p.HandleForwardBatch(reg.step, reg.f); err == nil {
+			t.Fatalf("HandleForwardBatch(%q) before Handle = nil, want an error", reg.step)
+		}
+		if err := f.p.Handle(reg.step, effect(participants.Success(nil), &single), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.p.HandleForwardBatch(reg.step, reg.f); err != nil {
+			t.Fatalf("HandleForwardBatch(%q): %v", reg.step, err)
+		}
+		if err := f.p.HandleForwardBatch(reg.step, reg.f); err == nil {
+			t.Fatalf("second HandleForwardBatch(%q) = nil, want an error", reg.step)
+		}
+	}
+	if err := f.p.Handle("plain", effect(participants.Success(nil), &single), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleForwardBatch("plain", nil); err == nil {
+		t.Fatal("HandleForwardBatch with a nil handler = nil, want an error")
+	}
+
+	// Three forwards of the batched step and one of a plain step: one batch
+	// call with the three, in order, and the plain one through its Func.
+	cmds := []message.Command{
+		command(uuid.New(), "reserve", message.Forward), command(uuid.New(), "plain", message.Forward),
+		command(uuid.New(), "reserve", message.Forward), command(uuid.New(), "reserve", message.Forward),
+	}
+	ms := make([]kafka.Message, len(cmds))
+	for i, c := range cmds {
+		ms[i] = record(t, c, nil)
+	}
+	if err := inBatchTx(f, ms); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if !slices.Equal(calls, []int{3}) || single.Load() != 1 {
+		t.Fatalf("batch calls %v and %d single calls; want one batch call of 3 and 1 single", calls, single.Load())
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT value FROM pt.outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil || len(values) != len(cmds) {
+		t.Fatalf("%d replies (%v), want %d", len(values), err, len(cmds))
+	}
+	for i, v := range values {
+		r, err := message.DecodeReply(v)
+		if err != nil || r.InReplyTo != cmds[i].MessageID || r.Outcome != message.Success {
+			t.Fatalf("reply %d = %+v (%v); want success to command %d", i, r, err, i)
+		}
+		if cmds[i].Step == "reserve" && !strings.Contains(string(r.Payload), cmds[i].SagaID.String()) {
+			t.Fatalf("reply %d payload %s, want the batch result of saga %s", i, r.Payload, cmds[i].SagaID)
+		}
+	}
+
+	// A non-Success result of a batch call declines the batch: nothing of it
+	// stays (the caller rolls back), and the one-by-one path is next.
+	if err := inBatchTx(f, []kafka.Message{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "decline", message.Forward), nil)}); err == nil {
+		t.Fatal("batch with a batch handler answering failure = nil, want it declined")
+	}
+	var effects int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pt.effects`).Scan(&effects); err != nil {
+		t.Fatal(err)
+	}
+	if effects != len(cmds) || !slices.Equal(declineCalls, []int{1}) {
+		t.Fatalf("after the declined batch: %d effects (want %d), decline calls %v (want [1])", effects, len(cmds), declineCalls)
+	}
+}
+
+func TestHandleBatchDeclinesAWrongResultCount(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.p.Handle("reserve", effect(participants.Success(nil), nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	short := func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+		return []participants.Result{participants.Success(nil)}, nil
+	}
+	if err := f.p.HandleForwardBatch("reserve", short); err != nil {
+		t.Fatal(err)
+	}
+	ms := []kafka.Message{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "reserve", message.Forward), nil)}
+	err := inBatchTx(f, ms)
+	if err == nil || !strings.Contains(err.Error(), "1 results for 2 commands") {
+		t.Fatalf("HandleBatch = %v, want a decline naming 1 result for 2 commands", err)
 	}
 }

@@ -37,6 +37,24 @@ func RetryLater(reason string) Result { return Result{Outcome: message.Retry, Re
 // processed again later. Business outcomes are Results, never errors.
 type Func func(ctx context.Context, tx pgx.Tx, cmd message.Command) (Result, error)
 
+// BatchFunc is the batch form of a step's forward handler, for the fast
+// path of a batch of commands (HandleBatch): it runs the forward action of
+// every command in cmds (all of the step, each of a different saga, in
+// arrival order) inside the participant's transaction, typically with a
+// set-based statement where the Func would run one per command, and returns
+// one Result per command, in the same order.
+//
+// Its effect must be what the step's Func would have done for each command.
+// It only has to get the common case right: any error, a result count that
+// does not match, or any Result other than Success sends the whole batch to
+// the one-by-one path, where the SDK rolls the batch's writes back and runs
+// the step's Func for each command behind the full barrier protocol. So a
+// BatchFunc answers a non-Success Result (or an error) whenever a command is
+// not the plain case: short stock, an earlier effect for the saga, a payload
+// it does not like. It never sees compensations, duplicates or copies
+// already answered; the barrier keeps those on the one-by-one path.
+type BatchFunc func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error)
+
 // Decode unmarshals cmd.Payload into T, for use at the top of a Func. A
 // payload that does not fit T is the sender's bug: the error names the step
 // and the field, and the SDK routes the command to the dead-letter topic.

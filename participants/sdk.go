@@ -53,6 +53,8 @@ type Participant struct {
 
 type stepHandlers struct {
 	forward, compensate Func
+	// forwardBatch, if set, is the batch form of forward (HandleForwardBatch).
+	forwardBatch BatchFunc
 }
 
 // New validates cfg and returns a participant with no steps yet.
@@ -98,6 +100,28 @@ func (p *Participant) Handle(step string, forward, compensate Func) error {
 		return fmt.Errorf("participant %q: Handle step %q: already registered", p.cfg.Name, step)
 	}
 	p.handlers[step] = stepHandlers{forward: forward, compensate: compensate}
+	return nil
+}
+
+// HandleForwardBatch registers f as the batch form of step's forward
+// handler, used for the commands of the step in a batch whose commands all
+// take the fast path (see BatchFunc). Handle must have registered the step:
+// its forward handler stays the one-by-one path.
+func (p *Participant) HandleForwardBatch(step string, f BatchFunc) error {
+	if f == nil {
+		return fmt.Errorf("participant %q: HandleForwardBatch step %q: handler is nil", p.cfg.Name, step)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.handlers[step]
+	switch {
+	case !ok:
+		return fmt.Errorf("participant %q: HandleForwardBatch step %q: register the step with Handle first", p.cfg.Name, step)
+	case h.forwardBatch != nil:
+		return fmt.Errorf("participant %q: HandleForwardBatch step %q: already registered", p.cfg.Name, step)
+	}
+	h.forwardBatch = f
+	p.handlers[step] = h
 	return nil
 }
 

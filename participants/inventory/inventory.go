@@ -49,6 +49,9 @@ func Register(p *participants.Participant, opts Options) error {
 	if err := p.Handle(orderapi.StepReserveInventory, h.reserve, h.release); err != nil {
 		return fmt.Errorf("inventory: Register: %w", err)
 	}
+	if err := p.HandleForwardBatch(orderapi.StepReserveInventory, h.reserveBatch); err != nil {
+		return fmt.Errorf("inventory: Register: %w", err)
+	}
 	return nil
 }
 
@@ -178,6 +181,70 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 		return participants.Fail(orderapi.ReasonUnknownSKU), nil
 	}
 	return participants.Fail(orderapi.ReasonInsufficientStock), nil
+}
+
+// reserveBatch is the batch form of reserve (participants.BatchFunc): one
+// round trip for a whole batch of reservations. Under the stock lock, one
+// statement takes the units of every saga without a reservation yet, one
+// stock update per SKU for the batch's total, and records the
+// reservations. A saga that already has a reservation, or a SKU without
+// enough units for all of the batch's orders (or unknown), leaves those
+// commands unreserved: they answer non-Success, the SDK rolls the batch back
+// and runs reserve for each command, which says why.
+func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+	n := len(cmds)
+	ids, orders, skus, qtys := make([]uuid.UUID, n), make([]string, n), make([]string, n), make([]int32, n)
+	seen := make(map[uuid.UUID]bool, n)
+	for i, cmd := range cmds {
+		in, err := decode(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if seen[cmd.SagaID] {
+			return nil, fmt.Errorf("inventory reserve: saga %s twice in one batch", cmd.SagaID)
+		}
+		seen[cmd.SagaID] = true
+		ids[i], orders[i], skus[i], qtys[i] = cmd.SagaID, in.OrderID, in.SKU, int32(in.Qty)
+	}
+	reserved := make(map[uuid.UUID]bool, n)
+	b := &pgx.Batch{}
+	h.queueLockStock(b)
+	b.Queue(h.reserveBatchSQL(), ids, orders, skus, qtys).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			reserved[id] = true
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("inventory reserve %d orders: %w", n, err)
+	}
+	out := make([]participants.Result, n)
+	for i, cmd := range cmds {
+		if reserved[cmd.SagaID] {
+			out[i] = participants.Success(orderapi.ReserveInventoryResult{ReservationID: cmd.SagaID.String()})
+		} else {
+			out[i] = participants.RetryLater("not reserved in the batch; handled alone")
+		}
+	}
+	return out, nil
+}
+
+func (h *handlers) reserveBatchSQL() string {
+	return `WITH req AS (
+  SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[]) AS r(saga_id, order_id, sku, qty)
+  WHERE NOT EXISTS (SELECT 1 FROM ` + h.reservations + ` AS x WHERE x.saga_id = r.saga_id)),
+need AS (SELECT sku, sum(qty)::int AS qty FROM req GROUP BY sku),
+upd AS (
+  UPDATE ` + h.items + ` AS i SET available = i.available - need.qty, reserved = i.reserved + need.qty
+  FROM need WHERE i.sku = need.sku AND i.available >= need.qty
+  RETURNING i.sku)
+INSERT INTO ` + h.reservations + ` (saga_id, order_id, sku, qty, state)
+SELECT req.saga_id, req.order_id, req.sku, req.qty, 'reserved' FROM req JOIN upd ON upd.sku = req.sku
+RETURNING saga_id`
 }
 
 // release is the compensation: give back what the saga's reservation holds,

@@ -235,3 +235,63 @@ func TestRegister(t *testing.T) {
 		t.Fatal("Register(nil): err = nil, want an error")
 	}
 }
+
+func TestReserveBatchTakesEachSKUsTotalOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5, "sku-b": 3})
+	s1, s2, s3 := uuid.New(), uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+		cmd(t, s1, message.Forward, "sku-a", 2), cmd(t, s2, message.Forward, "sku-b", 3), cmd(t, s3, message.Forward, "sku-a", 1))
+	for i, saga := range []uuid.UUID{s1, s2, s3} {
+		reftest.WantOutcome(t, res[i], message.Success, "")
+		if got := reftest.Payload[orderapi.ReserveInventoryResult](t, res[i]).ReservationID; got != saga.String() {
+			t.Fatalf("result %d: reservation id %q, want saga %s", i, got, saga)
+		}
+	}
+	stock := reftest.Read(t, f.Pool, schema, Stock)
+	if a, b := stock["sku-a"], stock["sku-b"]; a != (Item{Available: 2, Reserved: 3}) || b != (Item{Available: 0, Reserved: 3}) {
+		t.Fatalf("stock after the batch: sku-a %+v sku-b %+v; want 2/3 and 0/3 available/reserved", a, b)
+	}
+	rs := reftest.Read(t, f.Pool, schema, Reservations)
+	if len(rs) != 3 || rs[s1].Qty != 2 || rs[s2].SKU != "sku-b" || rs[s3].State != StateReserved {
+		t.Fatalf("reservations after the batch: %+v; want the three orders reserved", rs)
+	}
+}
+
+func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5, "sku-c": 2})
+	prior := uuid.New()
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, prior, message.Forward, "sku-a", 1)), message.Success, "")
+	before := reftest.Read(t, f.Pool, schema, Stock)
+
+	// Each of the sku-c orders alone fits, both together do not; the saga
+	// with a reservation is a copy; sku-x is unknown. None of them is
+	// reserved by the batch, the plain order is, and the batch (not all
+	// Success) is not committed: the SDK runs reserve for each instead.
+	plain, c1, c2, unknown := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+		cmd(t, plain, message.Forward, "sku-a", 1), cmd(t, c1, message.Forward, "sku-c", 2), cmd(t, c2, message.Forward, "sku-c", 1),
+		cmd(t, prior, message.Forward, "sku-a", 1), cmd(t, unknown, message.Forward, "sku-x", 1))
+	reftest.WantOutcome(t, res[0], message.Success, "")
+	for i := 1; i < len(res); i++ {
+		if res[i].Outcome == message.Success {
+			t.Fatalf("result %d = success, want it left to the one-by-one path", i)
+		}
+	}
+	if got := reftest.Read(t, f.Pool, schema, Stock); got["sku-a"] != before["sku-a"] || got["sku-c"] != before["sku-c"] {
+		t.Fatalf("stock after the declined batch = %+v, want it untouched (%+v)", got, before)
+	}
+
+	// Invalid payloads are errors, as in reserve (the SDK declines the
+	// batch, and reserve dead-letters the command).
+	bad := cmd(t, uuid.New(), message.Forward, "sku-a", 0)
+	tx, err := f.Pool.Begin(testkit.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
+	if _, err := f.H.reserveBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
+		t.Fatalf("batch with qty 0 = %v, want an error naming qty", err)
+	}
+}

@@ -64,6 +64,9 @@ func Register(p *participants.Participant, opts Options) error {
 	if err := p.Handle(orderapi.StepChargePayment, h.charge, nil); err != nil {
 		return fmt.Errorf("payment: Register: %w", err)
 	}
+	if err := p.HandleForwardBatch(orderapi.StepChargePayment, h.chargeBatch); err != nil {
+		return fmt.Errorf("payment: Register: %w", err)
+	}
 	return nil
 }
 
@@ -84,18 +87,26 @@ func newHandlers(schema string, opts Options) (*handlers, error) {
 
 // charge is the forward action: decline over the limit, else record one
 // charge for the saga.
-func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+func decodeCharge(cmd message.Command) (orderapi.ChargePayment, error) {
 	in, err := participants.Decode[orderapi.ChargePayment](cmd)
 	if err != nil {
-		return participants.Result{}, err
+		return in, err
 	}
 	switch {
 	case in.OrderID == "":
-		return participants.Result{}, participants.InvalidField(cmd, "order_id", "is empty")
+		return in, participants.InvalidField(cmd, "order_id", "is empty")
 	case in.Customer == "":
-		return participants.Result{}, participants.InvalidField(cmd, "customer", "is empty")
+		return in, participants.InvalidField(cmd, "customer", "is empty")
 	case in.AmountCents < 0:
-		return participants.Result{}, participants.InvalidField(cmd, "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents))
+		return in, participants.InvalidField(cmd, "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents))
+	}
+	return in, nil
+}
+
+func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decodeCharge(cmd)
+	if err != nil {
+		return participants.Result{}, err
 	}
 	if in.AmountCents > h.opts.LimitCents {
 		return participants.Fail(orderapi.ReasonPaymentDeclined), nil
@@ -113,6 +124,56 @@ RETURNING id`, cmd.SagaID, in.OrderID, in.Customer, in.AmountCents).Scan(&id)
 		return participants.Result{}, fmt.Errorf("payment charge saga %s order %q amount %d: %w", cmd.SagaID, in.OrderID, in.AmountCents, err)
 	}
 	return participants.Success(orderapi.ChargePaymentResult{PaymentID: strconv.FormatInt(id, 10)}), nil
+}
+
+// chargeBatch is the batch form of charge (participants.BatchFunc): the
+// charges of a batch in one statement. A charge over the limit, or one the
+// ledger already holds, is left to charge (a non-Success result sends the
+// batch one by one).
+func (h *handlers) chargeBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+	out := make([]participants.Result, len(cmds))
+	var (
+		sagas             []uuid.UUID
+		orders, customers []string
+		amounts           []int64
+	)
+	for i, cmd := range cmds {
+		in, err := decodeCharge(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if in.AmountCents > h.opts.LimitCents {
+			out[i] = participants.Fail(orderapi.ReasonPaymentDeclined)
+			return out, nil
+		}
+		sagas, orders, customers, amounts = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(amounts, in.AmountCents)
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
+SELECT s, o, c, a, 'charge' FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[]) AS u(s, o, c, a)
+ON CONFLICT (saga_id, kind) DO NOTHING
+RETURNING saga_id, id`, sagas, orders, customers, amounts)
+	if err != nil {
+		return nil, fmt.Errorf("payment charge %d orders: %w", len(cmds), err)
+	}
+	ids := make(map[uuid.UUID]int64, len(cmds))
+	var (
+		saga uuid.UUID
+		id   int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&saga, &id}, func() error {
+		ids[saga] = id
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("payment charge %d orders: %w", len(cmds), err)
+	}
+	for i, cmd := range cmds {
+		if id, ok := ids[cmd.SagaID]; ok {
+			out[i] = participants.Success(orderapi.ChargePaymentResult{PaymentID: strconv.FormatInt(id, 10)})
+		} else {
+			out[i] = participants.RetryLater("already charged; answered alone")
+		}
+	}
+	return out, nil
 }
 
 // Charges returns, per saga, how many charge rows the ledger holds (1 for a

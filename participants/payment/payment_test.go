@@ -116,3 +116,34 @@ func TestOptions(t *testing.T) {
 		t.Fatal("second Register: err = nil, want duplicate step error")
 	}
 }
+
+func TestChargeBatchChargesOnceAndLeavesTheRestToCharge(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{})
+	prior := uuid.New()
+	first := reftest.Payload[orderapi.ChargePaymentResult](t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, prior, "ann", 100))).PaymentID
+
+	a, b := uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.chargeBatch, cmd(t, a, "ann", 200), cmd(t, b, "bob", 300))
+	for i := range res {
+		reftest.WantOutcome(t, res[i], message.Success, "")
+		if id := reftest.Payload[orderapi.ChargePaymentResult](t, res[i]).PaymentID; id == "" || id == first {
+			t.Fatalf("result %d: payment id %q, want a new one", i, id)
+		}
+	}
+	// A saga already charged, or an amount over the limit, is left to
+	// charge; nothing of such a batch is committed.
+	for name, c := range map[string]message.Command{"charged": cmd(t, prior, "ann", 100), "over the limit": cmd(t, uuid.New(), "cy", LimitCentsDefault+1)} {
+		res = reftest.ExecBatch(t, f.Pool, f.H.chargeBatch, cmd(t, uuid.New(), "dee", 1), c)
+		if res[1].Outcome == message.Success {
+			t.Fatalf("%s: outcome success, want it left to charge", name)
+		}
+	}
+	sums, err := Charged(testkit.Context(t, 30*time.Second), f.Pool, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != 2 || sums["ann"] != 300 || sums["bob"] != 300 {
+		t.Fatalf("charged = %v, want ann=300 bob=300 (the declined batches left nothing)", sums)
+	}
+}

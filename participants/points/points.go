@@ -42,6 +42,9 @@ func Register(p *participants.Participant, opts Options) error {
 	if err := p.Handle(orderapi.StepAwardPoints, h.award, nil); err != nil {
 		return fmt.Errorf("points: Register: %w", err)
 	}
+	if err := p.HandleForwardBatch(orderapi.StepAwardPoints, h.awardBatch); err != nil {
+		return fmt.Errorf("points: Register: %w", err)
+	}
 	return nil
 }
 
@@ -66,18 +69,26 @@ func newHandlers(schema string, opts Options) (*handlers, error) {
 
 // award is the forward action: one entry per order, added to the balance
 // only when it is new.
-func (h *handlers) award(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+func decodeAward(cmd message.Command) (orderapi.AwardPoints, error) {
 	in, err := participants.Decode[orderapi.AwardPoints](cmd)
 	if err != nil {
-		return participants.Result{}, err
+		return in, err
 	}
 	switch {
 	case in.OrderID == "":
-		return participants.Result{}, participants.InvalidField(cmd, "order_id", "is empty")
+		return in, participants.InvalidField(cmd, "order_id", "is empty")
 	case in.Customer == "":
-		return participants.Result{}, participants.InvalidField(cmd, "customer", "is empty")
+		return in, participants.InvalidField(cmd, "customer", "is empty")
 	case in.Points < 0:
-		return participants.Result{}, participants.InvalidField(cmd, "points", fmt.Sprintf("is %d, want >= 0", in.Points))
+		return in, participants.InvalidField(cmd, "points", fmt.Sprintf("is %d, want >= 0", in.Points))
+	}
+	return in, nil
+}
+
+func (h *handlers) award(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decodeAward(cmd)
+	if err != nil {
+		return participants.Result{}, err
 	}
 	if h.opts.Fails(cmd) {
 		return participants.RetryLater(orderapi.ReasonTransient), nil
@@ -101,6 +112,73 @@ SELECT COALESCE((SELECT points FROM b), (SELECT points FROM `+h.balances+` WHERE
 		return participants.Result{}, fmt.Errorf("points award saga %s order %q customer %q: balance: %w", cmd.SagaID, in.OrderID, in.Customer, err)
 	}
 	return participants.Success(orderapi.AwardPointsResult{Balance: balance}), nil
+}
+
+// awardBatch is the batch form of award (participants.BatchFunc): the
+// entries of a batch and one balance update per customer in one statement.
+// Each command answers the balance award would have answered had the
+// batch's commands run one by one in order: the balance before the batch
+// plus the customer's points up to and including its own. An order that
+// already has its entry, and a command the fault option fails, are left to
+// award (a non-Success result sends the batch one by one).
+func (h *handlers) awardBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+	out := make([]participants.Result, len(cmds))
+	var (
+		orders, customers []string
+		sagas             []uuid.UUID
+		pts               []int64
+	)
+	seen := make(map[uuid.UUID]bool, len(cmds))
+	for i, cmd := range cmds {
+		in, err := decodeAward(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if seen[cmd.SagaID] {
+			return nil, fmt.Errorf("points award: saga %s twice in one batch", cmd.SagaID)
+		}
+		seen[cmd.SagaID] = true
+		if h.opts.Fails(cmd) {
+			out[i] = participants.RetryLater(orderapi.ReasonTransient)
+			return out, nil
+		}
+		orders, sagas, customers, pts = append(orders, in.OrderID), append(sagas, cmd.SagaID), append(customers, in.Customer), append(pts, in.Points)
+	}
+	rows, err := tx.Query(ctx, `WITH req AS (
+  SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(order_id, saga_id, customer, points, ord)),
+e AS (
+  INSERT INTO `+h.entries+` (order_id, saga_id, customer, points) SELECT order_id, saga_id, customer, points FROM req
+  ON CONFLICT DO NOTHING
+  RETURNING saga_id),
+tot AS (SELECT customer, sum(points)::bigint AS points FROM req JOIN e USING (saga_id) GROUP BY customer),
+b AS (
+  INSERT INTO `+h.balances+` AS b (customer, points) SELECT customer, points FROM tot
+  ON CONFLICT (customer) DO UPDATE SET points = b.points + excluded.points, updated_at = now()
+  RETURNING customer, points)
+SELECT req.saga_id, (b.points - tot.points + sum(req.points) OVER (PARTITION BY req.customer ORDER BY req.ord))::bigint
+FROM req JOIN e USING (saga_id) JOIN tot USING (customer) JOIN b USING (customer)`, orders, sagas, customers, pts)
+	if err != nil {
+		return nil, fmt.Errorf("points award %d orders: %w", len(cmds), err)
+	}
+	balances := make(map[uuid.UUID]int64, len(cmds))
+	var (
+		saga    uuid.UUID
+		balance int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&saga, &balance}, func() error {
+		balances[saga] = balance
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("points award %d orders: %w", len(cmds), err)
+	}
+	for i, cmd := range cmds {
+		if b, ok := balances[cmd.SagaID]; ok {
+			out[i] = participants.Success(orderapi.AwardPointsResult{Balance: b})
+		} else {
+			out[i] = participants.RetryLater("entry exists; answered alone")
+		}
+	}
+	return out, nil
 }
 
 // Entries returns, per saga, how many entries it created (0 or 1).

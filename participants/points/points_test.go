@@ -153,3 +153,42 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		t.Fatalf("Register: %v", err)
 	}
 }
+
+func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{})
+	if got := award(t, f, cmd(t, uuid.New(), "o0", "ann", 10, 1)); got != 10 {
+		t.Fatalf("balance before the batch = %d, want 10", got)
+	}
+	a1, b1, a2 := uuid.New(), uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.awardBatch,
+		cmd(t, a1, "o1", "ann", 100, 1), cmd(t, b1, "o2", "bob", 7, 1), cmd(t, a2, "o3", "ann", 25, 1))
+	for i, want := range []int64{110, 7, 135} {
+		reftest.WantOutcome(t, res[i], message.Success, "")
+		if got := reftest.Payload[orderapi.AwardPointsResult](t, res[i]).Balance; got != want {
+			t.Fatalf("result %d: balance %d, want %d (the balance one by one)", i, got, want)
+		}
+	}
+	if got := reftest.Read(t, f.Pool, schema, Balances); len(got) != 2 || got["ann"] != 135 || got["bob"] != 7 {
+		t.Fatalf("balances = %v, want ann=135 bob=7", got)
+	}
+
+	// An order that has its entry is left to award; so is a batch holding
+	// one saga twice (an error: the SDK declines it).
+	res = reftest.ExecBatch(t, f.Pool, f.H.awardBatch, cmd(t, uuid.New(), "o4", "ann", 1, 1), cmd(t, uuid.New(), "o1", "ann", 100, 1))
+	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
+		t.Fatalf("batch with an existing order: outcomes %s, %s; want success, then left to award", res[0].Outcome, res[1].Outcome)
+	}
+	if got := reftest.Read(t, f.Pool, schema, Balances)["ann"]; got != 135 {
+		t.Fatalf("ann after the declined batch = %d, want 135 (not committed)", got)
+	}
+	tx, err := f.Pool.Begin(testkit.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
+	twice := uuid.New()
+	if _, err := f.H.awardBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{cmd(t, twice, "o5", "ann", 1, 1), cmd(t, twice, "o5", "ann", 1, 2)}); err == nil {
+		t.Fatal("batch with one saga twice = nil error, want it declined")
+	}
+}

@@ -122,6 +122,35 @@ func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd mes
 	return res, nil
 }
 
+// ExecBatch runs fn for cmds in one transaction on pool, committed only when
+// every result is a success (otherwise the SDK rolls the batch back and
+// handles its commands one by one), and returns the results.
+func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.BatchFunc, cmds ...message.Command) []participants.Result {
+	t.Helper()
+	ctx := testkit.Context(t, 30*time.Second)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("reftest: begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	res, err := fn(ctx, tx, cmds)
+	if err != nil {
+		t.Fatalf("reftest: batch of %d: unexpected error: %v", len(cmds), err)
+	}
+	if len(res) != len(cmds) {
+		t.Fatalf("reftest: batch of %d: %d results", len(cmds), len(res))
+	}
+	for _, r := range res {
+		if r.Outcome != message.Success {
+			return res
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("reftest: commit: %v", err)
+	}
+	return res
+}
+
 // MustExec is Exec failing the test on an error.
 func MustExec(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) participants.Result {
 	t.Helper()

@@ -42,6 +42,9 @@ func Register(p *participants.Participant, opts Options) error {
 	if err := p.Handle(orderapi.StepCreateShipment, h.create, nil); err != nil {
 		return fmt.Errorf("shipping: Register: %w", err)
 	}
+	if err := p.HandleForwardBatch(orderapi.StepCreateShipment, h.createBatch); err != nil {
+		return fmt.Errorf("shipping: Register: %w", err)
+	}
 	return nil
 }
 
@@ -61,20 +64,28 @@ func newHandlers(schema string, opts Options) (*handlers, error) {
 }
 
 // create is the forward action: at most one shipment per order.
-func (h *handlers) create(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+func decodeShipment(cmd message.Command) (orderapi.CreateShipment, error) {
 	in, err := participants.Decode[orderapi.CreateShipment](cmd)
 	if err != nil {
-		return participants.Result{}, err
+		return in, err
 	}
 	switch {
 	case in.OrderID == "":
-		return participants.Result{}, participants.InvalidField(cmd, "order_id", "is empty")
+		return in, participants.InvalidField(cmd, "order_id", "is empty")
 	case in.Customer == "":
-		return participants.Result{}, participants.InvalidField(cmd, "customer", "is empty")
+		return in, participants.InvalidField(cmd, "customer", "is empty")
 	case in.SKU == "":
-		return participants.Result{}, participants.InvalidField(cmd, "sku", "is empty")
+		return in, participants.InvalidField(cmd, "sku", "is empty")
 	case in.Qty <= 0:
-		return participants.Result{}, participants.InvalidField(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+		return in, participants.InvalidField(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+	}
+	return in, nil
+}
+
+func (h *handlers) create(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	in, err := decodeShipment(cmd)
+	if err != nil {
+		return participants.Result{}, err
 	}
 	if h.opts.Fails(cmd) {
 		return participants.RetryLater(orderapi.ReasonTransient), nil
@@ -94,6 +105,53 @@ ORDER BY order_id = $1 DESC LIMIT 1`, in.OrderID, cmd.SagaID).Scan(&id)
 		return participants.Result{}, fmt.Errorf("shipping create saga %s order %q: %w", cmd.SagaID, in.OrderID, err)
 	}
 	return participants.Success(orderapi.CreateShipmentResult{ShipmentID: id.String()}), nil
+}
+
+// createBatch is the batch form of create (participants.BatchFunc): the
+// shipments of a batch in one statement. An order or saga that already has
+// a shipment, and a command the fault option fails, are left to create (a
+// non-Success result sends the batch one by one).
+func (h *handlers) createBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+	out := make([]participants.Result, len(cmds))
+	var (
+		sagas                   []uuid.UUID
+		orders, customers, skus []string
+		qtys                    []int32
+	)
+	for i, cmd := range cmds {
+		in, err := decodeShipment(cmd)
+		if err != nil {
+			return nil, err
+		}
+		if h.opts.Fails(cmd) {
+			out[i] = participants.RetryLater(orderapi.ReasonTransient)
+			return out, nil
+		}
+		sagas, orders, customers, skus, qtys = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(skus, in.SKU), append(qtys, int32(in.Qty))
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int[])
+ON CONFLICT DO NOTHING
+RETURNING saga_id, shipment_id`, orders, sagas, customers, skus, qtys)
+	if err != nil {
+		return nil, fmt.Errorf("shipping create %d shipments: %w", len(cmds), err)
+	}
+	ids := make(map[uuid.UUID]uuid.UUID, len(cmds))
+	var saga, id uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&saga, &id}, func() error {
+		ids[saga] = id
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("shipping create %d shipments: %w", len(cmds), err)
+	}
+	for i, cmd := range cmds {
+		if id, ok := ids[cmd.SagaID]; ok {
+			out[i] = participants.Success(orderapi.CreateShipmentResult{ShipmentID: id.String()})
+		} else {
+			out[i] = participants.RetryLater("already shipped; answered alone")
+		}
+	}
+	return out, nil
 }
 
 // Shipments returns, per saga, how many shipments it created (0 or 1).

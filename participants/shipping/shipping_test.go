@@ -173,3 +173,34 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		t.Fatalf("Register: %v", err)
 	}
 }
+
+func TestCreateBatchShipsEachOrderOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Options{})
+	prior := uuid.New()
+	first := reftest.Payload[orderapi.CreateShipmentResult](t, reftest.MustExec(t, f.Pool, f.H.create, cmd(t, prior, "o1", 1))).ShipmentID
+
+	a, b := uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, a, "o2", 1), cmd(t, b, "o3", 1))
+	ids := map[string]bool{first: true}
+	for i := range res {
+		reftest.WantOutcome(t, res[i], message.Success, "")
+		ids[reftest.Payload[orderapi.CreateShipmentResult](t, res[i]).ShipmentID] = true
+	}
+	if len(ids) != 3 {
+		t.Fatalf("shipment ids %v, want three different ones", ids)
+	}
+	// Another saga of a shipped order is left to create (which answers the
+	// order's shipment); nothing of the batch is committed.
+	res = reftest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, uuid.New(), "o4", 1), cmd(t, uuid.New(), "o1", 1))
+	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
+		t.Fatalf("batch with a shipped order: outcomes %s, %s; want success, then left to create", res[0].Outcome, res[1].Outcome)
+	}
+	if got := reftest.Read(t, f.Pool, schema, Shipments); len(got) != 3 || got[prior] != 1 || got[a] != 1 || got[b] != 1 {
+		t.Fatalf("shipments = %v, want one each for the three sagas shipped", got)
+	}
+	// The fault option fails in the batch what it fails alone.
+	ff := setup(t, Options{FailRate: 1})
+	res = reftest.ExecBatch(t, ff.Pool, ff.H.createBatch, cmd(t, uuid.New(), "o9", 1))
+	reftest.WantOutcome(t, res[0], message.Retry, orderapi.ReasonTransient)
+}
