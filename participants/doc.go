@@ -71,6 +71,20 @@
 //     recorded) and answer retry: compensations are retried until they
 //     succeed, the orchestrator re-sends.
 //
+// # The batch fast path
+//
+// Run also gives the inbox a batch handler, HandleBatch, tried first for
+// the new commands of each consumed batch: when every one is a well-formed
+// first-time forward of a registered step and every handler answers
+// success, it runs the handlers (one BatchFunc call for all the commands of
+// a step registered with HandleForwardBatch, the Func per command
+// otherwise), then records all the success barrier rows in one statement
+// (skipping any row a copy or a compensation got first) and enqueues all
+// the replies in one statement. Anything else, a skipped barrier row
+// included, declines the batch: the inbox rolls its savepoint back and runs
+// HandleMessage for each command, so the protocol above decides every
+// unplain case, and at most one execution of a forward ever commits.
+//
 // A step registered with a nil compensate handler (the pivot, or a step
 // after it) answers a compensate command with failure "step has no
 // compensation" and records nothing: the orchestrator never sends one for
