@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/retention"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -38,7 +39,7 @@ var Keys = []Key{
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
 	{"orchestrator.timer_batch", saga.TimerBatchDefault, "Due sagas handled per timer transaction."},
 	{"orchestrator.start_batch", saga.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
-	{"orchestrator.inbox_batch", 100, "Replies handled per inbox transaction."},
+	{"orchestrator.inbox_batch", orchestrator.RepliesBatchDefault, "Replies handled per inbox transaction (at most)."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
 	{"relay.keep_sent", false, "Keep published outbox rows as sent history (purged after `retention.sent_outbox_after`) instead of deleting them once Kafka acknowledged them; applies to `serve` and `participants`."},
 	{"http.addr", "127.0.0.1:8080", "Listen address of the HTTP API (`serve`)."},

@@ -184,6 +184,15 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []kafka.Messa
 // each reply touches only its own saga's row, so lanes do not contend.
 const RepliesLanesDefault = 4
 
+// RepliesBatchDefault is the most replies applied in one transaction (the
+// reply consumer's inbox.Config.BatchSize when zero). Batches only fill up
+// when replies queue, and then a bigger batch spends less per reply: with
+// 100, the place-order benchmark's closed loop queued at the reply consumer
+// (every batch full) at about 580 sagas/s; with 500, about 800 on the same
+// box, with 1,000 about 700. Applying replies takes the saga rows' locks
+// only, so a longer transaction holds up nobody else.
+const RepliesBatchDefault = 500
+
 // Run runs the selected components until ctx is cancelled. If one fails,
 // the others are stopped and the first error is returned.
 func (s *Service) Run(ctx context.Context) error {
@@ -198,6 +207,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if ic.Lanes == 0 {
 			ic.Lanes = RepliesLanesDefault
+		}
+		if ic.BatchSize == 0 {
+			ic.BatchSize = RepliesBatchDefault
 		}
 		if ic.Logger == nil {
 			ic.Logger = s.log
