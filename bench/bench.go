@@ -100,6 +100,12 @@ type Config struct {
 	Lanes int
 	// Partitions of every topic the run creates; default PartitionsDefault.
 	Partitions int
+	// BatchForward gives the generic participants a batch form of their
+	// forward handler (participants.BatchFunc): one INSERT for the effects
+	// of a batch's commands instead of one per command. Off by default, so
+	// the generic saga keeps the shape it is compared in (one statement per
+	// step in its participant); the place-order participants always batch.
+	BatchForward bool
 	// Timeout bounds the wait for the last saga.
 	Timeout time.Duration
 	// CPUProfile, if set, receives a CPU profile of the measured phase.
@@ -172,18 +178,20 @@ func (c Config) validate() error {
 
 // Result is what one run measured.
 type Result struct {
-	Saga        string  `json:"saga"`
-	Steps       int     `json:"steps"`
-	Mode        string  `json:"mode"` // "closed" or "open"
-	Concurrency int     `json:"concurrency,omitempty"`
-	Partitions  int     `json:"partitions"`
-	Lanes       int     `json:"lanes"`
-	Rate        float64 `json:"rate,omitempty"`
-	Warmup      int     `json:"warmup"`
-	Sagas       int     `json:"sagas"`
-	Completed   int     `json:"completed"`
-	NotComplete int     `json:"not_completed"`
-	AllComplete bool    `json:"all_completed"`
+	Saga        string `json:"saga"`
+	Steps       int    `json:"steps"`
+	Mode        string `json:"mode"` // "closed" or "open"
+	Concurrency int    `json:"concurrency,omitempty"`
+	Partitions  int    `json:"partitions"`
+	Lanes       int    `json:"lanes"`
+	// BatchForward: the generic participants ran batch forward handlers.
+	BatchForward bool    `json:"batch_forward,omitempty"`
+	Rate         float64 `json:"rate,omitempty"`
+	Warmup       int     `json:"warmup"`
+	Sagas        int     `json:"sagas"`
+	Completed    int     `json:"completed"`
+	NotComplete  int     `json:"not_completed"`
+	AllComplete  bool    `json:"all_completed"`
 
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	SagasPerSecond float64 `json:"sagas_per_second"`
@@ -303,7 +311,7 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-participants"); err != nil {
 		return nil, err
 	}
-	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes}
+	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric}
 	if c.Saga == SagaPlaceOrder {
 		st.res.Steps = 5
 	}
@@ -424,7 +432,7 @@ type participantSet struct {
 // newParticipants builds the participants of c.Saga over pool; it does not
 // touch Postgres or Kafka.
 func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*participantSet, error) {
-	po := partOptions{Lanes: c.Lanes, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.inbox, RelayMetrics: m.relay}
+	po := partOptions{Lanes: c.Lanes, BatchForward: c.BatchForward, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.inbox, RelayMetrics: m.relay}
 	switch c.Saga {
 	case SagaGeneric:
 		gs, err := newGenericSet(pool, c.Steps, po)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sagaflow/sagaflow/bench"
 	"github.com/sagaflow/sagaflow/testkit"
 )
@@ -178,4 +180,41 @@ func roles(ps []bench.ProcessCPU) []string {
 		out = append(out, p.Role)
 	}
 	return out
+}
+
+func TestRunGenericWithBatchForwardHandlers(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 2*time.Minute)
+	db := "sagaflow_bench_test_" + testkit.RandomSuffix(6)
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
+	res, err := bench.Run(ctx, bench.Config{
+		DatabaseURL: databaseURL(), Database: db, Brokers: testkit.Brokers(t),
+		Saga: bench.SagaGeneric, Steps: 2, Warmup: 5, Sagas: 60, Concurrency: 30, MaxConns: 6, BatchForward: true,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !res.AllComplete || res.Completed != 60 || !res.BatchForward {
+		t.Fatalf("result %+v: want 60 of 60 sagas completed, batch_forward reported", res)
+	}
+	// Every saga (warm-up included) left exactly one effect per step.
+	cfg, err := pgx.ParseConfig(databaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = db
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i := 1; i <= 2; i++ {
+		var rows, sagas int
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), count(DISTINCT saga_id) FROM bench_p%d.effects`, i)).Scan(&rows, &sagas); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 65 || sagas != 65 {
+			t.Errorf("participant %d: %d effects of %d sagas, want 65 of 65", i, rows, sagas)
+		}
+	}
 }

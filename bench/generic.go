@@ -76,6 +76,9 @@ type partOptions struct {
 	// Lanes of each participant's command consumer: the generic handlers
 	// insert one row per saga and contend for nothing.
 	Lanes int
+	// BatchForward registers a batch form of each step's forward handler
+	// (one INSERT for the batch's effects instead of one per command).
+	BatchForward bool
 }
 
 func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error) {
@@ -106,6 +109,23 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 		}
 		if err := p.Handle(GenericStep(i), fwd, comp); err != nil {
 			return nil, err
+		}
+		if o.BatchForward {
+			insertMany := `INSERT INTO ` + pgx.Identifier{genericSchema(i), "effects"}.Sanitize() + ` (saga_id, step) SELECT * FROM unnest($1::uuid[], $2::text[])`
+			fwdMany := func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+				ids, steps := make([]pgtype.UUID, len(cmds)), make([]string, len(cmds))
+				out := make([]participants.Result, len(cmds))
+				for k, c := range cmds {
+					ids[k], steps[k], out[k] = pgtype.UUID{Bytes: c.SagaID, Valid: true}, c.Step, participants.Success(nil)
+				}
+				if _, err := tx.Exec(ctx, insertMany, ids, steps); err != nil {
+					return nil, fmt.Errorf("insert %d effects: %w", len(cmds), err)
+				}
+				return out, nil
+			}
+			if err := p.HandleForwardBatch(GenericStep(i), fwdMany); err != nil {
+				return nil, err
+			}
 		}
 		s.parts = append(s.parts, p)
 	}

@@ -74,7 +74,7 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 	t.Parallel()
 	// The flags Args writes are the flags AddFlags reads.
 	in := WorkerConfig{Role: RoleParticipants, Brokers: []string{"h1:9092", "h2:9092"}, Saga: SagaPlaceOrder, Steps: 7,
-		Lanes: 3, MaxConns: 9, Seed: 42, LogLevel: 8}
+		Lanes: 3, BatchForward: true, MaxConns: 9, Seed: 42, LogLevel: 8}
 	in.Engine.Schema, in.Engine.ReplyTopic, in.Engine.TopicPrefix = "s", "r", "p."
 	in.Engine.TimerInterval, in.Engine.TimerBatch, in.Engine.GaugeInterval = 50*time.Millisecond, 17, time.Second
 	var out WorkerConfig
@@ -84,7 +84,7 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out.Role != in.Role || strings.Join(out.Brokers, ",") != "h1:9092,h2:9092" || out.Saga != in.Saga || out.Steps != 7 ||
-		out.Lanes != 3 || out.MaxConns != 9 || out.Seed != 42 || out.LogLevel != 8 || out.Engine.Schema != "s" ||
+		out.Lanes != 3 || !out.BatchForward || out.MaxConns != 9 || out.Seed != 42 || out.LogLevel != 8 || out.Engine.Schema != "s" ||
 		out.Engine.ReplyTopic != "r" || out.Engine.TopicPrefix != "p." || out.Engine.TimerInterval != in.Engine.TimerInterval ||
 		out.Engine.TimerBatch != 17 || out.Engine.GaugeInterval != time.Second {
 		t.Fatalf("parsed %+v from %q, want %+v", out, in.Args(), in)

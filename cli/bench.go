@@ -116,6 +116,7 @@ saga is then the sum over the three processes (listed in the result).`,
 	f.IntVar(&cfg.MaxConns, "max-conns", bench.MaxConnsDefault, "connections of each of the two pools (orchestrator, participants)")
 	f.IntVar(&cfg.Partitions, "partitions", bench.PartitionsDefault, "partitions of every topic of the run (on 2 cores fewer partitions mean bigger fetches and batches at moderate load)")
 	f.IntVar(&cfg.Lanes, "lanes", bench.LanesDefault, "concurrent batches of the reply consumer and of the generic participants")
+	f.BoolVar(&cfg.BatchForward, "batch-forward", false, "generic participants register a batch forward handler (one INSERT per batch, not per command)")
 	f.DurationVar(&cfg.Timeout, "timeout", bench.TimeoutDefault, "bound on the wait for the last saga")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file (with --split: of the driver only)")
@@ -267,7 +268,11 @@ func printBench(w io.Writer, r bench.Result) {
 	if r.Mode == "open" {
 		load = fmt.Sprintf("rate %.0f/s (open loop)", r.Rate)
 	}
-	fmt.Fprintf(w, "%s saga, %d steps, %s, %d partitions, %d lanes; synchronous_commit=%s fsync=%s\n", r.Saga, r.Steps, load, r.Partitions, r.Lanes, r.SynchronousCommit, r.Fsync)
+	batch := ""
+	if r.BatchForward {
+		batch = ", batch forward handlers"
+	}
+	fmt.Fprintf(w, "%s saga, %d steps, %s, %d partitions, %d lanes%s; synchronous_commit=%s fsync=%s\n", r.Saga, r.Steps, load, r.Partitions, r.Lanes, batch, r.SynchronousCommit, r.Fsync)
 	fmt.Fprintf(w, "  sagas        %d measured after %d warm-up; %d completed, %d not\n", r.Sagas, r.Warmup, r.Completed, r.NotComplete)
 	fmt.Fprintf(w, "  throughput   %.0f sagas/s, %.0f steps/s (%.2fs)\n", r.SagasPerSecond, r.StepsPerSecond, r.ElapsedSeconds)
 	fmt.Fprintf(w, "  latency ms   p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", r.LatencyP50Ms, r.LatencyP95Ms, r.LatencyP99Ms, r.LatencyMaxMs)
