@@ -204,6 +204,9 @@ type Result struct {
 
 	// StepHops: where each step's time went (see StepHop).
 	StepHops []StepHop `json:"step_hops,omitempty"`
+	// Consumers: each inbox consumer's waits, batches and busy share
+	// (see ConsumerStat).
+	Consumers []ConsumerStat `json:"consumers,omitempty"`
 
 	XactPerSaga     float64 `json:"pg_transactions_per_saga"`
 	WALBytesPerSaga float64 `json:"wal_bytes_per_saga"`
@@ -284,6 +287,9 @@ type stack struct {
 	parts    *participantSet
 	w        work
 	res      Result // the run's settings, filled in by measure
+	// reg holds the in-process components' metrics (the inbox consumers'
+	// feed the per-consumer lines).
+	reg *prometheus.Registry
 }
 
 func setup(ctx context.Context, c Config) (_ *stack, err error) {
@@ -323,6 +329,7 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	st.reg = m.reg
 	if st.parts, err = newParticipants(st.partPool, st.brokers, c, m); err != nil {
 		return nil, err
 	}
@@ -372,11 +379,12 @@ type metrics struct {
 	saga  *saga.Metrics
 	inbox *inbox.Metrics
 	relay *relay.Metrics
+	reg   *prometheus.Registry
 }
 
 func newMetrics() (metrics, error) {
 	reg := prometheus.NewRegistry()
-	var m metrics
+	m := metrics{reg: reg}
 	var err error
 	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
 		return m, err
@@ -593,6 +601,11 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		return abort(err)
 	}
 	hostBefore, hostOK := readHostTicks()
+	consBefore, err := snapConsumers(st.reg)
+	if err != nil {
+		return abort(err)
+	}
+	consFrom := time.Now()
 	if c.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
 			return abort(fmt.Errorf("bench: start CPU profile: %w", err))
@@ -624,6 +637,11 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return abort(fmt.Errorf("bench: %w", err))
 	}
+	consAfter, err := snapConsumers(st.reg)
+	if err != nil {
+		return abort(err)
+	}
+	res.Consumers = consumerStats(consBefore, consAfter, time.Since(consFrom))
 	if cpuErr != nil {
 		return abort(cpuErr)
 	}

@@ -67,6 +67,15 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 		}
 		sumP50 += h.CommandP50Ms + h.ReplyP50Ms + h.ApplyP50Ms
 	}
+	// One line per inbox consumer: the orchestrator's and each participant's.
+	if len(res.Consumers) != 3 {
+		t.Fatalf("consumer lines %+v, want the orchestrator and two participants", res.Consumers)
+	}
+	for _, c := range res.Consumers {
+		if c.Records < 30 || c.Batches < 1 || c.Busy <= 0 || c.WaitMeanMs < 0 || c.BatchSizeMean < 1 {
+			t.Errorf("consumer %+v: want at least 30 records in at least one batch, busy > 0", c)
+		}
+	}
 	if sumP50 > res.LatencyMaxMs {
 		t.Errorf("the steps' p50 parts add up to %.1f ms, more than the slowest saga (%.1f ms)", sumP50, res.LatencyMaxMs)
 	}

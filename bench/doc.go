@@ -21,7 +21,13 @@
 //   - WAL bytes per saga: the pg_current_wal_lsn() delta. WAL is
 //     cluster-wide: other activity on the same server is included;
 //   - CPU seconds per saga of this process (getrusage; includes the
-//     embedded broker when one runs).
+//     embedded broker when one runs), and of the whole machine with its
+//     busy and steal shares (/proc/stat);
+//   - per step, where its time went (StepHop, from the databases'
+//     timestamps);
+//   - per inbox consumer, its records' mean wait, its batches, their mean
+//     size and time, and its busy share (ConsumerStat, from the deltas of
+//     its metrics over the measured phase; not with Split).
 //
 // With Config.Split the orchestrator service and the participants run in
 // two worker processes instead (RunWorker, spawned as this executable's

@@ -42,6 +42,7 @@ func Median(runs []Result) (Result, error) {
 	m.HostBusy = med(func(r Result) float64 { return r.HostBusy })
 	m.HostSteal = med(func(r Result) float64 { return r.HostSteal })
 	m.StepHops = medianHops(runs, med)
+	m.Consumers = medianConsumers(runs, med)
 	m.Sagas, m.Completed, m.NotComplete, m.AllComplete = 0, 0, 0, true
 	for _, r := range runs {
 		m.Sagas += r.Sagas

@@ -284,6 +284,14 @@ func printBench(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "  %-12s %s: command %.1f/%.1f, reply %.1f/%.1f, apply %.1f/%.1f (p50/p99)\n", label, h.Step,
 			h.CommandP50Ms, h.CommandP99Ms, h.ReplyP50Ms, h.ReplyP99Ms, h.ApplyP50Ms, h.ApplyP99Ms)
 	}
+	for i, c := range r.Consumers {
+		label := ""
+		if i == 0 {
+			label = "consumers"
+		}
+		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean) for %d batches of %.1f taking %.1f ms, busy %.2f\n", label, c.Consumer,
+			c.Records, c.WaitMeanMs, c.Batches, c.BatchSizeMean, c.BatchMeanMs, c.Busy)
+	}
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
 	if r.HostBusy > 0 {
 		fmt.Fprintf(w, "  machine      %.0f%% busy, %.2f ms CPU per saga (every process, Postgres included), %.1f%% stolen by the hypervisor\n",

@@ -255,7 +255,7 @@ type Consumer struct {
 	table string // quoted "<schema>.inbox"
 
 	mMessages, mDuplicates, mDLQ, mErrors prometheus.Counter
-	mBatch                                prometheus.Observer
+	mBatch, mWait, mBatchTime             prometheus.Observer
 	mRestarts                             prometheus.Counter
 
 	running atomic.Bool
@@ -303,6 +303,8 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		mDLQ:        m.dlq.WithLabelValues(c.Name),
 		mErrors:     m.handleErrors.WithLabelValues(c.Name),
 		mBatch:      m.batchSize.WithLabelValues(c.Name),
+		mWait:       m.recordWait.WithLabelValues(c.Name),
+		mBatchTime:  m.batchTime.WithLabelValues(c.Name),
 		mRestarts:   m.restarts.WithLabelValues(c.Name),
 	}, nil
 }
@@ -662,8 +664,17 @@ func (c *Consumer) loop(ctx context.Context, r *kafka.Reader, w *kafka.Writer, f
 				break fill
 			}
 		}
+		start := time.Now()
+		for _, m := range batch {
+			if !m.Time.IsZero() {
+				c.mWait.Observe(max(start.Sub(m.Time), 0).Seconds())
+			}
+		}
 		f.busy.Add(1)
 		err := c.processWithRetry(ctx, w, batch)
+		if err == nil {
+			c.mBatchTime.Observe(time.Since(start).Seconds())
+		}
 		if err == nil && c.afterDBCommit != nil {
 			err = c.afterDBCommit(batch)
 		}

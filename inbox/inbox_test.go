@@ -705,3 +705,56 @@ func TestBatchHandlerFallsBackToOneByOne(t *testing.T) {
 	// The batch handler's writes were rolled back: one row per good id.
 	effectsOncePerID(t, e.pool, append(clean, good...))
 }
+
+func TestRecordWaitAndBatchTimeAreObserved(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	reg := prometheus.NewRegistry()
+	m, err := inbox.NewMetrics(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.New(e.pool, writeEffect, e.config(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+
+	// Records written "two seconds ago" (their timestamp) wait at least
+	// that long before their batch starts.
+	const n = 12
+	written := time.Now().Add(-2 * time.Second)
+	var msgs []kafka.Message
+	for i := range n {
+		r := record(uuid.New(), "w"+strconv.Itoa(i))
+		r.Time = written
+		msgs = append(msgs, r)
+	}
+	e.produce(t, msgs...)
+	waitCounter(t, m.Messages("test"), n, "all messages handled")
+
+	hist := func(name string) (count uint64, sum float64) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				h := mf.GetMetric()[0].GetHistogram()
+				return h.GetSampleCount(), h.GetSampleSum()
+			}
+		}
+		t.Fatalf("%s not gathered", name)
+		return 0, 0
+	}
+	waits, waitSum := hist("test_inbox_record_wait_seconds")
+	if waits != n || waitSum < 2*n || waitSum > 60*n {
+		t.Fatalf("record wait: %d observations summing %.1f s, want %d of at least 2 s each", waits, waitSum, n)
+	}
+	batches, batchSum := hist("test_inbox_batch_seconds")
+	sizes, sizeSum := hist("test_inbox_batch_size")
+	if batches == 0 || batches != sizes || sizeSum != n || batchSum <= 0 {
+		t.Fatalf("batch time: %d observations (%.3f s); batch size: %d observations of %v messages; want one time per committed batch of the %d", batches, batchSum, sizes, sizeSum, n)
+	}
+}

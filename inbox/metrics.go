@@ -15,6 +15,8 @@ type Metrics struct {
 	dlq          *prometheus.CounterVec
 	handleErrors *prometheus.CounterVec
 	batchSize    *prometheus.HistogramVec
+	recordWait   *prometheus.HistogramVec
+	batchTime    *prometheus.HistogramVec
 	restarts     *prometheus.CounterVec
 }
 
@@ -26,6 +28,8 @@ type Metrics struct {
 //	<ns>_dlq_messages_total{consumer}         messages sent to the dead-letter topic
 //	<ns>_inbox_handle_errors_total{consumer}  transient handler/db errors (batch retried)
 //	<ns>_inbox_batch_size{consumer}           messages per committed transaction
+//	<ns>_inbox_record_wait_seconds{consumer}  record timestamp (producer's write) to the start of its batch
+//	<ns>_inbox_batch_seconds{consumer}        start of a batch to its database commit, retries included
 //	<ns>_inbox_reader_restarts_total{consumer} Kafka readers closed and recreated by the watchdog
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
@@ -54,12 +58,22 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help:    "Messages per committed inbox transaction.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
 		}, labels),
+		recordWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "inbox_record_wait_seconds",
+			Help:    "Time from a record's timestamp (its producer's write) to the start of the batch that handles it: the consumer's lag in time. Clocks of other machines skew it.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, labels),
+		batchTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "inbox_batch_seconds",
+			Help:    "Time from the start of a batch to its database commit, retries included.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, labels),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "inbox_reader_restarts_total",
 			Help: "Kafka readers the inbox consumer closed and recreated because fetches or commits kept failing or the group stopped consuming while it had lag.",
 		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.restarts} {
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
 		}

@@ -104,6 +104,8 @@ var Required = []Requirement{
 	{"sagaflow_relay_batch_size_count", true, "relay batch size histogram"},
 	{"sagaflow_inbox_messages_total", true, "messages handled by inbox consumers"},
 	{"sagaflow_inbox_duplicates_total", true, "redelivered messages skipped by the inbox"},
+	{"sagaflow_inbox_record_wait_seconds_count", true, "inbox record wait histogram (lag in time)"},
+	{"sagaflow_inbox_batch_seconds_count", true, "inbox batch time histogram"},
 	{"sagaflow_dlq_messages_total", true, "messages sent to a dead-letter topic"},
 	{"sagaflow_late_replies_total", true, "replies for a step no longer awaited"},
 	// Stray replies (answering a command never sent) are dead-lettered,
