@@ -104,20 +104,10 @@ func consumerStats(before, after consumerSnap, wall time.Duration) []ConsumerSta
 // medianConsumers is the field-by-field median of the runs' consumer
 // lines, or nil unless every run has the same consumers.
 func medianConsumers(runs []Result, med func(func(Result) float64) float64) []ConsumerStat {
-	if len(runs) == 0 || len(runs[0].Consumers) == 0 {
+	if !sameRows(runs, func(r Result) []ConsumerStat { return r.Consumers }, func(c ConsumerStat) string { return c.Consumer }) {
 		return nil
 	}
 	first := runs[0].Consumers
-	for _, r := range runs[1:] {
-		if len(r.Consumers) != len(first) {
-			return nil
-		}
-		for i := range first {
-			if r.Consumers[i].Consumer != first[i].Consumer {
-				return nil
-			}
-		}
-	}
 	out := make([]ConsumerStat, len(first))
 	for i := range first {
 		f := func(get func(ConsumerStat) float64) float64 {
@@ -134,4 +124,26 @@ func medianConsumers(runs []Result, med func(func(Result) float64) float64) []Co
 		}
 	}
 	return out
+}
+
+// sameRows reports whether the runs have rows and every run has the rows of
+// the first, by key, in the same order (so their medians can be taken row
+// by row).
+func sameRows[T any](runs []Result, rows func(Result) []T, key func(T) string) bool {
+	if len(runs) == 0 || len(rows(runs[0])) == 0 {
+		return false
+	}
+	first := rows(runs[0])
+	for _, r := range runs[1:] {
+		rs := rows(r)
+		if len(rs) != len(first) {
+			return false
+		}
+		for i := range first {
+			if key(rs[i]) != key(first[i]) {
+				return false
+			}
+		}
+	}
+	return true
 }

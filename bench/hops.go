@@ -91,20 +91,10 @@ func stepHops(ctx context.Context, pool *pgxpool.Pool, orchestrator string, part
 // medianHops is the field-by-field median of the runs' breakdowns when
 // every run has the same steps in the same order; otherwise nil.
 func medianHops(runs []Result, med func(func(Result) float64) float64) []StepHop {
-	if len(runs) == 0 || len(runs[0].StepHops) == 0 {
+	if !sameRows(runs, func(r Result) []StepHop { return r.StepHops }, func(h StepHop) string { return h.Step }) {
 		return nil
 	}
 	first := runs[0].StepHops
-	for _, r := range runs[1:] {
-		if len(r.StepHops) != len(first) {
-			return nil
-		}
-		for i := range first {
-			if r.StepHops[i].Step != first[i].Step {
-				return nil
-			}
-		}
-	}
 	out := make([]StepHop, len(first))
 	for i := range first {
 		f := func(get func(StepHop) float64) float64 {
