@@ -276,20 +276,19 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  sagas        %d measured after %d warm-up; %d completed, %d not\n", r.Sagas, r.Warmup, r.Completed, r.NotComplete)
 	fmt.Fprintf(w, "  throughput   %.0f sagas/s, %.0f steps/s (%.2fs)\n", r.SagasPerSecond, r.StepsPerSecond, r.ElapsedSeconds)
 	fmt.Fprintf(w, "  latency ms   p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", r.LatencyP50Ms, r.LatencyP95Ms, r.LatencyP99Ms, r.LatencyMaxMs)
-	for i, h := range r.StepHops {
-		label := ""
+	// first labels the first line of a group.
+	first := func(i int, label string) string {
 		if i == 0 {
-			label = "per step ms"
+			return label
 		}
-		fmt.Fprintf(w, "  %-12s %s: command %.1f/%.1f, reply %.1f/%.1f, apply %.1f/%.1f (p50/p99)\n", label, h.Step,
+		return ""
+	}
+	for i, h := range r.StepHops {
+		fmt.Fprintf(w, "  %-12s %s: command %.1f/%.1f, reply %.1f/%.1f, apply %.1f/%.1f (p50/p99)\n", first(i, "per step ms"), h.Step,
 			h.CommandP50Ms, h.CommandP99Ms, h.ReplyP50Ms, h.ReplyP99Ms, h.ApplyP50Ms, h.ApplyP99Ms)
 	}
 	for i, c := range r.Consumers {
-		label := ""
-		if i == 0 {
-			label = "consumers"
-		}
-		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean) for %d batches of %.1f taking %.1f ms, busy %.2f\n", label, c.Consumer,
+		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean) for %d batches of %.1f taking %.1f ms, busy %.2f\n", first(i, "consumers"), c.Consumer,
 			c.Records, c.WaitMeanMs, c.Batches, c.BatchSizeMean, c.BatchMeanMs, c.Busy)
 	}
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
