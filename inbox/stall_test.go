@@ -58,7 +58,10 @@ func TestStalledGroupRecoversByRecreatingTheReader(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = stuck.Close() })
 	// Keep producing (keys spread over both partitions) until records stay
-	// unconsumed: the stuck member then holds a partition.
+	// unconsumed while the group's two members each hold a partition: the
+	// stuck member then holds one. (Lag alone is not enough: a rebalance
+	// leaves some for as long as the consumer's readers take to stop, up
+	// to its fetch MaxWait.)
 	var ids []uuid.UUID
 	var stuckAt time.Time
 	testkit.Eventually(t, wait, "the stuck member holding lag", func() (bool, error) {
@@ -67,7 +70,7 @@ func TestStalledGroupRecoversByRecreatingTheReader(t *testing.T) {
 			ids = append(ids, id)
 			e.produce(t, record(id, id.String()))
 		}
-		if lag(t, e.brokers, e.group, e.topic, 2) == 0 {
+		if lag(t, e.brokers, e.group, e.topic, 2) == 0 || !everyMemberHolds(t, e.brokers, e.group, e.topic, 2) {
 			stuckAt = time.Time{}
 			return false, nil
 		}
@@ -91,4 +94,31 @@ func TestStalledGroupRecoversByRecreatingTheReader(t *testing.T) {
 	testkit.Eventually(t, wait, "lag zero", func() (bool, error) {
 		return lag(t, e.brokers, e.group, e.topic, 2) == 0, nil
 	})
+}
+
+// everyMemberHolds reports whether group is stable with members members,
+// each assigned at least one partition of topic.
+func everyMemberHolds(t *testing.T, brokers []string, group, topic string, members int) bool {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	res, err := cl.DescribeGroups(testkit.Context(t, wait), &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil || len(res.Groups) != 1 || res.Groups[0].Error != nil {
+		t.Fatalf("describe group %s: %v %+v", group, err, res)
+	}
+	g := res.Groups[0]
+	if g.GroupState != "Stable" || len(g.Members) != members {
+		return false
+	}
+	for _, m := range g.Members {
+		held := 0
+		for _, tp := range m.MemberAssignments.Topics {
+			if tp.Topic == topic {
+				held += len(tp.Partitions)
+			}
+		}
+		if held == 0 {
+			return false
+		}
+	}
+	return true
 }
