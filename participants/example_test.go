@@ -4,8 +4,10 @@ import (
 	"context"
 	"log"
 	"os/signal"
+	"slices"
 	"syscall"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,6 +61,41 @@ func Example_hotel() {
 		return participants.Success(nil), err
 	}
 	if err := p.Handle("book-room", book, cancel); err != nil {
+		log.Fatal(err)
+	}
+	// Optional: the same forward for a whole batch of first-time bookings,
+	// one statement instead of one per command. Only the plain case: a
+	// command it does not answer Success (a room taken, or wanted twice in
+	// the batch) sends the batch back to book, one command at a time.
+	bookMany := func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+		sagas, rooms := make([]uuid.UUID, len(cmds)), make([]string, len(cmds))
+		for i, cmd := range cmds {
+			b, err := participants.Decode[booking](cmd)
+			if err != nil {
+				return nil, err
+			}
+			sagas[i], rooms[i] = cmd.SagaID, b.Room
+		}
+		rows, err := tx.Query(ctx, `UPDATE hotel.rooms AS r SET held_by = u.saga
+FROM unnest($1::uuid[], $2::text[]) AS u(saga, room)
+WHERE r.room = u.room AND r.held_by IS NULL RETURNING u.saga`, sagas, rooms)
+		if err != nil {
+			return nil, err
+		}
+		held, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return nil, err
+		}
+		out := make([]participants.Result, len(cmds))
+		for i := range cmds {
+			out[i] = participants.RetryLater("not booked in the batch")
+			if slices.Contains(held, sagas[i]) {
+				out[i] = participants.Success(map[string]string{"room": rooms[i]})
+			}
+		}
+		return out, nil
+	}
+	if err := p.HandleForwardBatch("book-room", bookMany); err != nil {
 		log.Fatal(err)
 	}
 	sets, err := p.Migrations() // outbox, inbox, barrier; add your own business sets
