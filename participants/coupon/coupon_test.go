@@ -174,3 +174,47 @@ func TestRegister(t *testing.T) {
 		t.Fatal("Register(nil): err = nil, want an error")
 	}
 }
+
+func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "A", "B", "C")
+	held := uuid.New()
+	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, held, message.Forward, "C")), message.Success, "")
+
+	a, none, b := uuid.New(), uuid.New(), uuid.New()
+	res := reftest.ExecBatch(t, f.Pool, f.H.lockBatch, cmd(t, a, message.Forward, "A"), cmd(t, none, message.Forward, ""), cmd(t, b, message.Forward, "B"))
+	for i, want := range []int64{DiscountCentsDefault, 0, DiscountCentsDefault} {
+		reftest.WantOutcome(t, res[i], message.Success, "")
+		if got := reftest.Payload[orderapi.LockCouponResult](t, res[i]).DiscountCents; got != want {
+			t.Fatalf("result %d: discount %d, want %d", i, got, want)
+		}
+	}
+	if got := reftest.Read(t, f.Pool, schema, Locks); got["A"] != a || got["B"] != b || got["C"] != held {
+		t.Fatalf("locks = %v, want A by %s, B by %s, C by %s", got, a, b, held)
+	}
+
+	// A code held by another saga, an unknown code, and one code wanted by
+	// two sagas of the batch are left to lock; the batch is not committed.
+	for name, cs := range map[string][]message.Command{
+		"held":    {cmd(t, uuid.New(), message.Forward, "C")},
+		"unknown": {cmd(t, uuid.New(), message.Forward, "NOPE")},
+		"twice":   {cmd(t, uuid.New(), message.Forward, "D"), cmd(t, uuid.New(), message.Forward, "D")},
+	} {
+		if name == "twice" {
+			if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, "D"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := reftest.ExecBatch(t, f.Pool, f.H.lockBatch, cs...)
+		all := true
+		for _, r := range res {
+			all = all && r.Outcome == message.Success
+		}
+		if all {
+			t.Fatalf("%s: every result success, want the batch left to lock", name)
+		}
+	}
+	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 3 {
+		t.Fatalf("locks after the declined batches = %v, want the three of before", got)
+	}
+}
