@@ -57,11 +57,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 	}
 	sagaIDs, stepNames, payloads := make([]pgtype.UUID, n), make([]string, n), make([]*string, n)
 	for i, cmd := range cmds {
-		res := results[i]
-		if res.Outcome != message.Success {
-			return errDecline
-		}
-		pl, err := encodePayload(res.Payload)
+		pl, err := encodePayload(results[i].Payload)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
 		}
@@ -117,9 +113,10 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 }
 
 // forwardAll runs the forward handlers of cmds and returns their results in
-// the order of cmds: one call of a step's BatchFunc for all its commands
-// (steps in order of first appearance, after the commands of steps without
-// one, each run by its Func in order).
+// the order of cmds, all of them successes (anything else declines the
+// batch, at the first non-Success): one call of a step's BatchFunc for all
+// its commands (steps in order of first appearance, after the commands of
+// steps without one, each run by its Func in order).
 func (p *Participant) forwardAll(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error) {
 	results := make([]Result, len(cmds))
 	type group struct {
@@ -149,6 +146,9 @@ func (p *Participant) forwardAll(ctx context.Context, tx pgx.Tx, cmds []message.
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: handler: %v", errDecline, p.opName(cmd), err)
 		}
+		if res.Outcome != message.Success {
+			return nil, errDecline
+		}
 		results[i] = res
 	}
 	for _, g := range groups {
@@ -166,6 +166,9 @@ func (p *Participant) forwardAll(ctx context.Context, tx pgx.Tx, cmds []message.
 			return nil, fmt.Errorf("%w: step %q: batch handler returned %d results for %d commands", errDecline, batch[0].Step, len(rs), len(batch))
 		}
 		for k, i := range g.idx {
+			if rs[k].Outcome != message.Success {
+				return nil, errDecline
+			}
 			results[i] = rs[k]
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log"
 	"os/signal"
-	"slices"
 	"syscall"
 
 	"github.com/google/uuid"
@@ -76,24 +75,14 @@ func Example_hotel() {
 			}
 			sagas[i], rooms[i] = cmd.SagaID, b.Room
 		}
-		rows, err := tx.Query(ctx, `UPDATE hotel.rooms AS r SET held_by = u.saga
+		held, err := participants.QueryMap[uuid.UUID, string](ctx, tx, `UPDATE hotel.rooms AS r SET held_by = u.saga
 FROM unnest($1::uuid[], $2::text[]) AS u(saga, room)
-WHERE r.room = u.room AND r.held_by IS NULL RETURNING u.saga`, sagas, rooms)
+WHERE r.room = u.room AND r.held_by IS NULL RETURNING u.saga, r.room`, sagas, rooms)
 		if err != nil {
 			return nil, err
 		}
-		held, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			return nil, err
-		}
-		out := make([]participants.Result, len(cmds))
-		for i := range cmds {
-			out[i] = participants.RetryLater("not booked in the batch")
-			if slices.Contains(held, sagas[i]) {
-				out[i] = participants.Success(map[string]string{"room": rooms[i]})
-			}
-		}
-		return out, nil
+		// Success for the sagas that got their room; the rest go one by one.
+		return participants.AnswerBatch(cmds, held, func(room string) any { return map[string]string{"room": room} }), nil
 	}
 	if err := p.HandleForwardBatch("book-room", bookMany); err != nil {
 		log.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -54,6 +55,22 @@ type Func func(ctx context.Context, tx pgx.Tx, cmd message.Command) (Result, err
 // it does not like. It never sees compensations, duplicates or copies
 // already answered; the barrier keeps those on the one-by-one path.
 type BatchFunc func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error)
+
+// AnswerBatch is a BatchFunc's results for cmds from what its statement did
+// per saga (done, keyed by saga id): Success(payload(v)) for a command whose
+// saga is in done, and for any other a result that is not Success, so the
+// batch goes to the one-by-one path, where the step's Func says why.
+func AnswerBatch[V any](cmds []message.Command, done map[uuid.UUID]V, payload func(V) any) []Result {
+	out := make([]Result, len(cmds))
+	for i, cmd := range cmds {
+		if v, ok := done[cmd.SagaID]; ok {
+			out[i] = Success(payload(v))
+		} else {
+			out[i] = RetryLater("not done in the batch; handled alone")
+		}
+	}
+	return out
+}
 
 // Decode unmarshals cmd.Payload into T, for use at the top of a Func. A
 // payload that does not fit T is the sender's bug: the error names the step

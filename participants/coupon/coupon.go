@@ -105,53 +105,37 @@ RETURNING discount_cents`, in.Code, cmd.SagaID).Scan(&discount)
 // two sagas of the batch is left to lock (a non-Success result sends the
 // batch one by one, where the first saga takes it and the other is told).
 func (h *handlers) lockBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
-	out := make([]participants.Result, len(cmds))
 	var (
-		sagas []uuid.UUID
-		codes []string
-		at    []int
+		sagas, none []uuid.UUID
+		codes       []string
 	)
-	for i, cmd := range cmds {
+	for _, cmd := range cmds {
 		in, err := decode(cmd)
 		if err != nil {
 			return nil, err
 		}
 		if in.Code == "" {
-			out[i] = participants.Success(orderapi.LockCouponResult{})
+			none = append(none, cmd.SagaID)
 			continue
 		}
-		sagas, codes, at = append(sagas, cmd.SagaID), append(codes, in.Code), append(at, i)
+		sagas, codes = append(sagas, cmd.SagaID), append(codes, in.Code)
 	}
-	if len(at) == 0 {
-		return out, nil
-	}
-	rows, err := tx.Query(ctx, `UPDATE `+h.coupons+` AS c
+	discounts := map[uuid.UUID]int64{}
+	if len(sagas) > 0 {
+		var err error
+		discounts, err = participants.QueryMap[uuid.UUID, int64](ctx, tx, `UPDATE `+h.coupons+` AS c
 SET locked_by = u.saga, locked_at = COALESCE(c.locked_at, now())
 FROM unnest($1::uuid[], $2::text[]) AS u(saga, code)
 WHERE c.code = u.code AND (c.locked_by IS NULL OR c.locked_by = u.saga)
 RETURNING u.saga, c.discount_cents`, sagas, codes)
-	if err != nil {
-		return nil, fmt.Errorf("coupon lock %d codes: %w", len(at), err)
-	}
-	discounts := make(map[uuid.UUID]int64, len(at))
-	var (
-		saga     uuid.UUID
-		discount int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &discount}, func() error {
-		discounts[saga] = discount
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("coupon lock %d codes: %w", len(at), err)
-	}
-	for k, i := range at {
-		if d, ok := discounts[sagas[k]]; ok {
-			out[i] = participants.Success(orderapi.LockCouponResult{DiscountCents: d})
-		} else {
-			out[i] = participants.RetryLater("not locked in the batch; handled alone")
+		if err != nil {
+			return nil, fmt.Errorf("coupon lock %d codes: %w", len(sagas), err)
 		}
 	}
-	return out, nil
+	for _, id := range none {
+		discounts[id] = 0 // no code: nothing to take
+	}
+	return participants.AnswerBatch(cmds, discounts, func(d int64) any { return orderapi.LockCouponResult{DiscountCents: d} }), nil
 }
 
 // unlock is the compensation: free the coupon if, and only if, this saga

@@ -206,7 +206,7 @@ func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.C
 		seen[cmd.SagaID] = true
 		ids[i], orders[i], skus[i], qtys[i] = cmd.SagaID, in.OrderID, in.SKU, int32(in.Qty)
 	}
-	reserved := make(map[uuid.UUID]bool, n)
+	reserved := make(map[uuid.UUID]uuid.UUID, n) // saga id -> reservation id (the saga id)
 	b := &pgx.Batch{}
 	h.queueLockStock(b)
 	b.Queue(h.reserveBatchSQL(), ids, orders, skus, qtys).Query(func(rows pgx.Rows) error {
@@ -215,22 +215,16 @@ func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.C
 			if err := rows.Scan(&id); err != nil {
 				return err
 			}
-			reserved[id] = true
+			reserved[id] = id
 		}
 		return rows.Err()
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("inventory reserve %d orders: %w", n, err)
 	}
-	out := make([]participants.Result, n)
-	for i, cmd := range cmds {
-		if reserved[cmd.SagaID] {
-			out[i] = participants.Success(orderapi.ReserveInventoryResult{ReservationID: cmd.SagaID.String()})
-		} else {
-			out[i] = participants.RetryLater("not reserved in the batch; handled alone")
-		}
-	}
-	return out, nil
+	return participants.AnswerBatch(cmds, reserved, func(id uuid.UUID) any {
+		return orderapi.ReserveInventoryResult{ReservationID: id.String()}
+	}), nil
 }
 
 func (h *handlers) reserveBatchSQL() string {

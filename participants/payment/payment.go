@@ -148,32 +148,16 @@ func (h *handlers) chargeBatch(ctx context.Context, tx pgx.Tx, cmds []message.Co
 		}
 		sagas, orders, customers, amounts = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(amounts, in.AmountCents)
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
+	ids, err := participants.QueryMap[uuid.UUID, int64](ctx, tx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
 SELECT s, o, c, a, 'charge' FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[]) AS u(s, o, c, a)
 ON CONFLICT (saga_id, kind) DO NOTHING
 RETURNING saga_id, id`, sagas, orders, customers, amounts)
 	if err != nil {
 		return nil, fmt.Errorf("payment charge %d orders: %w", len(cmds), err)
 	}
-	ids := make(map[uuid.UUID]int64, len(cmds))
-	var (
-		saga uuid.UUID
-		id   int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &id}, func() error {
-		ids[saga] = id
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("payment charge %d orders: %w", len(cmds), err)
-	}
-	for i, cmd := range cmds {
-		if id, ok := ids[cmd.SagaID]; ok {
-			out[i] = participants.Success(orderapi.ChargePaymentResult{PaymentID: strconv.FormatInt(id, 10)})
-		} else {
-			out[i] = participants.RetryLater("already charged; answered alone")
-		}
-	}
-	return out, nil
+	return participants.AnswerBatch(cmds, ids, func(id int64) any {
+		return orderapi.ChargePaymentResult{PaymentID: strconv.FormatInt(id, 10)}
+	}), nil
 }
 
 // Charges returns, per saga, how many charge rows the ledger holds (1 for a

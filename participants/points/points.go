@@ -144,7 +144,7 @@ func (h *handlers) awardBatch(ctx context.Context, tx pgx.Tx, cmds []message.Com
 		}
 		orders, sagas, customers, pts = append(orders, in.OrderID), append(sagas, cmd.SagaID), append(customers, in.Customer), append(pts, in.Points)
 	}
-	rows, err := tx.Query(ctx, `WITH req AS (
+	balances, err := participants.QueryMap[uuid.UUID, int64](ctx, tx, `WITH req AS (
   SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(order_id, saga_id, customer, points, ord)),
 e AS (
   INSERT INTO `+h.entries+` (order_id, saga_id, customer, points) SELECT order_id, saga_id, customer, points FROM req
@@ -160,25 +160,7 @@ FROM req JOIN e USING (saga_id) JOIN tot USING (customer) JOIN b USING (customer
 	if err != nil {
 		return nil, fmt.Errorf("points award %d orders: %w", len(cmds), err)
 	}
-	balances := make(map[uuid.UUID]int64, len(cmds))
-	var (
-		saga    uuid.UUID
-		balance int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &balance}, func() error {
-		balances[saga] = balance
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("points award %d orders: %w", len(cmds), err)
-	}
-	for i, cmd := range cmds {
-		if b, ok := balances[cmd.SagaID]; ok {
-			out[i] = participants.Success(orderapi.AwardPointsResult{Balance: b})
-		} else {
-			out[i] = participants.RetryLater("entry exists; answered alone")
-		}
-	}
-	return out, nil
+	return participants.AnswerBatch(cmds, balances, func(b int64) any { return orderapi.AwardPointsResult{Balance: b} }), nil
 }
 
 // Entries returns, per saga, how many entries it created (0 or 1).

@@ -129,29 +129,16 @@ func (h *handlers) createBatch(ctx context.Context, tx pgx.Tx, cmds []message.Co
 		}
 		sagas, orders, customers, skus, qtys = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(skus, in.SKU), append(qtys, int32(in.Qty))
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
+	ids, err := participants.QueryMap[uuid.UUID, uuid.UUID](ctx, tx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int[])
 ON CONFLICT DO NOTHING
 RETURNING saga_id, shipment_id`, orders, sagas, customers, skus, qtys)
 	if err != nil {
 		return nil, fmt.Errorf("shipping create %d shipments: %w", len(cmds), err)
 	}
-	ids := make(map[uuid.UUID]uuid.UUID, len(cmds))
-	var saga, id uuid.UUID
-	if _, err := pgx.ForEachRow(rows, []any{&saga, &id}, func() error {
-		ids[saga] = id
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("shipping create %d shipments: %w", len(cmds), err)
-	}
-	for i, cmd := range cmds {
-		if id, ok := ids[cmd.SagaID]; ok {
-			out[i] = participants.Success(orderapi.CreateShipmentResult{ShipmentID: id.String()})
-		} else {
-			out[i] = participants.RetryLater("already shipped; answered alone")
-		}
-	}
-	return out, nil
+	return participants.AnswerBatch(cmds, ids, func(id uuid.UUID) any {
+		return orderapi.CreateShipmentResult{ShipmentID: id.String()}
+	}), nil
 }
 
 // Shipments returns, per saga, how many shipments it created (0 or 1).
