@@ -208,8 +208,20 @@ type Result struct {
 	// (see ConsumerStat).
 	Consumers []ConsumerStat `json:"consumers,omitempty"`
 
-	XactPerSaga     float64 `json:"pg_transactions_per_saga"`
-	WALBytesPerSaga float64 `json:"wal_bytes_per_saga"`
+	XactPerSaga float64 `json:"pg_transactions_per_saga"`
+	// PGRoundTripsPerSaga is the round trips to Postgres per saga of the
+	// bench process (every Write on its connections: a statement, a whole
+	// batch or pipeline, a commit), and PGRoundTrips the same by group:
+	// "orchestrator" (its pool: starts, reply batches, timers; the
+	// completion tracker's polls left out), "participants" (their pool) and
+	// "relays" (every outbox's lock connection). Not counted with Split.
+	PGRoundTripsPerSaga float64            `json:"pg_round_trips_per_saga,omitempty"`
+	PGRoundTrips        map[string]float64 `json:"pg_round_trips,omitempty"`
+	// KafkaRequestsPerSaga is the requests the embedded broker answered per
+	// saga, from every client (fetches, produces, offset commits,
+	// heartbeats, metadata). Not counted with Config.Brokers.
+	KafkaRequestsPerSaga float64 `json:"kafka_requests_per_saga,omitempty"`
+	WALBytesPerSaga      float64 `json:"wal_bytes_per_saga"`
 	// CPUSeconds is the CPU time of the measured phase summed over
 	// Processes; CPUSecPerSaga divides it by Sagas.
 	CPUSecPerSaga float64 `json:"cpu_seconds_per_saga"`
@@ -277,10 +289,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // place-order stock seeded), the broker, the two pools, the orchestrator
 // service and the participants. Nothing runs yet.
 type stack struct {
-	c        Config
-	dbURL    string
-	brokers  []string
-	broker   *devbroker.Broker // nil with Config.Brokers
+	c       Config
+	dbURL   string
+	brokers []string
+	broker  *devbroker.Broker // nil with Config.Brokers
+	// trips counts the round trips of the bench process's connections to
+	// Postgres (the pools below and the relays' connections).
+	trips    *pgTrips
 	orchPool *pgxpool.Pool
 	partPool *pgxpool.Pool
 	svc      *orchestrator.Service
@@ -311,10 +326,11 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 		}
 		st.brokers = st.broker.Addrs()
 	}
-	if st.orchPool, err = newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-orchestrator"); err != nil {
+	st.trips = newPGTrips()
+	if st.orchPool, err = newPool(ctx, dbURL, c.MaxConns, orchestratorApp, st.trips); err != nil {
 		return nil, err
 	}
-	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, "sagaflow-bench-participants"); err != nil {
+	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, participantsApp, st.trips); err != nil {
 		return nil, err
 	}
 	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric}
@@ -596,6 +612,7 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		return abort(err)
 	}
 	pollsBefore := tr.polls.Load()
+	tripsBefore, kafkaBefore := st.trips.snapshot(), st.kafkaRequests()
 	cpuBefore, err := comps.cpu()
 	if err != nil {
 		return abort(err)
@@ -634,6 +651,7 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 	}
 	cpuAfter, cpuErr := comps.cpu()
 	hostAfter, hostAfterOK := readHostTicks()
+	tripsAfter, kafkaAfter, pollsAtLoopEnd := st.trips.snapshot(), st.kafkaRequests(), tr.polls.Load()-pollsBefore
 	if err != nil {
 		return abort(fmt.Errorf("bench: %w", err))
 	}
@@ -688,6 +706,12 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		res.XactPerSaga = max(x, 0) / float64(n)
 		res.WALBytesPerSaga = float64(after.wal-before.wal) / float64(n)
 		res.CPUSecPerSaga = res.CPUSeconds / float64(n)
+		if !c.Split {
+			res.roundTrips(tripsDelta(tripsBefore, tripsAfter), pollsAtLoopEnd, n)
+		}
+		if st.broker != nil {
+			res.KafkaRequestsPerSaga = float64(kafkaAfter-kafkaBefore) / float64(n)
+		}
 		if hostOK && hostAfterOK {
 			res.hostCPU(hostBefore, hostAfter, n)
 		}
@@ -702,13 +726,18 @@ func wrap(what string, err error) error {
 	return fmt.Errorf("bench: %s: %w", what, err)
 }
 
-func newPool(ctx context.Context, url string, maxConns int, app string) (*pgxpool.Pool, error) {
+// newPool opens a pool named app; with trips its connections' round trips
+// are counted.
+func newPool(ctx context.Context, url string, maxConns int, app string, trips *pgTrips) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: database url: %w", err)
 	}
 	pc.MaxConns = int32(maxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = app
+	if trips != nil {
+		pc.ConnConfig.DialFunc = trips.dial(pc.ConnConfig.DialFunc)
+	}
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s pool: %w", app, err)

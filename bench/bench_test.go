@@ -52,6 +52,24 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 	if res.SynchronousCommit == "" {
 		t.Fatal("synchronous_commit not reported")
 	}
+	// The round trips are counted per group, and a saga needs at least a
+	// start and, per step, a transaction on each side and a relay claim
+	// for the command and for the reply.
+	if res.PGRoundTripsPerSaga < 2+2*3 {
+		t.Fatalf("%v Postgres round trips per saga, want >= 8", res.PGRoundTripsPerSaga)
+	}
+	var sum float64
+	for _, g := range []string{"orchestrator", "participants", "relays"} {
+		if res.PGRoundTrips[g] < 2 {
+			t.Errorf("%s: %v round trips per saga, want >= 2 (all: %v)", g, res.PGRoundTrips[g], res.PGRoundTrips)
+		}
+	}
+	for _, v := range res.PGRoundTrips {
+		sum += v
+	}
+	if d := sum - res.PGRoundTripsPerSaga; d > 1e-9 || d < -1e-9 {
+		t.Errorf("groups add up to %v, total is %v", sum, res.PGRoundTripsPerSaga)
+	}
 	// Every step of every saga is in the breakdown, in step order, and its
 	// three parts fit inside the sagas' latencies.
 	if len(res.StepHops) != 2 || res.StepHops[0].Step != bench.GenericStep(1) || res.StepHops[1].Step != bench.GenericStep(2) {

@@ -18,6 +18,12 @@
 //   - Postgres transactions per saga: the xact_commit delta of the bench
 //     database in pg_stat_database (read after every backend of the run
 //     exited, so their statistics are flushed), minus the tracker's polls;
+//   - Postgres round trips per saga of this process, in all and for the
+//     orchestrator's pool, the participants' pool and the relays (a
+//     counting dialer: each Write on a connection is one statement, batch
+//     or pipeline sent, then awaited; not with Split), and Kafka requests
+//     per saga (the answers the embedded broker wrote, every client
+//     included; not with an outside broker);
 //   - WAL bytes per saga: the pg_current_wal_lsn() delta. WAL is
 //     cluster-wide: other activity on the same server is included;
 //   - CPU seconds per saga of this process (getrusage; includes the

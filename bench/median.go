@@ -41,6 +41,9 @@ func Median(runs []Result) (Result, error) {
 	m.HostCPUSecPerSaga = med(func(r Result) float64 { return r.HostCPUSecPerSaga })
 	m.HostBusy = med(func(r Result) float64 { return r.HostBusy })
 	m.HostSteal = med(func(r Result) float64 { return r.HostSteal })
+	m.PGRoundTripsPerSaga = med(func(r Result) float64 { return r.PGRoundTripsPerSaga })
+	m.PGRoundTrips = medianMap(runs, med, func(r Result) map[string]float64 { return r.PGRoundTrips })
+	m.KafkaRequestsPerSaga = med(func(r Result) float64 { return r.KafkaRequestsPerSaga })
 	m.StepHops = medianHops(runs, med)
 	m.Consumers = medianConsumers(runs, med)
 	m.Sagas, m.Completed, m.NotComplete, m.AllComplete = 0, 0, 0, true
@@ -51,4 +54,21 @@ func Median(runs []Result) (Result, error) {
 		m.AllComplete = m.AllComplete && r.AllComplete
 	}
 	return m, nil
+}
+
+// medianMap is the median, key by key, of a map-valued figure (a key
+// missing from a run counts as 0 there); nil when no run has one.
+func medianMap(runs []Result, med func(func(Result) float64) float64, f func(Result) map[string]float64) map[string]float64 {
+	var out map[string]float64
+	for _, r := range runs {
+		for k := range f(r) {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			if _, done := out[k]; !done {
+				out[k] = med(func(r Result) float64 { return f(r)[k] })
+			}
+		}
+	}
+	return out
 }

@@ -147,7 +147,7 @@ func RunWorker(ctx context.Context, w WorkerConfig, log *slog.Logger, parent io.
 	)
 	switch w.Role {
 	case RoleOrchestrator:
-		if pool, err = newPool(ctx, w.DatabaseURL, c.MaxConns, "sagaflow-bench-orchestrator"); err != nil {
+		if pool, err = newPool(ctx, w.DatabaseURL, c.MaxConns, orchestratorApp, nil); err != nil {
 			return err
 		}
 		defer pool.Close()
@@ -157,7 +157,7 @@ func RunWorker(ctx context.Context, w WorkerConfig, log *slog.Logger, parent io.
 		}
 		run = svc.Run
 	case RoleParticipants:
-		if pool, err = newPool(ctx, w.DatabaseURL, c.MaxConns, "sagaflow-bench-participants"); err != nil {
+		if pool, err = newPool(ctx, w.DatabaseURL, c.MaxConns, participantsApp, nil); err != nil {
 			return err
 		}
 		defer pool.Close()

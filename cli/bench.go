@@ -292,6 +292,9 @@ func printBench(w io.Writer, r bench.Result) {
 			c.Records, c.WaitMeanMs, c.Batches, c.BatchSizeMean, c.BatchMeanMs, c.Busy)
 	}
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
+	if line := roundTripsLine(r); line != "" {
+		fmt.Fprintf(w, "  round trips  %s\n", line)
+	}
 	if r.HostBusy > 0 {
 		fmt.Fprintf(w, "  machine      %.0f%% busy, %.2f ms CPU per saga (every process, Postgres included), %.1f%% stolen by the hypervisor\n",
 			r.HostBusy*100, r.HostCPUSecPerSaga*1000, r.HostSteal*100)
@@ -308,4 +311,23 @@ func printBench(w io.Writer, r bench.Result) {
 	} else {
 		fmt.Fprintln(w, "  NOT every saga completed")
 	}
+}
+
+// roundTripsLine is the per-saga round trips to Postgres (by group) and
+// Kafka requests of r, "" when neither was counted.
+func roundTripsLine(r bench.Result) string {
+	var parts []string
+	if r.PGRoundTripsPerSaga > 0 {
+		var groups []string
+		for _, g := range []string{"orchestrator", "participants", "relays", "other"} {
+			if v, ok := r.PGRoundTrips[g]; ok {
+				groups = append(groups, fmt.Sprintf("%s %.1f", g, v))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%.1f to Postgres per saga (%s)", r.PGRoundTripsPerSaga, strings.Join(groups, ", ")))
+	}
+	if r.KafkaRequestsPerSaga > 0 {
+		parts = append(parts, fmt.Sprintf("%.1f Kafka requests per saga", r.KafkaRequestsPerSaga))
+	}
+	return strings.Join(parts, ", ")
 }

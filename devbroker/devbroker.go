@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -32,6 +33,8 @@ type Config struct {
 // Broker is a running embedded broker.
 type Broker struct {
 	c *kfake.Cluster
+	// responses counts the answers written to clients (see Responses).
+	responses *atomic.Int64
 }
 
 // Start starts a broker and returns once it accepts connections.
@@ -58,21 +61,24 @@ func Start(cfg Config) (*Broker, error) {
 		// kafka-go's group consumers use short session timeouts in tests.
 		kfake.GroupMinSessionTimeout(0),
 	}
-	if cfg.AdvertiseAddr != "" {
-		adv := cfg.AdvertiseAddr
-		opts = append(opts, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
-			ln, err := net.Listen(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			wrapped, err := faultproxy.AdvertisedListener(ln, adv)
-			if err != nil {
-				_ = ln.Close()
-				return nil, err
-			}
-			return wrapped, nil
-		}))
-	}
+	responses := new(atomic.Int64)
+	adv := cfg.AdvertiseAddr
+	opts = append(opts, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		ln = &countingListener{Listener: ln, n: responses}
+		if adv == "" {
+			return ln, nil
+		}
+		wrapped, err := faultproxy.AdvertisedListener(ln, adv)
+		if err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		return wrapped, nil
+	}))
 	if len(cfg.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(int32(parts), cfg.Topics...))
 	}
@@ -80,7 +86,37 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devbroker: start: %w", err)
 	}
-	return &Broker{c: c}, nil
+	return &Broker{c: c, responses: responses}, nil
+}
+
+// Responses is the number of answers the broker has written to its clients
+// so far: one per request (kfake writes each answer with one Write; acks=0
+// produce requests, which sagaflow does not send, get none). The benchmark
+// reads it as the count of Kafka requests.
+func (b *Broker) Responses() int64 { return b.responses.Load() }
+
+// countingListener counts the Writes on the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, n: l.n}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
 }
 
 // Addrs are the bootstrap addresses (host:port) of the broker.
