@@ -2,7 +2,6 @@ package saga
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -139,7 +138,7 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 	versions := make([]int64, n)
 	deadlines, created, updated, finished, wakeups := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	for i, in := range ins {
-		js, err := json.Marshal(in.Steps)
+		js, err := appendSteps(nil, in.Steps)
 		if err != nil {
 			return err
 		}
@@ -195,7 +194,7 @@ func scanInstance(row pgx.Row) (Instance, error) {
 		return Instance{}, err
 	}
 	in.State = State(state)
-	if err := json.Unmarshal(steps, &in.Steps); err != nil {
+	if in.Steps, err = decodeSteps(steps); err != nil {
 		return Instance{}, fmt.Errorf("saga %s: decode steps: %w", in.ID, err)
 	}
 	in.Cursor = -1
@@ -251,7 +250,7 @@ func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, do
 	versions := make([]int64, n)
 	deadlines, wakeups, updated, finished := make([]*time.Time, n), make([]*time.Time, n), make([]time.Time, n), make([]*time.Time, n)
 	for i, in := range next {
-		js, err := json.Marshal(in.Steps)
+		js, err := appendSteps(nil, in.Steps)
 		if err != nil {
 			return err
 		}
