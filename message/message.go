@@ -160,7 +160,7 @@ func EncodeCommand(c Command) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("encode command for saga %s step %q: %w", c.SagaID, c.Step, err)
 	}
-	b, err := json.Marshal(c)
+	b, err := appendCommand(make([]byte, 0, 320+len(c.Payload)), &c)
 	if err != nil {
 		return nil, fmt.Errorf("encode command for saga %s step %q: %w: %v", c.SagaID, c.Step, ErrInvalid, err)
 	}
@@ -172,7 +172,7 @@ func EncodeReply(r Reply) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("encode reply for saga %s step %q: %w", r.SagaID, r.Step, err)
 	}
-	b, err := json.Marshal(r)
+	b, err := appendReply(make([]byte, 0, 256+len(r.Payload)), &r)
 	if err != nil {
 		return nil, fmt.Errorf("encode reply for saga %s step %q: %w: %v", r.SagaID, r.Step, ErrInvalid, err)
 	}
@@ -183,8 +183,11 @@ func EncodeReply(r Reply) ([]byte, error) {
 // wraps ErrInvalid.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
-	if err := decode(b, &c); err != nil {
-		return Command{}, fmt.Errorf("decode command: %w", err)
+	if !plain(b) || !decodeFast(b, &c, nil) {
+		c = Command{}
+		if err := decode(b, &c); err != nil {
+			return Command{}, fmt.Errorf("decode command: %w", err)
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, fmt.Errorf("decode command: %w", err)
@@ -196,14 +199,20 @@ func DecodeCommand(b []byte) (Command, error) {
 // ErrInvalid.
 func DecodeReply(b []byte) (Reply, error) {
 	var r Reply
-	if err := decode(b, &r); err != nil {
-		return Reply{}, fmt.Errorf("decode reply: %w", err)
+	if !plain(b) || !decodeFast(b, nil, &r) {
+		r = Reply{}
+		if err := decode(b, &r); err != nil {
+			return Reply{}, fmt.Errorf("decode reply: %w", err)
+		}
 	}
 	if err := r.Validate(); err != nil {
 		return Reply{}, fmt.Errorf("decode reply: %w", err)
 	}
 	return r, nil
 }
+
+// plain: within the size bounds decode checks first.
+func plain(b []byte) bool { return len(b) > 0 && len(b) <= MaxPayloadBytes }
 
 func decode(b []byte, v any) error {
 	if len(b) > MaxPayloadBytes {

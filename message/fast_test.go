@@ -1,0 +1,192 @@
+package message
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+var fastStrings = []string{"reserve", "x", `quo"te\`, "tab\tnl\n<&>", "é中🙂", "\u2028", strings.Repeat("k", 70)}
+
+var fastPayloads = []json.RawMessage{nil, json.RawMessage(`{}`), json.RawMessage(`{"a": 1, "b": [true, null, "<x>&"], "c": {"d": -1.5e3}}`),
+	json.RawMessage("{\n  \"sku\" : \"A-1\",\t\"qty\" : 2\n}"), json.RawMessage(`null`)}
+
+func randomCommand(rng *rand.Rand) Command {
+	pick := func() string { return fastStrings[rng.IntN(len(fastStrings))] }
+	zones := []*time.Location{time.UTC, time.FixedZone("p", 19800), time.FixedZone("m", -25200)}
+	return Command{
+		MessageID: uuid.New(), SagaID: uuid.New(), SagaType: pick(), AggregateID: pick(), Step: pick(),
+		Action: []Action{Forward, Compensate}[rng.IntN(2)], Attempt: 1 + rng.IntN(1000), ReplyTo: pick(),
+		SentAt:  time.Unix(rng.Int64N(4e9), rng.Int64N(1e9)*int64(rng.IntN(2))).In(zones[rng.IntN(len(zones))]),
+		Payload: fastPayloads[rng.IntN(len(fastPayloads))],
+	}
+}
+
+func randomReply(rng *rand.Rand) Reply {
+	pick := func() string { return fastStrings[rng.IntN(len(fastStrings))] }
+	r := Reply{
+		MessageID: uuid.New(), InReplyTo: uuid.New(), SagaID: uuid.New(), Step: pick(),
+		Action: []Action{Forward, Compensate}[rng.IntN(2)], Outcome: []Outcome{Success, Failure, Retry}[rng.IntN(3)],
+		Payload: fastPayloads[rng.IntN(len(fastPayloads))],
+	}
+	if rng.IntN(2) == 0 {
+		r.Reason = pick()
+	}
+	return r
+}
+
+// The encoders write json.Marshal's bytes; the fast decoder takes what
+// they write (and the same with spaces and members reordered) and reads
+// what encoding/json reads.
+func TestEnvelopesMatchEncodingJSON(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 2000 {
+		c := randomCommand(rng)
+		want, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodeCommand(c)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("EncodeCommand = %s, %v\n json.Marshal %s", got, err, want)
+		}
+		for _, in := range [][]byte{want, respace(t, want)} {
+			var fast, std Command
+			if !decodeFast(in, &fast, nil) {
+				t.Fatalf("decodeFast gave up on %s", in)
+			}
+			if err := json.Unmarshal(in, &std); err != nil {
+				t.Fatal(err)
+			}
+			sameCommand(t, in, fast, std)
+		}
+
+		r := randomReply(rng)
+		if want, err = json.Marshal(r); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = EncodeReply(r); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("EncodeReply = %s, %v\n json.Marshal %s", got, err, want)
+		}
+		for _, in := range [][]byte{want, respace(t, want)} {
+			var fast, std Reply
+			if !decodeFast(in, nil, &fast) {
+				t.Fatalf("decodeFast gave up on %s", in)
+			}
+			if err := json.Unmarshal(in, &std); err != nil {
+				t.Fatal(err)
+			}
+			if fb, sb := mustJSON(t, fast), mustJSON(t, std); !bytes.Equal(fb, sb) || !bytes.Equal(fast.Payload, std.Payload) {
+				t.Fatalf("%s: fast %s, encoding/json %s", in, fb, sb)
+			}
+		}
+	}
+}
+
+// respace rewrites an object with its members in reverse order and spaces
+// around every token, as another language's encoder might.
+func respace(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range members {
+		keys = append(keys, k)
+	}
+	var out bytes.Buffer
+	out.WriteString(" {\n")
+	for i := len(keys) - 1; i >= 0; i-- {
+		k := keys[i]
+		out.WriteString("  " + `"` + k + `"` + " : ")
+		out.Write(members[k])
+		if i > 0 {
+			out.WriteString(" ,\n")
+		}
+	}
+	out.WriteString("\n} ")
+	return out.Bytes()
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sameCommand(t *testing.T, in []byte, fast, std Command) {
+	t.Helper()
+	fb, sb := mustJSON(t, fast), mustJSON(t, std)
+	if !bytes.Equal(fb, sb) || !bytes.Equal(fast.Payload, std.Payload) || !fast.SentAt.Equal(std.SentAt) ||
+		fast.SentAt.Location().String() != std.SentAt.Location().String() {
+		t.Fatalf("%s: fast %s, encoding/json %s", in, fb, sb)
+	}
+}
+
+// The fast decoder gives up on what encoding/json reads differently or
+// refuses: names in other case, nulls, wrong types, syntax errors.
+func TestDecodeFastGivesUp(t *testing.T) {
+	t.Parallel()
+	base := `"message_id":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","saga_id":"6ba7b811-9dad-11d1-80b4-00c04fd430c8","saga_type":"t","aggregate_id":"a","step":"s","action":"forward","reply_to":"r","sent_at":"2026-12-01T10:00:00Z"`
+	for _, in := range []string{
+		`{` + base + `,"attempt":1,"Step":"other"}`,
+		`{` + base + `,"attempt":null}`,
+		`{` + base + `,"attempt":"1"}`,
+		`{` + base + `,"attempt":1.0}`,
+		`{` + base + `,"attempt":1,"payload":{"a":}}`,
+		`{` + base + `,"attempt":1} trailing`,
+		`[` + base + `]`,
+		`{` + strings.Replace(base, `"6ba7b810-9dad-11d1-80b4-00c04fd430c8"`, `"nope"`, 1) + `,"attempt":1}`,
+		`{` + strings.Replace(base, `"2026-12-01T10:00:00Z"`, `"yesterday"`, 1) + `,"attempt":1}`,
+	} {
+		var c Command
+		if decodeFast([]byte(in), &c, nil) {
+			t.Errorf("decodeFast took %s", in)
+		}
+	}
+	var c Command
+	if !decodeFast([]byte(`{`+base+`,"attempt":2,"future_member":{"x":[1]}}`), &c, nil) || c.Attempt != 2 || c.Step != "s" {
+		t.Errorf("decodeFast did not take an envelope with an unknown member: %+v", c)
+	}
+}
+
+// Whenever the fast decoder takes an input, encoding/json reads the same.
+func FuzzDecodeFast(f *testing.F) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 10 {
+		b, _ := json.Marshal(randomCommand(rng))
+		f.Add(b)
+		b, _ = json.Marshal(randomReply(rng))
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fc Command
+		if decodeFast(b, &fc, nil) {
+			var sc Command
+			if err := json.Unmarshal(b, &sc); err != nil {
+				t.Fatalf("decodeFast took %q, encoding/json refuses it: %v", b, err)
+			}
+			sameCommand(t, b, fc, sc)
+		}
+		var fr Reply
+		if decodeFast(b, nil, &fr) {
+			var sr Reply
+			if err := json.Unmarshal(b, &sr); err != nil {
+				t.Fatalf("decodeFast took %q, encoding/json refuses it: %v", b, err)
+			}
+			if fb, sb := mustJSON(t, fr), mustJSON(t, sr); !bytes.Equal(fb, sb) || !bytes.Equal(fr.Payload, sr.Payload) {
+				t.Fatalf("%q: fast %s, encoding/json %s", b, fb, sb)
+			}
+		}
+	})
+}
