@@ -736,7 +736,7 @@ func newPool(ctx context.Context, url string, maxConns int, app string, trips *p
 	pc.MaxConns = int32(maxConns)
 	pc.ConnConfig.RuntimeParams["application_name"] = app
 	if trips != nil {
-		pc.ConnConfig.DialFunc = trips.dial(pc.ConnConfig.DialFunc)
+		pc.ConnConfig.AfterNetConnect = trips.afterNetConnect(pc.ConnConfig.AfterNetConnect)
 	}
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

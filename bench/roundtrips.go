@@ -48,14 +48,19 @@ func (t *pgTrips) snapshot() map[string]int64 {
 	return out
 }
 
-// dial wraps a pgconn dial function so that the connections it opens are
-// counted. Connections copied from a pool's configuration (the relays' lock
-// connections) are counted under their own application_name.
-func (t *pgTrips) dial(base pgconn.DialFunc) pgconn.DialFunc {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := base(ctx, network, addr)
-		if err != nil {
-			return nil, err
+// afterNetConnect is a pgconn AfterNetConnect hook (chained after next,
+// if any) that counts the connection's round trips: it runs once TLS, if
+// any, is set up, so the startup message and everything after it pass
+// through the counter in clear. Connections copied from a pool's
+// configuration (the relays' lock connections) are counted under their own
+// application_name.
+func (t *pgTrips) afterNetConnect(next func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)) func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error) {
+	return func(ctx context.Context, cfg *pgconn.Config, c net.Conn) (net.Conn, error) {
+		if next != nil {
+			var err error
+			if c, err = next(ctx, cfg, c); err != nil {
+				return nil, err
+			}
 		}
 		return &countedPGConn{Conn: c, trips: t}, nil
 	}
@@ -74,7 +79,7 @@ func (c *countedPGConn) Write(b []byte) (int, error) {
 	if c.n == nil {
 		app, ok := startupApplication(b)
 		if !ok {
-			// An SSL or GSS encryption request before the startup message.
+			// Not a startup message (a cancel request's connection).
 			return c.Conn.Write(b)
 		}
 		c.n = c.trips.counter(app)
