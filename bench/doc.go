@@ -20,8 +20,8 @@
 //     exited, so their statistics are flushed), minus the tracker's polls;
 //   - Postgres round trips per saga of this process, in all and for the
 //     orchestrator's pool, the participants' pool and the relays (a
-//     counting wrapper on the connections: each Write on a connection is one statement, batch
-//     or pipeline sent, then awaited; not with Split), and Kafka requests
+//     counting wrapper on the connections: each Write is one statement,
+//     batch or pipeline sent, then awaited; not with Split), and Kafka requests
 //     per saga (the answers the embedded broker wrote, every client
 //     included; not with an outside broker);
 //   - WAL bytes per saga: the pg_current_wal_lsn() delta. WAL is
