@@ -187,12 +187,16 @@ func collectIDs(into map[uuid.UUID]bool, what string) func(pgx.Rows) error {
 func scanInstance(row pgx.Row) (Instance, error) {
 	var in Instance
 	var state, current string
-	var steps []byte
+	// Both JSON columns are scanned as bytes: into a json.RawMessage pgx
+	// would run encoding/json over the document (validating what Postgres
+	// already validated), and the step list has its own reader.
+	var data, steps []byte
 	err := row.Scan(&in.ID, &in.Type, &in.DefVersion, &in.AggregateID, &in.IdempotencyKey, &state, &current,
-		&in.Data, &steps, &in.Version, &in.Flag, &in.DeadlineAt, &in.CreatedAt, &in.UpdatedAt, &in.FinishedAt)
+		&data, &steps, &in.Version, &in.Flag, &in.DeadlineAt, &in.CreatedAt, &in.UpdatedAt, &in.FinishedAt)
 	if err != nil {
 		return Instance{}, err
 	}
+	in.Data = data
 	in.State = State(state)
 	if in.Steps, err = decodeSteps(steps); err != nil {
 		return Instance{}, fmt.Errorf("saga %s: decode steps: %w", in.ID, err)
