@@ -3,6 +3,7 @@ package message
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -91,35 +92,28 @@ var envelopeFields = []string{"message_id", "saga_id", "saga_type", "aggregate_i
 // could; false means "let encoding/json do it", never "invalid".
 func decodeFast(b []byte, c *Command, r *Reply) bool {
 	rd := jsonlite.NewReader(b)
-	if rd.Expect('{') != nil {
-		return false
-	}
-	for first := true; ; first = false {
-		more, err := rd.More(first, '}')
-		if err != nil {
-			return false
-		}
-		if !more {
-			break
-		}
-		key, err := rd.KeyBytes()
-		if err != nil || (rd.Peek() == 'n' && string(key) != "payload") {
+	err := rd.Object(func(key []byte) error {
+		if rd.Peek() == 'n' && string(key) != "payload" {
 			// A null (or worse): encoding/json leaves the field alone, or
 			// fails. A null payload is kept as the literal, as there.
-			return false
+			return errGiveUp
 		}
-		var ok bool
+		ok := false
 		if c != nil {
 			ok = commandField(rd, c, key)
 		} else {
 			ok = replyField(rd, r, key)
 		}
 		if !ok {
-			return false
+			return errGiveUp
 		}
-	}
-	return rd.End() == nil
+		return nil
+	})
+	return err == nil && rd.End() == nil
 }
+
+// errGiveUp stops decodeFast's walk.
+var errGiveUp = errors.New("message: not the plain form")
 
 func commandField(rd *jsonlite.Reader, c *Command, key []byte) bool {
 	switch string(key) {

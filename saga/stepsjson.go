@@ -141,25 +141,12 @@ func decodeStep(r *jsonlite.Reader, st *StepState) error {
 	if r.Null() {
 		return nil
 	}
-	if err := r.Expect('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		more, err := r.More(first, '}')
-		if err != nil {
-			return err
-		}
-		if !more {
-			return nil
-		}
-		key, err := r.KeyBytes()
-		if err != nil {
-			return err
-		}
+	return r.Object(func(key []byte) error {
 		if err := decodeStepField(r, st, key); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-	}
+		return nil
+	})
 }
 
 // decodeStepField reads the value of member key into st. A null leaves the

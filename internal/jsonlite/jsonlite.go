@@ -129,6 +129,28 @@ func (r *Reader) KeyBytes() ([]byte, error) {
 	return k, nil
 }
 
+// Object reads an object: for each member it reads the name and colon and
+// calls member, which must read the value (or fail). A null is not an
+// object here; check Null first where one is allowed.
+func (r *Reader) Object(member func(name []byte) error) error {
+	if err := r.Expect('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		more, err := r.More(first, '}')
+		if err != nil || !more {
+			return err
+		}
+		name, err := r.KeyBytes()
+		if err != nil {
+			return err
+		}
+		if err := member(name); err != nil {
+			return err
+		}
+	}
+}
+
 // String reads a string, unescaped. Invalid UTF-8 and lone surrogates
 // become U+FFFD, as with encoding/json.
 func (r *Reader) String() (string, error) {
@@ -338,22 +360,7 @@ func (r *Reader) skip(depth int) error {
 	}
 	switch c := r.Peek(); c {
 	case '{':
-		r.i++
-		for first := true; ; first = false {
-			more, err := r.More(first, '}')
-			if err != nil {
-				return err
-			}
-			if !more {
-				return nil
-			}
-			if _, err := r.Key(); err != nil {
-				return err
-			}
-			if err := r.skip(depth + 1); err != nil {
-				return err
-			}
-		}
+		return r.Object(func([]byte) error { return r.skip(depth + 1) })
 	case '[':
 		r.i++
 		for first := true; ; first = false {
