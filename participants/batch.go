@@ -21,8 +21,7 @@ var errDecline = errors.New("participant: batch declined; handle one by one")
 // path for the common case: every command of the batch a well-formed forward
 // of a known step, seen for the first time, whose handler succeeds. It runs
 // the handlers, then records every barrier row (outcome success) in one
-// statement and enqueues every reply in another, both in one round trip.
-// Anything else (a
+// statement and enqueues every reply in one statement. Anything else (a
 // compensation, a duplicate, a handler answering failure or retry, an error)
 // returns an error: the inbox rolls the batch back (its savepoint) and runs
 // HandleMessage for each command, which follows the full barrier protocol.
@@ -64,19 +63,41 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		}
 		sagaIDs[i], stepNames[i], payloads[i] = pgtype.UUID{Bytes: cmd.SagaID, Valid: true}, cmd.Step, pl
 	}
-	// The replies carry the payloads as encoded here (the single path
-	// answers with the barrier row's jsonb text: the same JSON, maybe
-	// spaced and ordered differently), so the barrier rows and the replies
-	// go to Postgres in one round trip. If a row was taken first (a copy, a
-	// compensation, a repeat within the batch), the batch declines and the
-	// inbox's savepoint takes the replies back with everything else.
+	rows, err := tx.Query(ctx, p.barrier.insertSuccess, sagaIDs, stepNames, payloads)
+	if err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+	}
+	type key struct {
+		saga uuid.UUID
+		step string
+	}
+	stored := make(map[key]*string, n)
+	for rows.Next() {
+		var k key
+		var id pgtype.UUID
+		var pl *string
+		if err := rows.Scan(&id, &k.step, &pl); err != nil {
+			rows.Close()
+			return fmt.Errorf("participant %q: record forward outcomes: %w", p.cfg.Name, err)
+		}
+		k.saga = uuid.UUID(id.Bytes)
+		stored[k] = pl
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+	}
+	if len(stored) != n {
+		// A copy, a compensation, or a repeat within the batch got there first.
+		return errDecline
+	}
 	msgs := make([]outbox.Message, n)
 	for i, cmd := range cmds {
 		reply := message.Reply{
 			MessageID: uuid.New(), InReplyTo: cmd.MessageID, SagaID: cmd.SagaID, Step: cmd.Step,
 			Action: cmd.Action, Outcome: message.Success,
 		}
-		if pl := payloads[i]; pl != nil {
+		if pl := stored[key{cmd.SagaID, cmd.Step}]; pl != nil && *pl != "null" {
 			reply.Payload = []byte(*pl)
 		}
 		value, err := message.EncodeReply(reply)
@@ -85,23 +106,8 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		}
 		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.Headers(reply.MessageID, reply.SagaID)}
 	}
-	recorded := 0
-	b := &pgx.Batch{}
-	b.Queue(p.barrier.insertSuccess, sagaIDs, stepNames, payloads).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			recorded++
-		}
-		return rows.Err()
-	})
-	if err := p.outbox.QueueEnqueue(b, msgs...); err != nil {
+	if err := p.outbox.Enqueue(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("participant %q: record %d forward outcomes and enqueue their replies: %w", p.cfg.Name, n, err)
-	}
-	if recorded != n {
-		// A copy, a compensation, or a repeat within the batch got there first.
-		return errDecline
 	}
 	return nil
 }
