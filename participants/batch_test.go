@@ -204,3 +204,41 @@ func TestHandleBatchDeclinesAWrongResultCount(t *testing.T) {
 		t.Fatalf("HandleBatch = %v, want a decline naming 1 result for 2 commands", err)
 	}
 }
+
+// The first reply, made on the batch path, and the answer to a later copy,
+// made from the barrier, carry the same payload bytes: the payload as
+// Postgres stored it, whose key order ("b" before "aa") is not the
+// handler's.
+func TestBatchReplyAndCopyAnswerCarryTheSameBytes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.p.Handle("order", effect(participants.Success(map[string]string{"aa": "1", "b": "2"}), nil), effect(participants.Success(nil), nil)); err != nil {
+		t.Fatal(err)
+	}
+	c := command(uuid.New(), "order", message.Forward)
+	if err := inBatchTx(f, []kafka.Message{record(t, c, nil)}); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error { return f.p.HandleMessage(f.ctx, tx, record(t, copyOf(c), nil)) }); err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT value FROM pt.outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil || len(values) != 2 {
+		t.Fatalf("replies %d (%v), want 2", len(values), err)
+	}
+	var payloads []string
+	for _, v := range values {
+		r, err := message.DecodeReply(v)
+		if err != nil || r.InReplyTo == uuid.Nil {
+			t.Fatalf("reply %s: %v", v, err)
+		}
+		payloads = append(payloads, string(r.Payload))
+	}
+	if payloads[0] != payloads[1] {
+		t.Fatalf("first reply payload %s, the copy's %s: want the same bytes", payloads[0], payloads[1])
+	}
+}
