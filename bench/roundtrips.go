@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"maps"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,16 +126,16 @@ func tripsDelta(before, after map[string]int64) map[string]int64 {
 // lock connection).
 func pgRoundTripGroups(by map[string]int64) map[string]int64 {
 	out := map[string]int64{}
-	for _, app := range slices.Sorted(maps.Keys(by)) {
+	for app, n := range by {
 		switch {
 		case strings.HasPrefix(app, "sagaflow-relay-"):
-			out["relays"] += by[app]
+			out["relays"] += n
 		case app == orchestratorApp:
-			out["orchestrator"] += by[app]
+			out["orchestrator"] += n
 		case app == participantsApp:
-			out["participants"] += by[app]
+			out["participants"] += n
 		default:
-			out["other"] += by[app]
+			out["other"] += n
 		}
 	}
 	return out

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,9 +86,19 @@ func appendPayload(dst []byte, p json.RawMessage) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// envelopeFields are the member names of Command and Reply.
-var envelopeFields = []string{"message_id", "saga_id", "saga_type", "aggregate_id", "step", "action",
-	"attempt", "reply_to", "sent_at", "payload", "in_reply_to", "outcome", "reason"}
+// envelopeFields are the member names of Command and Reply, read from their
+// struct tags (the wire contract), so a field added there is seen here.
+var envelopeFields = func() []string {
+	var names []string
+	for _, t := range []reflect.Type{reflect.TypeFor[Command](), reflect.TypeFor[Reply]()} {
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
+}()
 
 // decodeFast reads b into c or r (one of them nil) and reports whether it
 // could; false means "let encoding/json do it", never "invalid".

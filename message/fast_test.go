@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,4 +190,13 @@ func FuzzDecodeFast(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestEnvelopeFieldsAreTheContractsMembers(t *testing.T) {
+	t.Parallel()
+	want := []string{"message_id", "saga_id", "saga_type", "aggregate_id", "step", "action",
+		"attempt", "reply_to", "sent_at", "payload", "in_reply_to", "outcome", "reason"}
+	if !slices.Equal(envelopeFields, want) {
+		t.Fatalf("envelopeFields = %v, want %v", envelopeFields, want)
+	}
 }

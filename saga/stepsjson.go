@@ -152,34 +152,31 @@ func decodeStep(r *jsonlite.Reader, st *StepState) error {
 // decodeStepField reads the value of member key into st. A null leaves the
 // field as it is (nil for the times), as with encoding/json.
 func decodeStepField(r *jsonlite.Reader, st *StepState, key []byte) error {
-	var s *string
-	var n *int
-	var t **time.Time
 	switch string(key) {
 	case "name":
-		s = &st.Name
+		return stringField(r, &st.Name)
 	case "kind":
 		return stringField(r, (*string)(&st.Kind))
 	case "state":
 		return stringField(r, (*string)(&st.State))
 	case "last_error":
-		s = &st.LastError
+		return stringField(r, &st.LastError)
 	case "compensation_note":
-		s = &st.CompensationNote
+		return stringField(r, &st.CompensationNote)
 	case "attempts":
-		n = &st.Attempts
+		return intField(r, &st.Attempts)
 	case "compensation_attempts":
-		n = &st.CompAttempts
+		return intField(r, &st.CompAttempts)
 	case "due_at":
-		t = &st.DueAt
+		return timeField(r, &st.DueAt)
 	case "started_at":
-		t = &st.StartedAt
+		return timeField(r, &st.StartedAt)
 	case "finished_at":
-		t = &st.FinishedAt
+		return timeField(r, &st.FinishedAt)
 	case "compensation_started_at":
-		t = &st.CompStartedAt
+		return timeField(r, &st.CompStartedAt)
 	case "compensation_finished_at":
-		t = &st.CompFinishedAt
+		return timeField(r, &st.CompFinishedAt)
 	case "await_id":
 		if r.Null() {
 			return nil
@@ -188,12 +185,8 @@ func decodeStepField(r *jsonlite.Reader, st *StepState, key []byte) error {
 		if err != nil {
 			return err
 		}
-		id, err := uuid.Parse(v)
-		if err != nil {
-			return err
-		}
-		st.AwaitID = id
-		return nil
+		st.AwaitID, err = uuid.Parse(v)
+		return err
 	case "output":
 		raw, err := r.Raw()
 		if err != nil {
@@ -204,35 +197,35 @@ func decodeStepField(r *jsonlite.Reader, st *StepState, key []byte) error {
 	default:
 		return r.Skip()
 	}
-	switch {
-	case s != nil:
-		return stringField(r, s)
-	case n != nil:
-		if r.Null() {
-			return nil
-		}
-		v, err := r.Int()
-		if err != nil {
-			return err
-		}
-		*n = v
-		return nil
-	default:
-		if r.Null() {
-			*t = nil
-			return nil
-		}
-		v, err := r.String()
-		if err != nil {
-			return err
-		}
-		at, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			return err
-		}
-		*t = &at
+}
+
+func intField(r *jsonlite.Reader, n *int) error {
+	if r.Null() {
 		return nil
 	}
+	v, err := r.Int()
+	if err != nil {
+		return err
+	}
+	*n = v
+	return nil
+}
+
+func timeField(r *jsonlite.Reader, t **time.Time) error {
+	if r.Null() {
+		*t = nil
+		return nil
+	}
+	v, err := r.String()
+	if err != nil {
+		return err
+	}
+	at, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return err
+	}
+	*t = &at
+	return nil
 }
 
 func stringField(r *jsonlite.Reader, s *string) error {
