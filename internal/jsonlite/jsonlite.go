@@ -21,12 +21,25 @@ const MaxDepth = 10000
 // Reader reads one JSON document. Its methods skip the whitespace before
 // what they read; an error names what was expected and the byte offset.
 type Reader struct {
-	b []byte
-	i int
+	b      []byte
+	i      int
+	strict bool
 }
 
 // NewReader reads b.
 func NewReader(b []byte) *Reader { return &Reader{b: b} }
+
+// NewStrictReader reads b and refuses, with a *[TextError], what a
+// Postgres jsonb column (or, for strings, a text column) refuses although
+// encoding/json accepts it: invalid UTF-8 (encoding/json reads it as
+// U+FFFD), the escape \u0000, unpaired UTF-16 surrogate escapes
+// (encoding/json reads them as U+FFFD) and numbers outside the range of
+// Postgres numeric. Everything else reads as with [NewReader].
+func NewStrictReader(b []byte) *Reader { return &Reader{b: b, strict: true} }
+
+// Offset is the byte offset of the next byte to read (after the whitespace
+// a Peek skipped).
+func (r *Reader) Offset() int { return r.i }
 
 func (r *Reader) ws() {
 	for r.i < len(r.b) {
@@ -121,6 +134,9 @@ func (r *Reader) Key() (string, error) {
 func (r *Reader) KeyBytes() ([]byte, error) {
 	k, err := r.stringBytes()
 	if err != nil {
+		if te, ok := err.(*TextError); ok {
+			te.Key = true
+		}
 		return nil, err
 	}
 	if err := r.Expect(':'); err != nil {
@@ -205,6 +221,9 @@ func (r *Reader) stringBytes() ([]byte, error) {
 			r.i++
 		default:
 			ru, size := utf8.DecodeRune(r.b[r.i:])
+			if ru == utf8.RuneError && size == 1 && r.strict {
+				return nil, &TextError{Problem: InvalidUTF8, Offset: r.i, At: len(out)}
+			}
 			out = utf8.AppendRune(out, ru) // RuneError for invalid bytes
 			r.i += size
 		}
@@ -239,10 +258,14 @@ func (r *Reader) escape(out []byte) ([]byte, error) {
 		r.i++
 		return append(out, '\t'), nil
 	case 'u':
+		start := r.i - 1
 		r.i++
 		ru, ok := r.hex4()
 		if !ok {
 			return nil, r.errorf("want 4 hex digits after \\u")
+		}
+		if ru == 0 && r.strict {
+			return nil, &TextError{Problem: NUL, Offset: start, At: len(out)}
 		}
 		if utf16.IsSurrogate(ru) {
 			// A high surrogate followed by an escaped low one is one
@@ -256,6 +279,9 @@ func (r *Reader) escape(out []byte) ([]byte, error) {
 					}
 				}
 				r.i = save
+			}
+			if r.strict {
+				return nil, &TextError{Problem: LoneSurrogate, Offset: start, At: len(out), Text: string(r.b[start:r.i])}
 			}
 			ru = utf8.RuneError
 		}
@@ -330,6 +356,13 @@ func (r *Reader) number() error {
 		if !r.digits() {
 			return r.errorf("want a digit in the exponent")
 		}
+	}
+	if r.strict && !NumericFits(r.b[start:r.i]) {
+		text := string(r.b[start:r.i])
+		if len(text) > 40 {
+			text = text[:37] + "..."
+		}
+		return &TextError{Problem: NumberRange, Offset: start, Text: text}
 	}
 	return nil
 }
