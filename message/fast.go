@@ -100,34 +100,51 @@ var envelopeFields = func() []string {
 	return names
 }()
 
-// decodeFast reads b into c or r (one of them nil) and reports whether it
-// could; false means "let encoding/json do it", never "invalid".
-func decodeFast(b []byte, c *Command, r *Reply) bool {
-	rd := jsonlite.NewReader(b)
-	err := rd.Object(func(key []byte) error {
-		if rd.Peek() == 'n' && string(key) != "payload" {
+// decodeFast reads b into c or r (one of them nil) with a strict reader
+// (so its strings and numbers are what Postgres stores, see Limits). ok
+// false with a nil error means "let encoding/json do it", never
+// "invalid"; an error is a definite refusal, of text the strict reader
+// refused (NUL, invalid UTF-8, a lone surrogate, a number out of range).
+func decodeFast(b []byte, c *Command, r *Reply) (ok bool, err error) {
+	rd := jsonlite.NewStrictReader(b)
+	var bad error
+	err = rd.Object(func(key []byte) error {
+		next := rd.Peek()
+		if next == 'n' && string(key) != "payload" {
 			// A null (or worse): encoding/json leaves the field alone, or
 			// fails. A null payload is kept as the literal, as there.
 			return errGiveUp
 		}
-		ok := false
+		start := rd.Offset()
+		var err error
 		if c != nil {
-			ok = commandField(rd, c, key)
+			err = commandField(rd, c, key)
 		} else {
-			ok = replyField(rd, r, key)
+			err = replyField(rd, r, key)
 		}
-		if !ok {
-			return errGiveUp
+		if err == nil {
+			return nil
 		}
-		return nil
+		if te, isText := err.(*jsonlite.TextError); isText {
+			bad = memberTextError(string(key), te, start, next == '"')
+		}
+		return errGiveUp
 	})
-	return err == nil && rd.End() == nil
+	if bad != nil {
+		return false, bad
+	}
+	if te, isText := err.(*jsonlite.TextError); isText {
+		return false, keyTextError(te) // in a member name of the envelope
+	}
+	return err == nil && rd.End() == nil, nil
 }
 
 // errGiveUp stops decodeFast's walk.
 var errGiveUp = errors.New("message: not the plain form")
 
-func commandField(rd *jsonlite.Reader, c *Command, key []byte) bool {
+// commandField reads the value of member key into c: a nil error, a
+// *jsonlite.TextError or another error (give up).
+func commandField(rd *jsonlite.Reader, c *Command, key []byte) error {
 	switch string(key) {
 	case "message_id":
 		return uuidValue(rd, &c.MessageID)
@@ -144,19 +161,25 @@ func commandField(rd *jsonlite.Reader, c *Command, key []byte) bool {
 	case "attempt":
 		n, err := rd.Int()
 		c.Attempt = n
-		return err == nil
+		return err
 	case "reply_to":
 		return stringValue(rd, &c.ReplyTo)
 	case "sent_at":
 		raw, err := rd.Raw()
-		return err == nil && c.SentAt.UnmarshalJSON(raw) == nil
+		if err != nil {
+			return err
+		}
+		if c.SentAt.UnmarshalJSON(raw) != nil {
+			return errGiveUp
+		}
+		return nil
 	case "payload":
 		return payloadValue(rd, &c.Payload)
 	}
 	return unknownMember(rd, key)
 }
 
-func replyField(rd *jsonlite.Reader, r *Reply, key []byte) bool {
+func replyField(rd *jsonlite.Reader, r *Reply, key []byte) error {
 	switch string(key) {
 	case "message_id":
 		return uuidValue(rd, &r.MessageID)
@@ -180,31 +203,37 @@ func replyField(rd *jsonlite.Reader, r *Reply, key []byte) bool {
 
 // unknownMember skips the value of a member no field has, unless its name
 // matches one in another case: encoding/json would use it.
-func unknownMember(rd *jsonlite.Reader, key []byte) bool {
+func unknownMember(rd *jsonlite.Reader, key []byte) error {
 	for _, f := range envelopeFields {
 		if strings.EqualFold(string(key), f) {
-			return false
+			return errGiveUp
 		}
 	}
-	return rd.Skip() == nil
+	return rd.Skip()
 }
 
-func stringValue(rd *jsonlite.Reader, s *string) bool {
+func stringValue(rd *jsonlite.Reader, s *string) error {
 	v, err := rd.String()
 	*s = v
-	return err == nil
+	return err
 }
 
-func uuidValue(rd *jsonlite.Reader, id *uuid.UUID) bool {
+func uuidValue(rd *jsonlite.Reader, id *uuid.UUID) error {
 	v, err := rd.String()
-	return err == nil && id.UnmarshalText([]byte(v)) == nil
+	if err != nil {
+		return err
+	}
+	if id.UnmarshalText([]byte(v)) != nil {
+		return errGiveUp
+	}
+	return nil
 }
 
-func payloadValue(rd *jsonlite.Reader, p *json.RawMessage) bool {
+func payloadValue(rd *jsonlite.Reader, p *json.RawMessage) error {
 	raw, err := rd.Raw()
 	if err != nil {
-		return false
+		return err
 	}
 	*p = append(json.RawMessage(nil), raw...)
-	return true
+	return nil
 }

@@ -1,7 +1,6 @@
 package message
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,15 +48,17 @@ const (
 	ContentTypeJSON   = "application/json"
 )
 
-// MaxPayloadBytes bounds an envelope's encoded size. Larger values are
-// rejected on decode (and go to the dead-letter topic) rather than stored.
+// MaxPayloadBytes bounds an envelope's encoded size (the whole record
+// value, despite the name: see Limits for the payload's own bound). Larger
+// values are rejected on decode (and go to the dead-letter topic) rather
+// than stored, and never encoded.
 const MaxPayloadBytes = 1 << 20
 
 // Sentinel errors. Decode errors wrap ErrInvalid, so callers can route them
 // to a dead-letter topic with errors.Is.
 var (
 	ErrInvalid  = errors.New("invalid message")
-	ErrOversize = fmt.Errorf("%w: larger than %d bytes", ErrInvalid, MaxPayloadBytes)
+	ErrOversize = fmt.Errorf("%w: the value is too large", ErrInvalid)
 )
 
 // Command is what the orchestrator sends to a participant's command topic.
@@ -86,21 +87,40 @@ type Reply struct {
 	Payload   json.RawMessage `json:"payload,omitempty"`
 }
 
-// FieldError names the field of an envelope that was wrong.
+// FieldError names the field of an envelope (or the header) that was
+// wrong. Its text is safe to store and print: bad values appear quoted
+// with Go escapes and cut short, and the whole is valid UTF-8 without NUL,
+// at most MaxErrorBytes bytes.
 type FieldError struct {
 	Field  string
 	Reason string
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%v: field %q %s", ErrInvalid, e.Field, e.Reason)
+	return Truncate(fmt.Sprintf("%v: field %s %s", ErrInvalid, quote(e.Field, 64), e.Reason), MaxErrorBytes)
 }
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
 func missing(field string) error { return &FieldError{Field: field, Reason: "is missing"} }
 
-// Validate checks that every field a participant needs is present and known.
-func (c *Command) Validate() error {
+// Validate checks that every field a participant needs is present and
+// known, and that the command is within the default Limits and storable
+// (see Limits).
+func (c *Command) Validate() error { return Limits{}.ValidateCommand(c) }
+
+// Validate checks that every field the orchestrator needs is present and
+// known, and that the reply is within the default Limits and storable.
+func (r *Reply) Validate() error { return Limits{}.ValidateReply(r) }
+
+// ValidateCommand is Command.Validate with the bounds of l.
+func (l Limits) ValidateCommand(c *Command) error { return l.withDefaults().command(c, false) }
+
+// ValidateReply is Reply.Validate with the bounds of l.
+func (l Limits) ValidateReply(r *Reply) error { return l.withDefaults().reply(r, false) }
+
+// command validates c (l has its defaults); read: decoded by a strict
+// reader, so the payload's text was checked.
+func (l Limits) command(c *Command, read bool) error {
 	switch {
 	case c.MessageID == uuid.Nil:
 		return missing("message_id")
@@ -111,19 +131,33 @@ func (c *Command) Validate() error {
 	case c.Step == "":
 		return missing("step")
 	case !c.Action.Valid():
-		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %q, want forward or compensate", c.Action)}
+		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward or compensate", quote(string(c.Action), 64))}
 	case c.Attempt < 1:
 		return &FieldError{Field: "attempt", Reason: fmt.Sprintf("is %d, want >= 1", c.Attempt)}
+	case c.Attempt > MaxAttempt:
+		return &FieldError{Field: "attempt", Reason: fmt.Sprintf("is %d, more than the %d allowed", c.Attempt, MaxAttempt)}
 	case c.ReplyTo == "":
 		return missing("reply_to")
 	case c.SentAt.Year() < 0 || c.SentAt.Year() > 9999:
 		return &FieldError{Field: "sent_at", Reason: fmt.Sprintf("has year %d, want 0 to 9999 (RFC 3339)", c.SentAt.Year())}
 	}
-	return validPayload(c.Payload)
+	if err := text("saga_type", c.SagaType, l.MaxNameBytes); err != nil {
+		return err
+	}
+	if err := text("aggregate_id", c.AggregateID, l.MaxNameBytes); err != nil {
+		return err
+	}
+	if err := text("step", c.Step, l.MaxNameBytes); err != nil {
+		return err
+	}
+	if p := topicProblem(c.ReplyTo); p != "" {
+		return &FieldError{Field: "reply_to", Reason: p}
+	}
+	return l.payload(c.Payload, read)
 }
 
-// Validate checks that every field the orchestrator needs is present and known.
-func (r *Reply) Validate() error {
+// reply validates r (l has its defaults); read as for command.
+func (l Limits) reply(r *Reply, read bool) error {
 	switch {
 	case r.MessageID == uuid.Nil:
 		return missing("message_id")
@@ -134,93 +168,157 @@ func (r *Reply) Validate() error {
 	case r.Step == "":
 		return missing("step")
 	case !r.Action.Valid():
-		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %q, want forward or compensate", r.Action)}
+		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward or compensate", quote(string(r.Action), 64))}
 	case !r.Outcome.Valid():
-		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %q, want success, failure or retry", r.Outcome)}
+		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %s, want success, failure or retry", quote(string(r.Outcome), 64))}
 	}
-	return validPayload(r.Payload)
-}
-
-func validPayload(p json.RawMessage) error {
-	p = bytes.TrimSpace(p)
-	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
-		return nil
+	if err := text("step", r.Step, l.MaxNameBytes); err != nil {
+		return err
 	}
-	if p[0] != '{' {
-		return &FieldError{Field: "payload", Reason: "must be a JSON object"}
+	if err := text("reason", r.Reason, l.MaxReasonBytes); err != nil {
+		return err
 	}
-	if !json.Valid(p) {
-		return &FieldError{Field: "payload", Reason: "is not valid JSON"}
-	}
-	return nil
+	return l.payload(r.Payload, read)
 }
 
 // EncodeCommand validates and encodes c.
-func EncodeCommand(c Command) ([]byte, error) {
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("encode command for saga %s step %q: %w", c.SagaID, c.Step, err)
+func EncodeCommand(c Command) ([]byte, error) { return Limits{}.EncodeCommand(c) }
+
+// EncodeReply validates and encodes r.
+func EncodeReply(r Reply) ([]byte, error) { return Limits{}.EncodeReply(r) }
+
+// EncodeCommand validates and encodes c within the bounds of l.
+func (l Limits) EncodeCommand(c Command) ([]byte, error) {
+	l = l.withDefaults()
+	if err := l.command(&c, false); err != nil {
+		return nil, encodeError("command", c.SagaID, c.Step, err)
 	}
 	b, err := appendCommand(make([]byte, 0, 320+len(c.Payload)), &c)
 	if err != nil {
-		return nil, fmt.Errorf("encode command for saga %s step %q: %w: %v", c.SagaID, c.Step, ErrInvalid, err)
+		return nil, encodeError("command", c.SagaID, c.Step, fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
+	if len(b) > l.MaxValueBytes {
+		return nil, encodeError("command", c.SagaID, c.Step, oversize(len(b), l.MaxValueBytes))
 	}
 	return b, nil
 }
 
-// EncodeReply validates and encodes r.
-func EncodeReply(r Reply) ([]byte, error) {
-	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("encode reply for saga %s step %q: %w", r.SagaID, r.Step, err)
+// EncodeReply validates and encodes r within the bounds of l.
+func (l Limits) EncodeReply(r Reply) ([]byte, error) {
+	l = l.withDefaults()
+	if err := l.reply(&r, false); err != nil {
+		return nil, encodeError("reply", r.SagaID, r.Step, err)
 	}
 	b, err := appendReply(make([]byte, 0, 256+len(r.Payload)), &r)
 	if err != nil {
-		return nil, fmt.Errorf("encode reply for saga %s step %q: %w: %v", r.SagaID, r.Step, ErrInvalid, err)
+		return nil, encodeError("reply", r.SagaID, r.Step, fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
+	if len(b) > l.MaxValueBytes {
+		return nil, encodeError("reply", r.SagaID, r.Step, oversize(len(b), l.MaxValueBytes))
 	}
 	return b, nil
 }
 
-// DecodeCommand parses and validates a command record value. Every error
-// wraps ErrInvalid.
-func DecodeCommand(b []byte) (Command, error) {
-	var c Command
-	if !plain(b) || !decodeFast(b, &c, nil) {
-		c = Command{}
-		if err := decode(b, &c); err != nil {
-			return Command{}, fmt.Errorf("decode command: %w", err)
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return Command{}, fmt.Errorf("decode command: %w", err)
+func encodeError(what string, sagaID uuid.UUID, step string, err error) error {
+	return &safeError{prefix: fmt.Sprintf("encode %s for saga %s step %s: ", what, sagaID, quote(step, 64)), err: err}
+}
+
+func oversize(n, max int) error {
+	return fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrOversize, n, max)
+}
+
+// DecodeCommand parses and validates a command record value within the
+// default Limits. Every error wraps ErrInvalid.
+func DecodeCommand(b []byte) (Command, error) { return Limits{}.DecodeCommand(b) }
+
+// DecodeReply parses and validates a reply record value within the default
+// Limits. Every error wraps ErrInvalid.
+func DecodeReply(b []byte) (Reply, error) { return Limits{}.DecodeReply(b) }
+
+// DecodeCommand parses and validates a command record value within the
+// bounds of l. Every error wraps ErrInvalid; its text is at most
+// MaxErrorBytes of valid UTF-8 without NUL.
+func (l Limits) DecodeCommand(b []byte) (Command, error) {
+	l = l.withDefaults()
+	c, err := l.decodeCommand(b)
+	if err != nil {
+		return Command{}, &safeError{prefix: "decode command: ", err: err}
 	}
 	return c, nil
 }
 
-// DecodeReply parses and validates a reply record value. Every error wraps
-// ErrInvalid.
-func DecodeReply(b []byte) (Reply, error) {
-	var r Reply
-	if !plain(b) || !decodeFast(b, nil, &r) {
-		r = Reply{}
-		if err := decode(b, &r); err != nil {
-			return Reply{}, fmt.Errorf("decode reply: %w", err)
+func (l Limits) decodeCommand(b []byte) (Command, error) {
+	if err := l.valueSize(b); err != nil {
+		return Command{}, err
+	}
+	var c Command
+	ok, err := decodeFast(b, &c, nil)
+	if err != nil {
+		return Command{}, err
+	}
+	if !ok {
+		c = Command{}
+		if err := decode(b, &c); err != nil {
+			return Command{}, err
+		}
+		if err := checkText(b); err != nil {
+			return Command{}, err
 		}
 	}
-	if err := r.Validate(); err != nil {
-		return Reply{}, fmt.Errorf("decode reply: %w", err)
+	if err := l.command(&c, true); err != nil {
+		return Command{}, err
+	}
+	return c, nil
+}
+
+// DecodeReply parses and validates a reply record value within the bounds
+// of l. Every error wraps ErrInvalid; its text is at most MaxErrorBytes of
+// valid UTF-8 without NUL.
+func (l Limits) DecodeReply(b []byte) (Reply, error) {
+	l = l.withDefaults()
+	r, err := l.decodeReply(b)
+	if err != nil {
+		return Reply{}, &safeError{prefix: "decode reply: ", err: err}
 	}
 	return r, nil
 }
 
-// plain: within the size bounds decode checks first.
-func plain(b []byte) bool { return len(b) > 0 && len(b) <= MaxPayloadBytes }
+func (l Limits) decodeReply(b []byte) (Reply, error) {
+	if err := l.valueSize(b); err != nil {
+		return Reply{}, err
+	}
+	var r Reply
+	ok, err := decodeFast(b, nil, &r)
+	if err != nil {
+		return Reply{}, err
+	}
+	if !ok {
+		r = Reply{}
+		if err := decode(b, &r); err != nil {
+			return Reply{}, err
+		}
+		if err := checkText(b); err != nil {
+			return Reply{}, err
+		}
+	}
+	if err := l.reply(&r, true); err != nil {
+		return Reply{}, err
+	}
+	return r, nil
+}
 
-func decode(b []byte, v any) error {
-	if len(b) > MaxPayloadBytes {
-		return ErrOversize
+func (l Limits) valueSize(b []byte) error {
+	if len(b) > l.MaxValueBytes {
+		return oversize(len(b), l.MaxValueBytes)
 	}
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty value", ErrInvalid)
 	}
+	return nil
+}
+
+// decode reads b (within the size bounds) with encoding/json.
+func decode(b []byte, v any) error {
 	if err := json.Unmarshal(b, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -278,10 +376,10 @@ func failingField(b []byte, v any) string {
 // another language may omit them); when present they must match.
 func CheckHeaders(headers map[string]string, messageID, sagaID uuid.UUID) error {
 	if h, ok := headers[HeaderMessageID]; ok && !sameUUID(h, messageID) {
-		return &FieldError{Field: "header " + HeaderMessageID, Reason: fmt.Sprintf("is %q but body message_id is %s", h, messageID)}
+		return &FieldError{Field: "header " + HeaderMessageID, Reason: fmt.Sprintf("is %s but body message_id is %s", quote(h, 64), messageID)}
 	}
 	if h, ok := headers[HeaderSagaID]; ok && !sameUUID(h, sagaID) {
-		return &FieldError{Field: "header " + HeaderSagaID, Reason: fmt.Sprintf("is %q but body saga_id is %s", h, sagaID)}
+		return &FieldError{Field: "header " + HeaderSagaID, Reason: fmt.Sprintf("is %s but body saga_id is %s", quote(h, 64), sagaID)}
 	}
 	return nil
 }

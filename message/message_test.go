@@ -139,7 +139,7 @@ func TestDecodeCommandRejects(t *testing.T) {
 		{"payload array", func(t *testing.T) []byte { return commandJSON(t, set("payload", []any{1})) }, []string{`"payload"`, "object"}},
 		{"payload string", func(t *testing.T) []byte { return commandJSON(t, set("payload", "x")) }, []string{`"payload"`, "object"}},
 		{"payload number", func(t *testing.T) []byte { return commandJSON(t, set("payload", 3)) }, []string{`"payload"`, "object"}},
-		{"oversize", func(*testing.T) []byte { return oversize() }, []string{"larger than"}},
+		{"oversize", func(*testing.T) []byte { return oversize() }, []string{"too large", "1048577 bytes", "1048576 allowed"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,7 +177,7 @@ func TestDecodeReplyRejects(t *testing.T) {
 		{"reason as number", func(t *testing.T) []byte { return replyJSON(t, set("reason", 1)) }, []string{`"reason"`, "number"}},
 		{"in_reply_to not a UUID", func(t *testing.T) []byte { return replyJSON(t, set("in_reply_to", "not-a-uuid")) }, []string{`"in_reply_to"`}},
 		{"payload array", func(t *testing.T) []byte { return replyJSON(t, set("payload", []any{})) }, []string{`"payload"`, "object"}},
-		{"oversize", func(*testing.T) []byte { return oversize() }, []string{"larger than"}},
+		{"oversize", func(*testing.T) []byte { return oversize() }, []string{"too large", "1048577 bytes", "1048576 allowed"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,7 +297,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		"zone offset":        func(c *message.Command) { c.SentAt = time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", -5*3600)) },
 		"zero sent_at":       func(c *message.Command) { c.SentAt = time.Time{} },
 		"nested payload":     func(c *message.Command) { c.Payload = json.RawMessage(`{"a":{"b":[1,2,{"c":null}]}}`) },
-		"escaped characters": func(c *message.Command) { c.ReplyTo = "a\"b\\c\n" },
+		"escaped characters": func(c *message.Command) { c.AggregateID = "a\"b\\c\n" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
