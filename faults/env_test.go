@@ -209,7 +209,7 @@ func (e *env) inboxOnly(set *reference.Set, pool *pgxpool.Pool) func(context.Con
 		var wg sync.WaitGroup
 		errs := make([]error, len(set.Participants()))
 		for i, p := range set.Participants() {
-			c, err := inbox.New(pool, p.HandleMessage, &inbox.Config{
+			c, err := inbox.New(pool, p.HandleCommands, &inbox.Config{
 				Brokers: e.brokers, GroupID: p.Name(), Topics: []string{e.prefix + p.Name() + ".commands"},
 				Schema: p.Schema(), Name: p.Name(), Metrics: e.im,
 			})

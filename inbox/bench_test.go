@@ -32,7 +32,7 @@ func BenchmarkBatchDedupe(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fresh, err := dedupe(ctx, tx, table, ids, topics, false)
+		fresh, err := dedupe(ctx, tx, table, ids, topics)
 		if err != nil {
 			b.Fatal(err)
 		}

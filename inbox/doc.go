@@ -1,44 +1,73 @@
-// Package inbox consumes Kafka topics through a consumer group and hands each
-// message to a Handler inside one Postgres transaction that also records the
-// message id in the inbox table, so at-least-once delivery has the effect of
-// exactly once.
+// Package inbox consumes Kafka topics through a consumer group and hands
+// batches of messages to a Handler inside one Postgres transaction that also
+// records their message ids in the inbox table, so at-least-once delivery
+// has the effect of exactly once. There is one path: a single message is a
+// batch of one.
 //
 // # What it owns
 //
-// The Consumer owns a kafka-go Reader (consumer group, synchronous offset
-// commits), a kafka-go Writer for the dead-letter topics and the rows of the
-// "inbox" table of one Postgres schema (created by the "messaging" migration
-// set). It owns no other table: the Handler writes its own effects through
-// the transaction it is given.
+// The Consumer owns a kafka-go ConsumerGroup (membership, generations,
+// synchronous offset commits), one kafka-go Reader per assigned partition,
+// a kafka-go Writer for the dead-letter topics and the rows of the "inbox"
+// table of one Postgres schema (created by the "messaging" migration set).
+// It owns no other table: the Handler writes its own effects through the
+// transaction it is given.
+//
+// # Files
+//
+//	consumer.go   Consumer, New, Run; a session = one group membership
+//	lanes.go      a generation: per-partition fetchers, queues, lanes, offset commits
+//	batch.go      one batch: precheck, dedupe, Handler, isolation, commit, retries
+//	classify.go   what an error says about the message (permanent, transient, unavailable)
+//	precheck.go   header checks before anything else reads a record
+//	dedupe.go     the inbox table statement
+//	deadletter.go dead-letter records that are always writable
+//	watchdog.go   recreating a membership that holds partitions but consumes nothing
+//	handler.go    Handler, Result, EachMessage, Permanent, Undo
+//	config.go     Config and its defaults
+//
+// # Fetching: no partition holds up another
+//
+// Each partition the group assigns gets a fetcher that fills a queue of its
+// own, bounded in messages (Config.QueueMessages) and bytes
+// (Config.QueueBytes). Each partition belongs to one lane (Config.Lanes),
+// which takes batches of up to Config.BatchSize messages and
+// Config.BatchBytes bytes from its partitions' queues, in order per
+// partition, round robin across them. A full queue pauses only its own
+// partition's fetcher; a lane busy with a batch (retrying it while the
+// database is down, say) holds up only its own partitions. Memory is about
+// the number of assigned partitions times (QueueBytes + FetchBytes).
 //
 // # How a batch is processed
 //
-// Messages fetched from Kafka are taken in batches of up to Config.BatchSize
-// (whatever is immediately available after the first). Each batch is one
-// Postgres transaction:
+// Each batch is one Postgres transaction:
 //
-//  1. The message id is read from the "message-id" header
-//     (message.HeaderMessageID). A missing or non-UUID id sends the message to
-//     the dead-letter topic.
-//  2. One statement inserts every id of the batch into the inbox table with
-//     ON CONFLICT DO NOTHING; ids that were already there are duplicates and
-//     are skipped (the Handler is not called). An id repeated inside one
-//     batch is handled once.
-//     With a BatchHandler, the same round trip sets a savepoint and the
-//     BatchHandler gets the new messages under it; on an error it is rolled
-//     back to and the messages go one by one through step 3. On success the
-//     savepoint is not released (the commit does that): a round trip costs
-//     more than the statements in it at moderate load.
-//  3. Each new message runs the Handler inside a savepoint. A nil error keeps
-//     its writes. A permanent error (Permanent, or an error wrapping
-//     message.ErrInvalid) or a panic rolls back to the savepoint, deletes
-//     the message's inbox row and queues the message for the dead-letter
-//     topic. Any other error is transient: the whole transaction is rolled
-//     back and the same batch is retried with capped exponential backoff and
-//     jitter, without refetching, until it succeeds or Run's context ends.
-//  4. Dead-letter records are published before the transaction commits.
-//  5. The transaction commits, then the batch's offsets are committed to the
-//     consumer group.
+//  1. Precheck: the "message-id" header must be a UUID, header keys and the
+//     envelope's headers (message-id, saga-id, content-type) UTF-8 text
+//     without NUL and short, all headers within Config.MaxHeaderBytes. A
+//     record that fails goes to the dead-letter topic unhandled.
+//  2. One round trip inserts every id into the inbox table (ON CONFLICT DO
+//     NOTHING) and sets a savepoint; ids already there are duplicates and are
+//     skipped. An id repeated inside one batch is handled once.
+//  3. The Handler gets the new messages and returns a Result per message:
+//     Applied, Duplicate, DeadLetter (with a reason; it wrote nothing for
+//     it) or RetryLater.
+//  4. If the Handler fails (an error, a panic, a RetryLater), its writes are
+//     rolled back to the savepoint and the error is classified (Classify).
+//     Permanent (Permanent, message.ErrInvalid, a panic, Postgres SQLSTATE
+//     classes 22, 23, 54): the batch is split in halves, each run again
+//     under a new savepoint, until the failing message stands alone; it is
+//     dead-lettered with the error, the rest applied, in the same
+//     transaction. Transient: the transaction is rolled back and the batch
+//     retried with capped exponential backoff and jitter; after
+//     Config.IsolateAfter such failures the next attempt splits the batch
+//     the same way, and a message that fails alone singleTries times is
+//     dead-lettered with its last error. Unavailable (connection errors,
+//     SQLSTATE 08, 53, 57P0x): retried for as long as it takes, never a
+//     dead letter.
+//  5. Dead-lettered messages' inbox rows are deleted (an operator can replay
+//     the record once its cause is fixed), their dead-letter records are
+//     published, then the transaction commits, then the offsets.
 //
 // # Guarantees
 //
@@ -46,11 +75,22 @@
 //     all; a message id that committed is never handled again.
 //   - The consumer never advances past a message that was neither handled nor
 //     dead-lettered: offsets are committed only after the database commit.
-//   - A bad message (unparseable id, permanent handler error, handler panic)
-//     never blocks its partition and never crashes the process.
+//   - No message stalls its partition or its neighbours: a bad message
+//     (unusable headers, an invalid envelope, a permanent error, a panic,
+//     content Postgres refuses, a message that keeps failing) is
+//     dead-lettered and the rest of its batch applied; the process never
+//     crashes on it.
+//   - A dead letter is always writable: the reason (cut to MaxReasonBytes,
+//     made valid UTF-8 without NUL) and copied header values (cut to
+//     MaxDeadHeaderBytes) are bounded; a record over Config.DeadLetterBytes,
+//     or one the broker refuses as too large or invalid, is replaced by a
+//     shortened one (original coordinates, headers cut to fit, the first KB
+//     of the key and value, the reason, HeaderDLQShortened); if even that
+//     is refused it is logged and counted (<ns>_dlq_lost_total), never
+//     retried in a loop. Only an unreachable broker makes the batch wait.
 //   - Run returns nil when its context is cancelled, after the in-flight
-//     batch has finished (committed, or rolled back if it was waiting to
-//     retry), and leaves no goroutine behind.
+//     batches have finished (committed, or rolled back if one was waiting
+//     to retry), and leaves no goroutine behind.
 //
 // # Failure windows
 //
@@ -61,31 +101,25 @@
 //     Handler does not run again (duplicates are counted).
 //   - Crash after the dead-letter publish, before the database commit: the
 //     message is redelivered and dead-lettered again. Dead-lettering is at
-//     least once, never lost. A failed dead-letter publish is a transient
-//     error (the batch is retried).
-//   - Offset commit failure (for example after a rebalance): logged; the
-//     messages are redelivered later and deduplicated.
+//     least once, never lost.
+//   - Rebalance: the generation ends, the fetchers stop, each lane finishes
+//     its batch in flight (its offset commit may fail: logged; the next
+//     owner gets the batch again and dedupes it), and what was queued is
+//     dropped, to be fetched by the partition's next owner.
 //   - A member killed or cut off from the broker: the coordinator drops it
 //     after Config.SessionTimeout (6s by default); a rebalance waits at most
 //     Config.RebalanceTimeout for the members to rejoin. Heartbeats every
 //     Config.HeartbeatInterval (at most 1s) let members see a rebalance soon.
-//   - A Kafka reader that stopped consuming (kafka-go's group session does
-//     not always recover from cut connections or churn in the group):
-//     after Config.RestartAfterErrors consecutive fetch or offset commit
-//     failures, or when the consumer waited Config.StallTimeout for a
-//     message with no batch in flight while the group has lag its committed
-//     offsets do not reduce, the reader is closed (leaving the group) and a
-//     new one joins; counted in <ns>_inbox_reader_restarts_total. Messages
-//     fetched but not committed are redelivered and deduplicated.
-//
-// Because a dead-lettered message's inbox row is deleted, an operator can
-// replay a dead-lettered record (same message id) to its original topic
-// once the cause is fixed, and it will be handled.
+//   - A membership that stopped consuming: after Config.RestartAfterErrors
+//     consecutive join or offset commit failures, or when the consumer had
+//     nothing to do for Config.StallTimeout while the group has lag its
+//     committed offsets do not reduce, the group is left and joined anew;
+//     counted in <ns>_inbox_reader_restarts_total.
 //
 // # Dead-letter records
 //
 // A dead-letter record goes to "<original topic><Config.DLQSuffix>" with the
 // original key, value and headers, plus message.HeaderDLQReason (the error
-// text), message.HeaderDLQTopic, message.HeaderDLQOffset and
-// HeaderDLQPartition.
+// text), message.HeaderDLQTopic, message.HeaderDLQOffset,
+// HeaderDLQPartition and HeaderDLQShortened.
 package inbox

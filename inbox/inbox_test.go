@@ -203,7 +203,7 @@ func TestHandledOnceAndDuplicatesSkipped(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 3)
 	m := newMetrics(t)
-	c, err := inbox.New(e.pool, writeEffect, e.config(m))
+	c, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), e.config(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestTransientErrorRetriesWithoutSkipping(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := inbox.New(e.pool, h, e.config(m))
+	c, err := inbox.New(e.pool, inbox.EachMessage(h), e.config(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestPoisonMessagesGoToDLQAndPartitionMovesOn(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := inbox.New(e.pool, h, e.config(m))
+	c, err := inbox.New(e.pool, inbox.EachMessage(h), e.config(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestCrashBetweenDBCommitAndOffsetCommit(t *testing.T) {
 
 	errCrash := errors.New("simulated crash after database commit")
 	m1 := newMetrics(t)
-	first, err := inbox.New(e.pool, writeEffect, oneLane(e.config(m1)))
+	first, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), oneLane(e.config(m1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestCrashBetweenDBCommitAndOffsetCommit(t *testing.T) {
 	// Restart in the same group: everything is redelivered; the crashed
 	// batch is deduplicated, the rest handled, each exactly once.
 	m2 := newMetrics(t)
-	second, err := inbox.New(e.pool, writeEffect, e.config(m2))
+	second, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), e.config(m2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	for _, tc := range cases {
 		cfg := base()
 		tc.mut(cfg)
-		_, err := inbox.New(pool, writeEffect, cfg)
+		_, err := inbox.New(pool, inbox.EachMessage(writeEffect), cfg)
 		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
 			t.Errorf("New with bad %s: err = %v, want one naming Config.%s", tc.field, err, tc.field)
 		}
@@ -476,7 +476,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if _, err := inbox.New(pool, nil, base()); err == nil || !strings.Contains(err.Error(), "handler") {
 		t.Errorf("New with nil handler: err = %v", err)
 	}
-	if _, err := inbox.New(pool, writeEffect, base()); err != nil {
+	if _, err := inbox.New(pool, inbox.EachMessage(writeEffect), base()); err != nil {
 		t.Errorf("New with a good config: %v", err)
 	}
 }
@@ -535,7 +535,7 @@ func TestCancelFinishesInFlightBatch(t *testing.T) {
 		})
 		return writeEffect(ctx, tx, msg)
 	}
-	c, err := inbox.New(e.pool, h, oneLane(e.config(m)))
+	c, err := inbox.New(e.pool, inbox.EachMessage(h), oneLane(e.config(m)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestLanesKeepPerKeyOrderAndHandleOnce(t *testing.T) {
 	m := newMetrics(t)
 	cfg := e.config(m)
 	cfg.Lanes, cfg.BatchSize = 4, 7
-	c, err := inbox.New(e.pool, h, cfg)
+	c, err := inbox.New(e.pool, inbox.EachMessage(h), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,50 +639,43 @@ func TestLanesKeepPerKeyOrderAndHandleOnce(t *testing.T) {
 
 func TestNewRejectsNegativeLanes(t *testing.T) {
 	t.Parallel()
-	_, err := inbox.New(&pgxpool.Pool{}, writeEffect, &inbox.Config{Brokers: []string{"b:9092"}, GroupID: "g", Topics: []string{"t"}, Schema: "p", Lanes: -1})
+	_, err := inbox.New(&pgxpool.Pool{}, inbox.EachMessage(writeEffect), &inbox.Config{Brokers: []string{"b:9092"}, GroupID: "g", Topics: []string{"t"}, Schema: "p", Lanes: -1})
 	if err == nil || !strings.Contains(err.Error(), "Config.Lanes") {
 		t.Fatalf("New with Lanes -1 = %v, want an error naming Config.Lanes", err)
 	}
 }
 
 // A batch handler handles a clean batch in one call; a batch with a poison
-// message is rolled back and handled one by one, so the poison message alone
-// is dead-lettered and every good one is applied exactly once.
-func TestBatchHandlerFallsBackToOneByOne(t *testing.T) {
+// message fails as a whole, and the inbox splits it until the poison message
+// stands alone: it alone is dead-lettered and every good one is applied
+// exactly once (the failed calls' writes rolled back).
+func TestBatchHandlerFailureIsolatesThePoisonMessage(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
 	dlqTopic := e.topic + inbox.DLQSuffixDefault
 	if err := kafkaclient.EnsureTopics(testkit.Context(t, wait), e.brokers, 1, 1, dlqTopic); err != nil {
 		t.Fatal(err)
 	}
-	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
-		if string(msg.Value) == "poison" {
-			return inbox.Permanent(errors.New("poison"))
-		}
-		return writeEffect(ctx, tx, msg)
-	}
-	var calls, batched sync.Map
-	bh := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+	var mu sync.Mutex
+	var sizes []int
+	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+		mu.Lock()
+		sizes = append(sizes, len(ms))
+		mu.Unlock()
 		for _, msg := range ms {
-			calls.Store(string(msg.Value), true)
 			if err := writeEffect(ctx, tx, msg); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		for _, msg := range ms {
 			if string(msg.Value) == "poison" {
-				return errors.New("a bad message in the batch")
+				return nil, inbox.Permanent(errors.New("a poison message"))
 			}
 		}
-		for _, msg := range ms {
-			batched.Store(string(msg.Value), true)
-		}
-		return nil
+		return make([]inbox.Result, len(ms)), nil
 	}
 	m := newMetrics(t)
-	cfg := e.config(m)
-	cfg.BatchHandler = bh
-	c, err := inbox.New(e.pool, h, cfg)
+	c, err := inbox.New(e.pool, h, e.config(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,19 +684,32 @@ func TestBatchHandlerFallsBackToOneByOne(t *testing.T) {
 	e.produce(t, record(clean[0], "c0"), record(clean[1], "c1"))
 	waitCounter(t, m.Messages("test"), 2, "clean messages handled")
 	effectsOncePerID(t, e.pool, clean)
-	if _, ok := batched.Load("c0"); !ok {
-		t.Fatal("the clean batch was not handled by the batch handler")
-	}
 
-	good := []uuid.UUID{uuid.New(), uuid.New()}
-	e.produce(t, record(good[0], "g0"), record(uuid.New(), "poison"), record(good[1], "g1"))
-	waitCounter(t, m.DeadLettered("test"), 1, "poison dead-lettered")
-	waitCounter(t, m.Messages("test"), 4, "good messages handled")
-	if _, ok := calls.Load("poison"); !ok {
-		t.Fatal("the batch handler never saw the poison message")
+	good := make([]uuid.UUID, 9)
+	var msgs []kafka.Message
+	for i := range good {
+		good[i] = uuid.New()
+		msgs = append(msgs, record(good[i], "g"+strconv.Itoa(i)))
+		if i == 6 {
+			msgs = append(msgs, record(uuid.New(), "poison"))
+		}
 	}
-	// The batch handler's writes were rolled back: one row per good id.
+	e.produce(t, msgs...)
+	waitCounter(t, m.DeadLettered("test"), 1, "poison dead-lettered")
+	waitCounter(t, m.Messages("test"), float64(2+len(good)), "good messages handled")
 	effectsOncePerID(t, e.pool, append(clean, good...))
+	if got := testutil.ToFloat64(m.HandleErrors("test")); got != 0 {
+		t.Fatalf("handle_errors_total = %v, want 0 (a permanent error is isolated in the same transaction)", got)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	d, err := r.ReadMessage(testkit.Context(t, wait))
+	if err != nil {
+		t.Fatalf("read the dead letter: %v", err)
+	}
+	if string(d.Value) != "poison" || !strings.Contains(header(d, message.HeaderDLQReason), "a poison message") {
+		t.Fatalf("dead letter %q with reason %q, want the poison message with its reason", d.Value, header(d, message.HeaderDLQReason))
+	}
 }
 
 func TestRecordWaitAndBatchTimeAreObserved(t *testing.T) {
@@ -714,7 +720,7 @@ func TestRecordWaitAndBatchTimeAreObserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(e.pool, writeEffect, e.config(m))
+	c, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), e.config(m))
 	if err != nil {
 		t.Fatal(err)
 	}

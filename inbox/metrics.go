@@ -18,6 +18,10 @@ type Metrics struct {
 	recordWait   *prometheus.HistogramVec
 	batchTime    *prometheus.HistogramVec
 	restarts     *prometheus.CounterVec
+	isolated     *prometheus.CounterVec
+	shortened    *prometheus.CounterVec
+	lost         *prometheus.CounterVec
+	paused       *prometheus.CounterVec
 }
 
 // NewMetrics creates the inbox collectors under namespace ns and registers
@@ -30,7 +34,11 @@ type Metrics struct {
 //	<ns>_inbox_batch_size{consumer}           messages per committed transaction
 //	<ns>_inbox_record_wait_seconds{consumer}  record timestamp (producer's write) to the start of its batch
 //	<ns>_inbox_batch_seconds{consumer}        start of a batch to its database commit, retries included
-//	<ns>_inbox_reader_restarts_total{consumer} Kafka readers closed and recreated by the watchdog
+//	<ns>_inbox_reader_restarts_total{consumer} group memberships closed and recreated (watchdog, failures)
+//	<ns>_inbox_batch_splits_total{consumer}   batches split to isolate a failing message
+//	<ns>_dlq_shortened_total{consumer}        dead letters replaced by a shortened record
+//	<ns>_dlq_lost_total{consumer}             dead letters the broker refused even shortened (logged only)
+//	<ns>_inbox_partition_pauses_total{consumer} times a partition's queue was full and its fetch paused
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("inbox: NewMetrics: registerer is nil")
@@ -70,10 +78,26 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}, labels),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "inbox_reader_restarts_total",
-			Help: "Kafka readers the inbox consumer closed and recreated because fetches or commits kept failing or the group stopped consuming while it had lag.",
+			Help: "Consumer group memberships the inbox consumer closed and recreated because joins or commits kept failing or the group stopped consuming while it had lag.",
+		}, labels),
+		isolated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_batch_splits_total",
+			Help: "Batches (or parts of one) split in two to isolate a message that fails: permanently, or transiently for longer than the consumer's IsolateAfter attempts.",
+		}, labels),
+		shortened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "dlq_shortened_total",
+			Help: "Dead-letter records replaced by a shortened one (first KB of the value, headers cut) because they were too large or the broker refused them.",
+		}, labels),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "dlq_lost_total",
+			Help: "Dead-letter records the broker refused even shortened: the message was skipped and is only in the error log. Alert on any.",
+		}, labels),
+		paused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_partition_pauses_total",
+			Help: "Times a partition's fetch-ahead queue was full (its lane busy) and fetching of that partition paused.",
 		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts} {
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
 		}

@@ -55,7 +55,7 @@ func TestBrokerCutConsumerResumesAfterSessionTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = e.w.Close() })
 	cfg := e.config(newMetrics(t))
 	cfg.SessionTimeout = session
-	c, err := inbox.New(pool, writeEffect, cfg)
+	c, err := inbox.New(pool, inbox.EachMessage(writeEffect), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestCancelWithManyLanesAlwaysReturnsNil(t *testing.T) {
 	e := setup(t, 8)
 	cfg := e.config(newMetrics(t))
 	cfg.Lanes = 8
-	c, err := inbox.New(e.pool, writeEffect, cfg)
+	c, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestStalledGroupRecoversByRecreatingTheReader(t *testing.T) {
 	cfg.SessionTimeout = 3 * time.Second
 	cfg.RebalanceTimeout = rebalance
 	cfg.StallTimeout = stall
-	c, err := inbox.New(e.pool, writeEffect, cfg)
+	c, err := inbox.New(e.pool, inbox.EachMessage(writeEffect), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

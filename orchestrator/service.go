@@ -153,31 +153,50 @@ func decodeReply(m kafka.Message) (message.Reply, error) {
 	return r, nil
 }
 
-// HandleReply is the inbox handler of the reply topic: decode, check the
-// headers against the body, apply through the engine. Bad input wraps
-// message.ErrInvalid and goes to the dead-letter topic.
-func (s *Service) HandleReply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-	r, err := decodeReply(m)
-	if err != nil {
-		return err
-	}
-	return s.engine.ApplyReply(ctx, tx, r)
-}
-
-// HandleReplies is the inbox's batch handler of the reply topic: every
-// reply decoded and checked, then applied together (saga.Engine.ApplyReplies).
-// Any error makes the inbox fall back to HandleReply one message at a time,
-// which dead-letters the bad one and re-decides on a version conflict.
-func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
-	rs := make([]message.Reply, len(ms))
+// HandleReplies is the inbox handler of the reply topic. Every reply is
+// decoded and its headers checked against its body; one that is bad is
+// dead-lettered with the reason (nothing written for it). The rest are
+// applied together (saga.Engine.ApplyReplies: one load, one update, one
+// journal and one outbox insert). When that cannot be done as one (a saga
+// moved by someone else meanwhile, a reply for an unknown saga or step, a
+// stray reply), they are applied one by one with saga.Engine.ApplyReply,
+// which reloads and re-decides on a conflict; a reply it refuses as invalid
+// is dead-lettered. A database error fails the call: the inbox rolls it back
+// and, for an error about a reply's content, splits the batch until that
+// reply stands alone and dead-letters it.
+func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	out := make([]inbox.Result, len(ms))
+	rs := make([]message.Reply, 0, len(ms))
+	idx := make([]int, 0, len(ms))
 	for i, m := range ms {
 		r, err := decodeReply(m)
 		if err != nil {
-			return err
+			out[i] = inbox.Result{Outcome: inbox.DeadLetter, Reason: fmt.Sprintf("reply at %s/%d offset %d: %v", m.Topic, m.Partition, m.Offset, err)}
+			continue
 		}
-		rs[i] = r
+		rs = append(rs, r)
+		idx = append(idx, i)
 	}
-	return s.engine.ApplyReplies(ctx, tx, rs)
+	if len(rs) == 0 {
+		return out, nil
+	}
+	err := s.engine.ApplyReplies(ctx, tx, rs)
+	switch {
+	case err == nil:
+		return out, nil
+	case !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid):
+		return nil, err
+	}
+	// Nothing of the batch was written: one by one.
+	for k := range rs {
+		if err := s.engine.ApplyReply(ctx, tx, rs[k]); err != nil {
+			if !errors.Is(err, message.ErrInvalid) {
+				return nil, err
+			}
+			out[idx[k]] = inbox.Result{Outcome: inbox.DeadLetter, Reason: err.Error()}
+		}
+	}
+	return out, nil
 }
 
 // RepliesLanesDefault is how many reply batches are applied concurrently:
@@ -202,9 +221,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Run.Replies {
 		ic := s.cfg.Inbox
 		ic.Brokers, ic.GroupID, ic.Topics, ic.Schema = s.cfg.Brokers, s.cfg.GroupID, []string{s.engine.ReplyTopic()}, s.engine.Outbox().Schema()
-		if ic.BatchHandler == nil {
-			ic.BatchHandler = s.HandleReplies
-		}
 		if ic.Lanes == 0 {
 			ic.Lanes = RepliesLanesDefault
 		}
@@ -214,7 +230,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if ic.Logger == nil {
 			ic.Logger = s.log
 		}
-		c, err := inbox.New(s.pool, s.HandleReply, &ic)
+		c, err := inbox.New(s.pool, s.HandleReplies, &ic)
 		if err != nil {
 			return err
 		}

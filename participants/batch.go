@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -17,13 +18,38 @@ import (
 // errDecline makes HandleBatch hand the batch back to the one-by-one path.
 var errDecline = errors.New("participant: batch declined; handle one by one")
 
-// HandleBatch is the inbox batch handler of the command topic, the fast
-// path for the common case: every command of the batch a well-formed forward
+// HandleCommands is the inbox handler of the command topic (a single
+// command is a batch of one). It tries HandleBatch, the fast path for a
+// batch of first-time forwards that succeed; when that declines, its writes
+// are undone (inbox.Undo) and every command goes through HandleMessage, the
+// full barrier protocol, in a savepoint of its own: a command that is
+// invalid (undecodable, headers contradicting the body, unknown step) or
+// whose handler panics is dead-lettered with the reason and the others are
+// applied; any other error fails the call, and the inbox decides by its
+// class (retry, or split the batch to isolate a command Postgres refuses).
+func (p *Participant) HandleCommands(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	err := p.HandleBatch(ctx, tx, ms)
+	if err == nil {
+		return make([]inbox.Result, len(ms)), nil
+	}
+	if !errors.Is(err, errUntouched) {
+		if uerr := inbox.Undo(ctx, tx); uerr != nil {
+			return nil, fmt.Errorf("participant %q: undo the declined batch (%v): %w", p.cfg.Name, err, uerr)
+		}
+	}
+	return inbox.EachMessage(p.HandleMessage)(ctx, tx, ms)
+}
+
+// errUntouched marks a decline that came before any write.
+var errUntouched = fmt.Errorf("%w before any write", errDecline)
+
+// HandleBatch is the fast path HandleCommands tries first, for the common
+// case: every command of the batch a well-formed forward
 // of a known step, seen for the first time, whose handler succeeds. It runs
 // the handlers, then records every barrier row (outcome success) in one
 // statement and enqueues every reply in one statement. Anything else (a
 // compensation, a duplicate, a handler answering failure or retry, an error)
-// returns an error: the inbox rolls the batch back (its savepoint) and runs
+// returns an error: HandleCommands undoes the batch's writes and runs
 // HandleMessage for each command, which follows the full barrier protocol.
 //
 // The barrier rows are inserted after the handlers rather than before: a
@@ -36,17 +62,17 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 	for i, m := range ms {
 		cmd, err := message.DecodeCommand(m.Value)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errDecline, err)
+			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
 		headers := make(map[string]string, len(m.Headers))
 		for _, h := range m.Headers {
 			headers[h.Key] = string(h.Value)
 		}
 		if err := message.CheckHeaders(headers, cmd.MessageID, cmd.SagaID); err != nil {
-			return fmt.Errorf("%w: %v", errDecline, err)
+			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
 		if cmd.Action != message.Forward {
-			return errDecline
+			return errUntouched
 		}
 		cmds[i] = cmd
 	}

@@ -14,14 +14,17 @@
 // commit together or not at all.
 //
 // Run consumes the command topic (Config.CommandTopic, default
-// "<name>.commands") with an inbox consumer whose handler is HandleMessage,
-// and publishes the outbox with a relay. HandleMessage decodes the record,
+// "<name>.commands") with an inbox consumer whose handler is
+// HandleCommands, and publishes the outbox with a relay. For one command,
+// HandleMessage decodes the record,
 // checks its headers against the body, runs Execute and enqueues the reply
 // for the command's reply_to topic (key = saga id, headers message-id,
 // saga-id, content-type), all in the inbox transaction. A record that cannot
 // be decoded, whose headers contradict the body, or that names a step this
 // participant never registered is an error wrapping message.ErrInvalid: the
-// inbox consumer moves it to "<topic>.dlq" and goes on.
+// command is dead-lettered to "<topic>.dlq" with the reason and the rest of
+// its batch goes on. A command whose effects Postgres refuses (a NUL in a
+// handler's text, say) is isolated by the inbox and dead-lettered too.
 //
 // # Duties from the wire contract
 //
@@ -73,16 +76,16 @@
 //
 // # The batch fast path
 //
-// Run also gives the inbox a batch handler, HandleBatch, tried first for
-// the new commands of each consumed batch: when every one is a well-formed
+// HandleCommands tries HandleBatch first for the new commands of each
+// consumed batch: when every one is a well-formed
 // first-time forward of a registered step and every handler answers
 // success, it runs the handlers (one BatchFunc call for all the commands of
 // a step registered with HandleForwardBatch, the Func per command
 // otherwise), then records all the success barrier rows in one statement
 // (skipping any row a copy or a compensation got first) and enqueues all
 // the replies in one statement. Anything else, a skipped barrier row
-// included, declines the batch: the inbox rolls its savepoint back and runs
-// HandleMessage for each command, so the protocol above decides every
+// included, declines the batch: HandleCommands undoes its writes
+// (inbox.Undo) and runs HandleMessage for each command in a savepoint, so the protocol above decides every
 // unplain case, and at most one execution of a forward ever commits.
 //
 // A step registered with a nil compensate handler (the pivot, or a step

@@ -10,7 +10,7 @@ import (
 	"github.com/sagaflow/sagaflow/relay"
 )
 
-// Run consumes the command topic with an inbox consumer (HandleMessage in
+// Run consumes the command topic with an inbox consumer (HandleCommands in
 // each inbox transaction; invalid records go to "<topic>.dlq") and publishes
 // replies from the participant's outbox with a relay, until ctx is
 // cancelled. It then lets both finish their in-flight work and returns nil.
@@ -21,7 +21,7 @@ func (p *Participant) Run(ctx context.Context) error {
 		return fmt.Errorf("participant %q: Run: Config.Brokers is empty", p.cfg.Name)
 	}
 	log := p.cfg.Logger.With(slog.String("participant", p.cfg.Name))
-	cons, err := inbox.New(p.pool, p.HandleMessage, &inbox.Config{
+	cons, err := inbox.New(p.pool, p.HandleCommands, &inbox.Config{
 		Brokers:   p.cfg.Brokers,
 		GroupID:   p.cfg.GroupID,
 		Topics:    []string{p.cfg.CommandTopic},
@@ -29,10 +29,8 @@ func (p *Participant) Run(ctx context.Context) error {
 		Name:      p.cfg.Name,
 		BatchSize: p.cfg.InboxBatchSize,
 		Lanes:     p.cfg.InboxLanes,
-		// The fast path for batches of first-time forwards that succeed.
-		BatchHandler: p.HandleBatch,
-		Logger:       log.With(slog.String("component", "inbox")),
-		Metrics:      p.cfg.InboxMetrics,
+		Logger:    log.With(slog.String("component", "inbox")),
+		Metrics:   p.cfg.InboxMetrics,
 	})
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: command consumer: %w", p.cfg.Name, err)

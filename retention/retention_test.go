@@ -185,7 +185,7 @@ func TestDedupeHoldsInsideWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(pool, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	c, err := inbox.New(pool, inbox.EachMessage(func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		var id string
 		for _, h := range m.Headers {
 			if h.Key == message.HeaderMessageID {
@@ -194,7 +194,7 @@ func TestDedupeHoldsInsideWindow(t *testing.T) {
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES ($1)`, id)
 		return err
-	}, &inbox.Config{Brokers: brokers, GroupID: "g-" + testkit.RandomSuffix(4), Topics: []string{topic}, Schema: "p", Name: "ret", Metrics: im})
+	}), &inbox.Config{Brokers: brokers, GroupID: "g-" + testkit.RandomSuffix(4), Topics: []string{topic}, Schema: "p", Name: "ret", Metrics: im})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,295 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+)
+
+// batchSavepoint is the savepoint the Handler runs under; rolling back to
+// it undoes the handler's writes and keeps the inbox rows. Splitting a
+// batch sets it again (same name, nested) before each part.
+const batchSavepoint = "sagaflow_inbox"
+
+// singleTries is how often a message standing alone is tried within one
+// attempt, after transient errors, before it is dead-lettered (a deadlock
+// or a serialization failure rarely strikes three times in a row).
+const singleTries = 3
+
+// handlerError is a transient failure of the Handler itself (as opposed to
+// the inbox's own statements); enough of them in a row isolate the batch.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// retryLater is a Handler's RetryLater result as an error.
+type retryLater struct {
+	offset int64
+	reason string
+}
+
+func (e *retryLater) Error() string {
+	return fmt.Sprintf("message at offset %d: retry later: %s", e.offset, e.reason)
+}
+
+// runBatch runs the batch until it commits, retrying with backoff. It
+// returns errStopped if ctx ends while waiting to retry.
+func (c *Consumer) runBatch(ctx context.Context, w *kafka.Writer, batch []kafka.Message) error {
+	start := time.Now()
+	for _, m := range batch {
+		if !m.Time.IsZero() {
+			c.mWait.Observe(max(start.Sub(m.Time), 0).Seconds())
+		}
+	}
+	// The batch runs to its end even when ctx is cancelled meanwhile.
+	work := context.WithoutCancel(ctx)
+	handlerFailures := 0
+	for attempt := 1; ; attempt++ {
+		isolate := handlerFailures >= c.cfg.IsolateAfter
+		res, err := c.process(work, w, batch, isolate)
+		if err == nil {
+			c.mMessages.Add(float64(res.handled))
+			c.mDuplicates.Add(float64(res.duplicates))
+			c.mDLQ.Add(float64(res.dead))
+			c.mBatch.Observe(float64(len(batch)))
+			c.mBatchTime.Observe(time.Since(start).Seconds())
+			return nil
+		}
+		c.mErrors.Inc()
+		var he *handlerError
+		if errors.As(err, &he) {
+			handlerFailures++
+		}
+		wait := c.backoff(attempt)
+		c.log.Warn("inbox: batch failed; rolled back, will retry",
+			"err", err, "class", Classify(err).String(), "attempt", attempt, "retry_in", wait, "messages", len(batch),
+			"first_topic", batch[0].Topic, "first_partition", batch[0].Partition, "first_offset", batch[0].Offset,
+			"isolate_next", handlerFailures >= c.cfg.IsolateAfter)
+		if !sleep(ctx, wait) {
+			return errStopped
+		}
+	}
+}
+
+type batchResult struct {
+	handled, duplicates, dead int
+}
+
+// dead is a message on its way to the dead-letter topic.
+type dead struct {
+	m      kafka.Message
+	reason string
+}
+
+// item is one message of a batch with what the batch decided about it.
+type item struct {
+	m      kafka.Message
+	id     uuid.UUID
+	bad    string // non-empty: dead-letter without handling, for this reason
+	repeat bool   // same id earlier in the batch
+}
+
+// process runs one batch in one transaction. Any error means the
+// transaction was rolled back and the batch must be retried. With isolate,
+// a transient handler error splits the batch as a permanent one does.
+func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.Message, isolate bool) (res batchResult, err error) {
+	items := make([]item, len(batch))
+	seen := make(map[uuid.UUID]bool, len(batch))
+	ids := make([]uuid.UUID, 0, len(batch))
+	topics := make([]string, 0, len(batch))
+	for i, m := range batch {
+		items[i].m = m
+		id, reason := c.precheck(m)
+		switch {
+		case reason != "":
+			items[i].bad = reason
+		case seen[id]:
+			items[i].id, items[i].repeat = id, true
+		default:
+			items[i].id = id
+			seen[id] = true
+			ids = append(ids, id)
+			topics = append(topics, m.Topic)
+		}
+	}
+
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("inbox: begin batch transaction (%d messages): %w", len(batch), err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	// The dedupe insert and the savepoint the handler runs under go to
+	// Postgres in one round trip.
+	fresh, err := dedupe(ctx, tx, c.table, ids, topics)
+	if err != nil {
+		return res, err
+	}
+	var ms []kafka.Message
+	var msIdx []int
+	for i, it := range items {
+		if it.bad == "" && !it.repeat && fresh[it.id] {
+			ms = append(ms, it.m)
+			msIdx = append(msIdx, i)
+		}
+	}
+	results := make([]Result, len(items))
+	if len(ms) > 0 {
+		rs, err := c.apply(ctx, tx, ms, isolate)
+		if err != nil {
+			return res, err
+		}
+		for k, i := range msIdx {
+			results[i] = rs[k]
+		}
+	}
+
+	var deads []dead
+	var forget []uuid.UUID
+	for i, it := range items {
+		switch {
+		case it.bad != "":
+			deads = append(deads, dead{m: it.m, reason: it.bad})
+		case it.repeat || !fresh[it.id]:
+			res.duplicates++
+		case results[i].Outcome == DeadLetter:
+			forget = append(forget, it.id)
+			reason := results[i].Reason
+			if reason == "" {
+				reason = "dead-lettered by the handler (no reason given)"
+			}
+			c.log.Warn("inbox: message dead-lettered", "message_id", it.id, "topic", it.m.Topic,
+				"partition", it.m.Partition, "offset", it.m.Offset, "reason", cleanText(reason, MaxReasonBytes))
+			deads = append(deads, dead{m: it.m, reason: reason})
+		case results[i].Outcome == Duplicate:
+			res.duplicates++
+		default:
+			res.handled++
+		}
+	}
+	if len(forget) > 0 {
+		// A dead-lettered message leaves no inbox row: replayed once its
+		// cause is fixed, it is handled.
+		if _, err := tx.Exec(ctx, "DELETE FROM "+c.table+" WHERE message_id = ANY($1)", pgUUIDs(forget)); err != nil {
+			return res, fmt.Errorf("inbox: forget %d dead-lettered message ids: %w", len(forget), err)
+		}
+	}
+	if len(deads) > 0 {
+		if err = c.publishDead(ctx, w, deads); err != nil {
+			return res, err
+		}
+		res.dead = len(deads)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("inbox: commit batch transaction (%d messages): %w", len(batch), err)
+	}
+	return res, nil
+}
+
+// apply runs the Handler on ms under batchSavepoint (already set) and
+// returns a Result per message. A permanent error (and, with isolate, a
+// transient one) splits ms in halves, each under a new savepoint, until the
+// failing message stands alone and is dead-lettered. Any returned error
+// means the transaction must be rolled back.
+func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, isolate bool) ([]Result, error) {
+	tries := 1
+	if isolate && len(ms) == 1 {
+		tries = singleTries
+	}
+	var herr error
+	for try := 1; try <= tries; try++ {
+		if try > 1 {
+			if _, err := tx.Exec(ctx, "SAVEPOINT "+batchSavepoint); err != nil {
+				return nil, fmt.Errorf("inbox: savepoint: %w", err)
+			}
+			time.Sleep(c.backoff(try - 1))
+		}
+		var rs []Result
+		rs, herr = c.call(ctx, tx, ms)
+		if herr == nil {
+			return rs, nil
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
+			return nil, fmt.Errorf("inbox: roll back to the batch savepoint after %q: %w", herr.Error(), err)
+		}
+		if Classify(herr) != ClassTransient {
+			break
+		}
+	}
+	switch Classify(herr) {
+	case ClassUnavailable:
+		return nil, fmt.Errorf("inbox: handle %d messages (first: topic %s partition %d offset %d): %w",
+			len(ms), ms[0].Topic, ms[0].Partition, ms[0].Offset, herr)
+	case ClassTransient:
+		if !isolate {
+			return nil, &handlerError{err: fmt.Errorf("inbox: handle %d messages (first: topic %s partition %d offset %d): %w",
+				len(ms), ms[0].Topic, ms[0].Partition, ms[0].Offset, herr)}
+		}
+	}
+	if len(ms) == 1 {
+		reason := herr.Error()
+		if Classify(herr) == ClassTransient {
+			reason = fmt.Sprintf("kept failing (batch retried %d times, then alone %d times): %s", c.cfg.IsolateAfter, singleTries, reason)
+		}
+		var pe *panicError
+		if errors.As(herr, &pe) {
+			c.log.Error("inbox: handler panicked", "topic", ms[0].Topic, "partition", ms[0].Partition,
+				"offset", ms[0].Offset, "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
+		}
+		return []Result{{Outcome: DeadLetter, Reason: reason}}, nil
+	}
+	c.mIsolated.Inc()
+	c.log.Info("inbox: splitting a batch to isolate a failing message", "messages", len(ms),
+		"first_topic", ms[0].Topic, "first_partition", ms[0].Partition, "first_offset", ms[0].Offset, "err", herr)
+	mid := len(ms) / 2
+	out := make([]Result, 0, len(ms))
+	for _, part := range [][]kafka.Message{ms[:mid], ms[mid:]} {
+		if _, err := tx.Exec(ctx, "SAVEPOINT "+batchSavepoint); err != nil {
+			return nil, fmt.Errorf("inbox: savepoint: %w", err)
+		}
+		rs, err := c.apply(ctx, tx, part, isolate)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// call runs the Handler, turning a panic into a permanent error, a result
+// count that does not match into an error, and a RetryLater result into a
+// transient error.
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (rs []Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, &panicError{value: p, stack: stack()}
+		}
+	}()
+	rs, err = c.handler(ctx, tx, ms)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) != len(ms) {
+		return nil, fmt.Errorf("inbox: handler returned %d results for %d messages", len(rs), len(ms))
+	}
+	for i, r := range rs {
+		switch r.Outcome {
+		case Applied, Duplicate, DeadLetter:
+		case RetryLater:
+			return nil, &retryLater{offset: ms[i].Offset, reason: r.Reason}
+		default:
+			return nil, fmt.Errorf("inbox: handler returned %s for the message at offset %d", r.Outcome, ms[i].Offset)
+		}
+	}
+	return rs, nil
+}
