@@ -1,0 +1,134 @@
+package message
+
+import (
+	"bytes"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Header is a Kafka record header. kafka-go's kafka.Header has the same
+// fields, so the functions below take a []kafka.Header as it is (they take
+// any []H with H a RecordHeader), and this package imports no Kafka client.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// RecordHeader is a header type with the fields of Header, such as
+// Header itself or kafka-go's kafka.Header.
+type RecordHeader interface {
+	~struct {
+		Key   string
+		Value []byte
+	}
+}
+
+// Default header bounds (HeaderLimits with a zero field uses these).
+const (
+	// MaxHeaderValueBytesDefault bounds the value of each header this
+	// package names (message-id, saga-id, content-type and the dlq-*
+	// headers, dlq-reason included).
+	MaxHeaderValueBytesDefault = 1 << 10
+	// MaxHeadersBytesDefault bounds all of a record's header keys and
+	// values together.
+	MaxHeadersBytesDefault = 16 << 10
+)
+
+// HeaderLimits bounds a record's headers; a zero (or negative) field means
+// its default.
+type HeaderLimits struct {
+	// MaxValueBytes bounds the value of each header this package names
+	// (MaxHeaderValueBytesDefault).
+	MaxValueBytes int
+	// MaxTotalBytes bounds the sum of the lengths of every key and value
+	// (MaxHeadersBytesDefault).
+	MaxTotalBytes int
+}
+
+// ownHeaders are the headers this package names.
+var ownHeaders = []string{HeaderMessageID, HeaderSagaID, HeaderContentType, HeaderDLQReason, HeaderDLQTopic, HeaderDLQOffset}
+
+// CheckRecordHeaders checks a record's headers, within the default
+// HeaderLimits, before anything else reads them; see
+// CheckRecordHeadersLimits.
+func CheckRecordHeaders[H RecordHeader](hs []H) error {
+	return CheckRecordHeadersLimits(hs, HeaderLimits{})
+}
+
+// CheckRecordHeadersLimits checks a record's headers before anything else
+// reads them: all keys and values together are at most l.MaxTotalBytes;
+// every key and every value is text (valid UTF-8 without NUL), so it can
+// go into a log line, a dead-letter header or a Postgres text or jsonb
+// column; the headers this package names are at most l.MaxValueBytes
+// each (the error names the header and its size, without quoting it) and
+// message-id, saga-id and content-type appear at most once. Headers stay
+// optional: none is required here. The error wraps ErrInvalid and is a
+// *FieldError when it concerns one header.
+func CheckRecordHeadersLimits[H RecordHeader](hs []H, l HeaderLimits) error {
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = MaxHeaderValueBytesDefault
+	}
+	if l.MaxTotalBytes <= 0 {
+		l.MaxTotalBytes = MaxHeadersBytesDefault
+	}
+	total := 0
+	for _, h := range hs {
+		total += len(Header(h).Key) + len(Header(h).Value)
+	}
+	if total > l.MaxTotalBytes {
+		return fmt.Errorf("%w: the record's %d headers are %d bytes (keys and values), more than the %d allowed", ErrInvalid, len(hs), total, l.MaxTotalBytes)
+	}
+	var seen [3]int // message-id, saga-id, content-type
+	for i, hh := range hs {
+		h := Header(hh)
+		if p := textProblem(h.Key); p != "" {
+			return &FieldError{Field: fmt.Sprintf("header %d's key", i), Reason: p}
+		}
+		own := false
+		for j, name := range ownHeaders {
+			if h.Key != name {
+				continue
+			}
+			own = true
+			if j < len(seen) {
+				if seen[j]++; seen[j] > 1 {
+					return &FieldError{Field: "header " + name, Reason: "appears more than once"}
+				}
+			}
+		}
+		if own && len(h.Value) > l.MaxValueBytes {
+			return &FieldError{Field: "header " + h.Key, Reason: fmt.Sprintf("is %d bytes, longer than the %d allowed", len(h.Value), l.MaxValueBytes)}
+		}
+		if utf8.Valid(h.Value) && bytes.IndexByte(h.Value, 0) < 0 {
+			continue
+		}
+		return &FieldError{Field: "header " + h.Key, Reason: textProblem(string(h.Value))}
+	}
+	return nil
+}
+
+// MatchRecordHeaders is CheckHeaders on a record's headers as they come:
+// every message-id and saga-id header present must carry the envelope's
+// id (compared as UUIDs, so case does not matter). Check the headers
+// with CheckRecordHeaders first.
+func MatchRecordHeaders[H RecordHeader](hs []H, messageID, sagaID uuid.UUID) error {
+	for _, hh := range hs {
+		h := Header(hh)
+		var want uuid.UUID
+		var body string
+		switch h.Key {
+		case HeaderMessageID:
+			want, body = messageID, "message_id"
+		case HeaderSagaID:
+			want, body = sagaID, "saga_id"
+		default:
+			continue
+		}
+		if got, err := uuid.ParseBytes(h.Value); err != nil || got != want {
+			return &FieldError{Field: "header " + h.Key, Reason: fmt.Sprintf("is %s but body %s is %s", quote(string(h.Value), 64), body, want)}
+		}
+	}
+	return nil
+}
