@@ -129,3 +129,13 @@ func (m *Metrics) HandleErrors(consumer string) prometheus.Counter {
 func (m *Metrics) Restarts(consumer string) prometheus.Counter {
 	return m.restarts.WithLabelValues(consumer)
 }
+
+// PartitionPauses returns the counter of partition fetch pauses for consumer.
+func (m *Metrics) PartitionPauses(consumer string) prometheus.Counter {
+	return m.paused.WithLabelValues(consumer)
+}
+
+// BatchSplits returns the counter of batch splits for consumer.
+func (m *Metrics) BatchSplits(consumer string) prometheus.Counter {
+	return m.isolated.WithLabelValues(consumer)
+}
