@@ -234,8 +234,10 @@ func keyTextError(te *jsonlite.TextError) error {
 	return fmt.Errorf("%w: a member name of the value contains %s at byte %d", ErrInvalid, what, te.Offset)
 }
 
-// checkText runs a strict reader over a value encoding/json decoded (the
-// fast reader gave up on it): the value is null or an object.
+// checkText runs a strict reader over a value the fast reader gave up on,
+// before encoding/json decodes it, and returns what it refuses; other
+// errors (not an object, a syntax error) are left to encoding/json to
+// report.
 func checkText(b []byte) error {
 	rd := jsonlite.NewStrictReader(b)
 	if rd.Null() {
@@ -258,9 +260,6 @@ func checkText(b []byte) error {
 	var te *jsonlite.TextError
 	if errors.As(err, &te) {
 		return keyTextError(te)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

@@ -258,10 +258,10 @@ func (l Limits) decodeCommand(b []byte) (Command, error) {
 	}
 	if !ok {
 		c = Command{}
-		if err := decode(b, &c); err != nil {
+		if err := checkText(b); err != nil {
 			return Command{}, err
 		}
-		if err := checkText(b); err != nil {
+		if err := decode(b, &c); err != nil {
 			return Command{}, err
 		}
 	}
@@ -294,10 +294,10 @@ func (l Limits) decodeReply(b []byte) (Reply, error) {
 	}
 	if !ok {
 		r = Reply{}
-		if err := decode(b, &r); err != nil {
+		if err := checkText(b); err != nil {
 			return Reply{}, err
 		}
-		if err := checkText(b); err != nil {
+		if err := decode(b, &r); err != nil {
 			return Reply{}, err
 		}
 	}
