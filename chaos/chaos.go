@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,14 @@ const (
 	// plus their relays' lock connections must stay well under
 	// max_connections).
 	childMaxConns = 4
+	// FaultsNone, alone in Config.Faults, injects no fault at all: the
+	// fault-free twin's setting.
+	FaultsNone = "none"
+	// TwinSuffix is appended to Config.Database to name the twin's
+	// database.
+	TwinSuffix = "_twin"
+	// maxIdentifier is Postgres's longest database name (NAMEDATALEN-1).
+	maxIdentifier = 63
 )
 
 // Config configures a harness run.
@@ -70,8 +79,18 @@ type Config struct {
 	Env        []string
 	// FaultEvery is the mean time between two injected faults.
 	FaultEvery time.Duration
-	// Faults lists the kinds injected (FaultKinds); empty: all.
+	// Faults lists the kinds injected (FaultKinds); empty: all; FaultsNone
+	// alone: none (the injector does not run).
 	Faults []string
+	// Twin runs the fault-free twin first: the same seed, workload, sagas,
+	// duration, step timeouts and children's configuration with no fault
+	// injected, in its own database (Database+TwinSuffix) on the same
+	// server, so the Result carries goodput (completed under faults over
+	// completed without).
+	Twin bool
+	// TwinCompleted, when > 0, is the twin's completed count measured
+	// before: no twin runs and goodput is Completed/TwinCompleted.
+	TwinCompleted int
 	// StepTimeout is every step's reply timeout in the children (short, so
 	// that stops and cuts make timeouts fire).
 	StepTimeout time.Duration
@@ -80,8 +99,9 @@ type Config struct {
 	QuiesceTimeout time.Duration
 	// Concurrency of saga starts over HTTP.
 	Concurrency int
-	// WorkDir keeps the children's config and logs; empty: a temporary
-	// directory removed after a clean run.
+	// WorkDir keeps the children's config and logs, the run's under
+	// faults/ and the twin's under twin/; empty: a temporary directory
+	// removed after a clean run.
 	WorkDir string
 	Logger  *slog.Logger
 }
@@ -117,13 +137,41 @@ func (c Config) validate() error {
 	case c.Concurrency < 1:
 		return fmt.Errorf("chaos: Config.Concurrency is %d, want at least 1", c.Concurrency)
 	case !knownFaults(c.Faults):
-		return fmt.Errorf("chaos: Config.Faults %v: want some of %v", c.Faults, FaultKinds)
+		return fmt.Errorf("chaos: Config.Faults %v: want some of %v, or %q alone", c.Faults, FaultKinds, FaultsNone)
+	case slices.Contains(c.Faults, FaultsNone) && len(c.Faults) > 1:
+		return fmt.Errorf("chaos: Config.Faults %v: %q excludes every other kind", c.Faults, FaultsNone)
+	case c.KillBroker && c.noFaults():
+		return fmt.Errorf("chaos: Config.KillBroker is a fault, but Config.Faults is %q", FaultsNone)
+	case c.TwinCompleted < 0 || c.TwinCompleted > c.Sagas:
+		return fmt.Errorf("chaos: Config.TwinCompleted is %d, want 0 (not given) to %d (Config.Sagas)", c.TwinCompleted, c.Sagas)
+	case c.runsTwin() && len(c.Database)+len(TwinSuffix) > maxIdentifier:
+		return fmt.Errorf("chaos: Config.Database %q is too long for its twin's %q (Postgres keeps %d bytes)", c.Database, c.Database+TwinSuffix, maxIdentifier)
 	case c.KillBroker && len(c.Brokers) == 0:
 		return errors.New("chaos: Config.KillBroker needs real Kafka (Config.Brokers / KAFKA_BROKERS): the embedded broker loses its data with its process")
 	case c.KillBroker && (c.BrokerStopCmd == "" || c.BrokerStartCmd == ""):
 		return errors.New("chaos: Config.KillBroker needs BrokerStopCmd and BrokerStartCmd")
 	}
 	return nil
+}
+
+// noFaults reports whether c injects nothing.
+func (c Config) noFaults() bool { return slices.Equal(c.Faults, []string{FaultsNone}) }
+
+// runsTwin reports whether Run runs the twin (rather than taking its
+// count from TwinCompleted, or not measuring goodput).
+func (c Config) runsTwin() bool { return c.Twin && c.TwinCompleted == 0 }
+
+// twin is the configuration of c's fault-free twin: c with no fault and
+// its own database. Everything the workload and the children's
+// configuration derive from (seed, sagas, duration, step timeouts,
+// quiescence bound, concurrency, executable, brokers) stays as it is.
+func (c Config) twin() Config {
+	t := c
+	t.Faults = []string{FaultsNone}
+	t.KillBroker, t.BrokerStopCmd, t.BrokerStartCmd = false, "", ""
+	t.Twin, t.TwinCompleted = false, 0
+	t.Database = c.Database + TwinSuffix
+	return t
 }
 
 // Result is what a run injected and found.
@@ -133,6 +181,14 @@ type Result struct {
 	Completed   int   `json:"completed"`
 	Compensated int   `json:"compensated"`
 	Failed      int   `json:"failed"`
+	// Goodput is Completed over the twin's completed count (TwinCompleted):
+	// nil when not measured (no twin, or a twin that completed nothing).
+	Goodput *float64 `json:"goodput"`
+	// TwinCompleted is the twin's completed count, measured (Twin) or
+	// given (Config.TwinCompleted); nil without either.
+	TwinCompleted *int `json:"twin_completed"`
+	// Twin holds the key figures of the twin run; nil when none ran.
+	Twin *TwinResult `json:"twin"`
 	// Faults injected.
 	Kills        int64 `json:"kills"`
 	Crashes      int64 `json:"crashes"` // exits the harness did not cause (restarted too)
@@ -151,23 +207,133 @@ type Result struct {
 	DoubleTransitions     int   `json:"double_transitions"`
 	Undrained             int64 `json:"undrained"`
 	// Violations lists every violation found (capped), workload.Check's
-	// included.
+	// included; the twin's come first, prefixed "twin: ".
 	Violations     []string `json:"violations"`
 	ElapsedSeconds float64  `json:"elapsed_seconds"`
 	WorkDir        string   `json:"work_dir"`
 }
 
-// OK reports whether the run found no violation.
+// TwinResult is the key figures of the fault-free twin run.
+type TwinResult struct {
+	Database    string `json:"database"`
+	Completed   int    `json:"completed"`
+	Compensated int    `json:"compensated"`
+	Failed      int    `json:"failed"`
+	// FaultsInjected sums the twin's kills, cuts, slows, duplicates, stops
+	// and broker kills: 0 unless the harness is broken.
+	FaultsInjected        int64   `json:"faults_injected"`
+	Crashes               int64   `json:"crashes"`
+	StartRetries          int64   `json:"start_retries"`
+	LateReplies           int64   `json:"late_replies"`
+	Lost                  int     `json:"lost"`
+	DoubleEffects         int     `json:"double_effects"`
+	Stuck                 int     `json:"stuck"`
+	CompensatedAfterPivot int     `json:"compensated_after_pivot"`
+	DoubleTransitions     int     `json:"double_transitions"`
+	Undrained             int64   `json:"undrained"`
+	Violations            int     `json:"violations"` // listed in Result.Violations
+	ElapsedSeconds        float64 `json:"elapsed_seconds"`
+}
+
+// OK reports whether the run, and its twin if one ran, found no violation.
 func (r Result) OK() bool {
 	return len(r.Violations) == 0 && r.Lost == 0 && r.DoubleEffects == 0 && r.Stuck == 0 &&
-		r.CompensatedAfterPivot == 0 && r.DoubleTransitions == 0 && r.Undrained == 0
+		r.CompensatedAfterPivot == 0 && r.DoubleTransitions == 0 && r.Undrained == 0 &&
+		(r.Twin == nil || r.Twin.ok())
+}
+
+func (t TwinResult) ok() bool {
+	return t.Violations == 0 && t.Lost == 0 && t.DoubleEffects == 0 && t.Stuck == 0 &&
+		t.CompensatedAfterPivot == 0 && t.DoubleTransitions == 0 && t.Undrained == 0
+}
+
+// Goodput is completed (under faults) over twinCompleted (the same
+// workload without faults); false when the twin completed nothing.
+func Goodput(completed, twinCompleted int) (float64, bool) {
+	if twinCompleted < 1 || completed < 0 {
+		return 0, false
+	}
+	return float64(completed) / float64(twinCompleted), true
+}
+
+// withTwin sets r's goodput from the twin's Result (twin not nil) or from
+// a given count (given > 0), and lists the twin's violations first.
+func (r *Result) withTwin(twin *Result, given int) {
+	switch {
+	case twin != nil:
+		r.Twin = &TwinResult{
+			Completed: twin.Completed, Compensated: twin.Compensated, Failed: twin.Failed,
+			FaultsInjected: twin.Kills + twin.Cuts + twin.Slows + twin.Duplicates + twin.Stops + twin.BrokerKills,
+			Crashes:        twin.Crashes, StartRetries: twin.StartRetries, LateReplies: twin.LateReplies,
+			Lost: twin.Lost, DoubleEffects: twin.DoubleEffects, Stuck: twin.Stuck,
+			CompensatedAfterPivot: twin.CompensatedAfterPivot, DoubleTransitions: twin.DoubleTransitions,
+			Undrained: twin.Undrained, Violations: len(twin.Violations), ElapsedSeconds: twin.ElapsedSeconds,
+		}
+		if len(twin.Violations) > 0 {
+			vs := make([]string, 0, len(twin.Violations)+len(r.Violations))
+			for _, v := range twin.Violations {
+				vs = append(vs, "twin: "+v)
+			}
+			r.Violations = append(vs, r.Violations...)
+		}
+		given = twin.Completed
+	case given < 1:
+		return
+	}
+	r.TwinCompleted = &given
+	if g, ok := Goodput(r.Completed, given); ok {
+		r.Goodput = &g
+	}
+}
+
+// Exit codes of `orchestrator chaos` after a run (ExitCode).
+const (
+	ExitViolation  = 2
+	ExitLowGoodput = 3
+)
+
+// ExitCode is 0 for a clean run, ExitViolation when r (or its twin) found
+// a violation, else ExitLowGoodput when minGoodput > 0 and goodput is
+// below it or was not measured.
+func (r Result) ExitCode(minGoodput float64) int {
+	switch {
+	case !r.OK():
+		return ExitViolation
+	case minGoodput > 0 && (r.Goodput == nil || *r.Goodput < minGoodput):
+		return ExitLowGoodput
+	}
+	return 0
 }
 
 // Line is the one-line summary `orchestrator chaos` prints.
 func (r Result) Line() string {
-	return fmt.Sprintf("chaos: seed=%d sagas=%d completed=%d compensated=%d failed=%d kills=%d cuts=%d duplicates=%d stops=%d late_replies=%d lost=%d double_effects=%d stuck=%d compensated_after_pivot=%d crashes=%d double_transitions=%d violations=%d elapsed=%.1fs",
+	return fmt.Sprintf("chaos: seed=%d sagas=%d completed=%d compensated=%d failed=%d kills=%d cuts=%d duplicates=%d stops=%d late_replies=%d lost=%d double_effects=%d stuck=%d compensated_after_pivot=%d crashes=%d double_transitions=%d violations=%d elapsed=%.1fs %s",
 		r.Seed, r.Sagas, r.Completed, r.Compensated, r.Failed, r.Kills, r.Cuts, r.Duplicates, r.Stops, r.LateReplies,
-		r.Lost, r.DoubleEffects, r.Stuck, r.CompensatedAfterPivot, r.Crashes, r.DoubleTransitions, len(r.Violations), r.ElapsedSeconds)
+		r.Lost, r.DoubleEffects, r.Stuck, r.CompensatedAfterPivot, r.Crashes, r.DoubleTransitions, len(r.Violations), r.ElapsedSeconds,
+		r.GoodputText())
+}
+
+// GoodputText is the goodput part of Line: "goodput=0.970 (291/300
+// completed; twin 300 in 47.2s)", "... twin 300, given)", or
+// "goodput=n/a (...)" when the twin completed nothing or none was run.
+func (r Result) GoodputText() string {
+	var twin string
+	switch {
+	case r.Twin != nil:
+		twin = fmt.Sprintf("twin %d in %.1fs", r.Twin.Completed, r.Twin.ElapsedSeconds)
+		if n := r.Twin.Violations; n > 0 {
+			twin += fmt.Sprintf(", %d violations", n)
+		}
+	case r.TwinCompleted != nil:
+		twin = fmt.Sprintf("twin %d, given", *r.TwinCompleted)
+	default:
+		return "goodput=n/a (no twin run)"
+	}
+	g := "n/a"
+	if r.Goodput != nil {
+		g = fmt.Sprintf("%.3f", *r.Goodput)
+	}
+	return fmt.Sprintf("goodput=%s (%d/%d completed; %s)", g, r.Completed, r.Sagas, twin)
 }
 
 // schemas the children use (no prefixes).
@@ -192,21 +358,20 @@ type harness struct {
 	pool     *pgxpool.Pool
 }
 
-// Run runs the harness. An error means the harness itself could not run;
-// violations are reported in the Result (see Result.OK).
+// Run runs the harness: the fault-free twin first when cfg.Twin asks for
+// one, then the run under faults. An error means the harness itself could
+// not run; violations, the twin's included, are reported in the Result
+// (see Result.OK).
 func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	began := time.Now()
 	res.Seed, res.Sagas = cfg.Seed, cfg.Sagas
-	h := &harness{cfg: cfg, log: cfg.Logger, pgProxy: map[string]*faultproxy.Proxy{}, httpAddr: map[string]string{}}
 	if cfg.Executable == "" {
 		if cfg.Executable, err = os.Executable(); err != nil {
 			return res, fmt.Errorf("chaos: find own executable: %w", err)
 		}
-		h.cfg.Executable = cfg.Executable
 	}
 	workDir := cfg.WorkDir
 	removeWorkDir := false
@@ -220,11 +385,48 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	res.WorkDir = workDir
 	defer func() {
+		res.WorkDir = workDir
 		if removeWorkDir && err == nil && res.OK() {
 			_ = os.RemoveAll(workDir)
 			res.WorkDir = ""
 		}
 	}()
+
+	// The twin runs to its end (every child, pool, proxy and broker of it
+	// closed) before the run under faults starts: nothing is shared but the
+	// Postgres server.
+	var twin *Result
+	if cfg.runsTwin() {
+		tcfg := cfg.twin()
+		cfg.Logger.Info("chaos: twin run (no faults)", slog.String("database", tcfg.Database))
+		t, err := runOnce(ctx, tcfg, filepath.Join(workDir, "twin"))
+		if err != nil {
+			return res, fmt.Errorf("chaos: twin run (no faults): %w", err)
+		}
+		twin = &t
+		cfg.Logger.Info("chaos: twin done", slog.String("line", t.Line()))
+	}
+	cfg.Logger.Info("chaos: run under faults", slog.String("database", cfg.Database))
+	res, err = runOnce(ctx, cfg, filepath.Join(workDir, "faults"))
+	if err != nil {
+		return res, err
+	}
+	res.withTwin(twin, cfg.TwinCompleted)
+	if twin != nil {
+		res.Twin.Database = cfg.twin().Database
+	}
+	return res, nil
+}
+
+// runOnce is one run of the harness, with its children's files in
+// workDir.
+func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err error) {
+	began := time.Now()
+	res.Seed, res.Sagas = cfg.Seed, cfg.Sagas
+	h := &harness{cfg: cfg, log: cfg.Logger, pgProxy: map[string]*faultproxy.Proxy{}, httpAddr: map[string]string{}}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return res, fmt.Errorf("chaos: work dir %s: %w", workDir, err)
+	}
 
 	// Database, fresh, and the harness's own direct pool.
 	dbURL, err := demo.FreshDatabaseURL(ctx, cfg.DatabaseURL, cfg.Database)
@@ -287,11 +489,18 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 
-	// Faults and workload, side by side.
+	// Faults and workload, side by side. The plan above drew the workload
+	// (orders, out-of-stock items, contested coupons, declined amounts)
+	// from its own source: the injector's draws, or their absence in the
+	// twin, do not change it.
 	inj := newInjector(h, cfg.Seed)
 	injCtx, stopInj := context.WithCancel(ctx)
 	injDone := make(chan struct{})
-	go func() { defer close(injDone); inj.run(injCtx) }()
+	if cfg.noFaults() {
+		close(injDone)
+	} else {
+		go func() { defer close(injDone); inj.run(injCtx) }()
+	}
 	startErr := h.startAll(ctx, plan, &res)
 	// Let the injection run its full duration.
 	remaining := time.Until(began.Add(cfg.Duration))

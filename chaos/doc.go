@@ -25,6 +25,20 @@
 // outcome at its participant, no reply applied twice. The Result counts the
 // faults injected and the violations found.
 //
+// Goodput: with Config.Twin, Run first runs the fault-free twin of the run
+// (Config.Faults = FaultsNone: the same seed, workload plan, sagas,
+// duration, step timeouts and children's configuration, in the database
+// Config.Database+TwinSuffix on the same server, its children's files under
+// WorkDir/twin), closes all of it, then runs under faults (files under
+// WorkDir/faults). Result.Goodput is completed under faults over completed
+// by the twin (or over Config.TwinCompleted, a count measured before). The
+// workload plan draws from its own seeded source, apart from the
+// injector's, so both runs start the same orders with the same planned
+// business failures; what contention decides (which order holds a
+// contested coupon or the last scarce item) and the participants'
+// transient failures (drawn per saga id) may differ. The twin's violations
+// are the run's violations too.
+//
 // The embedded broker (devbroker) runs inside the harness process and is
 // never killed: it keeps its data in memory only. With real Kafka
 // (Config.Brokers) the children connect to the brokers directly (the broker

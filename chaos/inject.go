@@ -61,7 +61,7 @@ var FaultKinds = []string{"kill", "cut-postgres", "cut-broker", "duplicate", "st
 
 func knownFaults(fs []string) bool {
 	for _, f := range fs {
-		if !slices.Contains(FaultKinds, f) {
+		if f != FaultsNone && !slices.Contains(FaultKinds, f) {
 			return false
 		}
 	}
