@@ -16,7 +16,7 @@ import (
 
 // withRaw returns b with the JSON string "MARK" replaced by raw, JSON
 // text written as it is (escapes and bytes encoding/json would not write).
-func withRaw(t *testing.T, b []byte, raw string) []byte {
+func withRaw(t testing.TB, b []byte, raw string) []byte {
 	t.Helper()
 	if bytes.Count(b, []byte(`"MARK"`)) != 1 {
 		t.Fatalf("no single MARK in %s", b)
