@@ -29,4 +29,24 @@
 // [EncodeCommand], [EncodeReply], [DecodeCommand] and [DecodeReply]
 // validate; their errors wrap [ErrInvalid], and a *[FieldError] names the
 // offending field. Decoding is fuzzed: no input makes it panic.
+//
+// "Invalid" includes everything Postgres or Kafka would refuse later, so
+// that a decoded envelope's strings go into text columns and its payload
+// into a jsonb column as they are, and a bad record is dead-lettered
+// rather than stalling its consumer at the first INSERT: a NUL character
+// (\u0000), invalid UTF-8 or an unpaired UTF-16 surrogate escape (\ud800)
+// in any string of the value (member names and the payload's strings
+// included), a number Postgres numeric cannot hold, a reply_to that is not
+// a legal Kafka topic name ([CheckTopicName]), an attempt over
+// [MaxAttempt], and fields over their bounds ([Limits]: 255 bytes for
+// saga_type, step and aggregate_id, 1 KiB for reason, 960 KiB for the
+// payload, 1 MiB for the value; [Limits] methods take other bounds).
+// Encoding refuses the same, so we never send what we would refuse.
+//
+// [CheckRecordHeaders] checks a record's headers (text, bounded) before
+// anything reads them, and [MatchRecordHeaders] checks them against the
+// decoded body; both take a []kafka.Header as it is. Error texts are safe
+// to store and print: at most [MaxErrorBytes] of valid UTF-8 without NUL,
+// bad values quoted with Go escapes and cut short ([Truncate] does the
+// same for other texts).
 package message
