@@ -49,8 +49,9 @@ const (
 	// StepFailed: a definite business failure; nothing of it remains.
 	StepFailed StepStatus = "failed"
 	// StepUnknown: the saga gave up on the forward without a definite
-	// answer (timeout or retries exhausted before the pivot); it is
-	// compensated, which the barrier makes safe whatever happened.
+	// answer (its deadline passed, or its retry answers reached
+	// Retry.MaxAttempts); before the pivot it is compensated, which the
+	// barrier makes safe whatever happened; at the pivot the saga is failed.
 	StepUnknown      StepStatus = "unknown"
 	StepCompensating StepStatus = "compensating"
 	StepCompRetrying StepStatus = "compensation_retrying"
@@ -65,6 +66,11 @@ type StepState struct {
 	// Attempts counts forward sends; CompAttempts compensation sends.
 	Attempts     int `json:"attempts"`
 	CompAttempts int `json:"compensation_attempts"`
+	// RetryAnswers counts the forward's `retry` answers (what
+	// Retry.MaxAttempts bounds before and at the pivot; timeouts are bounded
+	// by the step's deadline instead). Absent in rows written before it
+	// existed: zero.
+	RetryAnswers int `json:"retry_answers,omitempty"`
 	// AwaitID is the message id of the latest command sent for the step.
 	AwaitID uuid.UUID `json:"await_id,omitzero"`
 	// DueAt is when the active command times out (running, compensating) or

@@ -51,6 +51,10 @@ func appendStep(dst []byte, st *StepState) ([]byte, error) {
 	dst = strconv.AppendInt(dst, int64(st.Attempts), 10)
 	dst = append(dst, `,"compensation_attempts":`...)
 	dst = strconv.AppendInt(dst, int64(st.CompAttempts), 10)
+	if st.RetryAnswers != 0 {
+		dst = append(dst, `,"retry_answers":`...)
+		dst = strconv.AppendInt(dst, int64(st.RetryAnswers), 10)
+	}
 	if st.AwaitID != (uuid.UUID{}) {
 		dst = append(dst, `,"await_id":"`...)
 		dst = append(dst, st.AwaitID.String()...)
@@ -167,6 +171,8 @@ func decodeStepField(r *jsonlite.Reader, st *StepState, key []byte) error {
 		return intField(r, &st.Attempts)
 	case "compensation_attempts":
 		return intField(r, &st.CompAttempts)
+	case "retry_answers":
+		return intField(r, &st.RetryAnswers)
 	case "due_at":
 		return timeField(r, &st.DueAt)
 	case "started_at":

@@ -29,7 +29,7 @@ func randomSteps(rng *rand.Rand) []StepState {
 	for i := range steps {
 		st := StepState{
 			Name: strs[rng.IntN(len(strs))], Kind: Kind(strs[rng.IntN(len(strs))]), State: StepStatus(strs[rng.IntN(len(strs))]),
-			Attempts: rng.IntN(1000) - 10, CompAttempts: rng.IntN(3),
+			Attempts: rng.IntN(1000) - 10, CompAttempts: rng.IntN(3), RetryAnswers: rng.IntN(4) * (rng.IntN(2)*2 - 1),
 			DueAt: tm(), StartedAt: tm(), FinishedAt: tm(), CompStartedAt: tm(), CompFinishedAt: tm(),
 			LastError: strs[rng.IntN(len(strs))], Output: outs[rng.IntN(len(outs))], CompensationNote: strs[rng.IntN(len(strs))],
 		}
@@ -86,10 +86,11 @@ func TestStepsJSONAgreesWithEncodingJSON(t *testing.T) {
 }
 
 // What Postgres returns from the jsonb column: keys by length, spaces; a
-// member this version does not know is skipped, nulls leave fields unset.
+// member this version does not know is skipped, nulls leave fields unset, a
+// member an older version did not write (retry_answers) reads as zero.
 func TestDecodeStepsReadsJSONB(t *testing.T) {
 	t.Parallel()
-	in := `[{"kind": "compensable", "name": "reserve", "state": "succeeded", "output": {"sku": "A-1", "qty": 2}, "attempts": 1, "await_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "started_at": "2026-12-01T10:00:00.123456+00:00", "finished_at": null, "future_field": {"x": [1, 2]}, "compensation_attempts": 0}, {"name": "charge", "kind": "pivot", "state": "pending", "attempts": 0, "compensation_attempts": 0, "last_error": null}]`
+	in := `[{"kind": "compensable", "name": "reserve", "state": "succeeded", "output": {"sku": "A-1", "qty": 2}, "attempts": 1, "await_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "started_at": "2026-12-01T10:00:00.123456+00:00", "finished_at": null, "future_field": {"x": [1, 2]}, "compensation_attempts": 0}, {"name": "charge", "kind": "pivot", "state": "retrying", "attempts": 4, "retry_answers": 3, "compensation_attempts": 0, "last_error": null}]`
 	steps, err := decodeSteps([]byte(in))
 	if err != nil {
 		t.Fatalf("decodeSteps: %v", err)
@@ -97,7 +98,8 @@ func TestDecodeStepsReadsJSONB(t *testing.T) {
 	if len(steps) != 2 || steps[0].Name != "reserve" || steps[0].Kind != "compensable" || steps[0].State != "succeeded" ||
 		steps[0].Attempts != 1 || steps[0].AwaitID.String() != "6ba7b810-9dad-11d1-80b4-00c04fd430c8" ||
 		steps[0].StartedAt == nil || steps[0].StartedAt.Nanosecond() != 123456000 || steps[0].FinishedAt != nil ||
-		string(steps[0].Output) != `{"sku": "A-1", "qty": 2}` || steps[1].Name != "charge" || steps[1].LastError != "" {
+		string(steps[0].Output) != `{"sku": "A-1", "qty": 2}` || steps[1].Name != "charge" || steps[1].LastError != "" ||
+		steps[0].RetryAnswers != 0 || steps[1].RetryAnswers != 3 {
 		t.Fatalf("decoded %+v", steps)
 	}
 	var std []StepState
@@ -119,6 +121,7 @@ func TestDecodeStepsRefusesMalformedInput(t *testing.T) {
 		`[{"name": 1}]`:                     "step 0: name",
 		`[{"attempts": "1"}]`:               "step 0: attempts",
 		`[{"attempts": 1.5}]`:               "step 0: attempts",
+		`[{"retry_answers": "2"}]`:          "step 0: retry_answers",
 		`[{"await_id": "not-a-uuid"}]`:      "step 0: await_id",
 		`[{"due_at": "yesterday"}]`:         "step 0: due_at",
 		`[{"name": "a"}, {"output": [1,}]`:  "step 1: output",
