@@ -58,6 +58,17 @@ func Backoff(p RetryPolicy, sagaID uuid.UUID, step string, attempt int) time.Dur
 	return time.Duration(d * (1 - retryJitterFraction*frac))
 }
 
+// awaitFor is how long the attempt-th send of a command is waited for
+// before it times out: the step's timeout, plus from the second send on the
+// backoff that preceded it, so a lagging participant is re-sent ever less
+// often (the pauses and the waits both grow).
+func awaitFor(timeout time.Duration, p RetryPolicy, sagaID uuid.UUID, step string, attempt int) time.Duration {
+	if attempt <= 1 {
+		return timeout
+	}
+	return timeout + Backoff(p, sagaID, step, attempt-1)
+}
+
 // Decide is the one door every state change passes through: given a
 // definition, the current instance and an event, it returns the next
 // instance, the commands to send and the journal entries. It does no I/O
@@ -185,12 +196,11 @@ func (m *machine) sendForward(i int) error {
 	s.Attempts++
 	id := CommandID(m.in.ID, sd.Name, message.Forward, s.Attempts)
 	s.State, s.AwaitID = StepRunning, id
-	due := m.at.Add(sd.Timeout)
-	s.DueAt = &due
 	if s.StartedAt == nil {
 		at := m.at
 		s.StartedAt = &at
 	}
+	s.DueAt = m.dueBy(i, m.at.Add(awaitFor(sd.Timeout, sd.Retry, m.in.ID, sd.Name, s.Attempts)))
 	m.in.Cursor = i
 	if i == m.def.Pivot {
 		// The deadline bounds the phase before the pivot; once the pivot is
@@ -214,7 +224,7 @@ func (m *machine) sendCompensate(i int) error {
 	s.CompAttempts++
 	id := CommandID(m.in.ID, sd.Name, message.Compensate, s.CompAttempts)
 	s.State, s.AwaitID = StepCompensating, id
-	due := m.at.Add(sd.Timeout)
+	due := m.at.Add(awaitFor(sd.Timeout, sd.CompRetry, m.in.ID, sd.Name+"/compensate", s.CompAttempts))
 	s.DueAt = &due
 	if s.CompStartedAt == nil {
 		at := m.at
@@ -351,9 +361,10 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 				return m.ignore(true, base)
 			}
 			m.note(withEvent(base, JournalRetryAnswer, r.Reason))
+			s.RetryAnswers++
 			s.LastError = "retry: " + r.Reason
 			s.DueAt = nil
-			m.retryOrGiveUp(i)
+			m.retryOrGiveUp(i, true)
 		default:
 			return Decision{}, fmt.Errorf("saga %s: reply %s: unknown outcome %q", m.in.ID, r.MessageID, r.Outcome)
 		}
@@ -428,42 +439,87 @@ func (m *machine) forwardFailed(i int, reason string) {
 	m.compensateFrom(i - 1)
 }
 
-func (m *machine) pivotExhausted(i int) bool {
-	s, sd := &m.in.Steps[i], &m.def.Steps[i]
-	if s.Attempts >= sd.Retry.MaxAttempts {
-		return true
+// stepDeadline is when step i's forward runs out of time: its effective
+// deadline after its first send. Steps after the pivot never give up and
+// have none (ok false), nor has a step not sent yet.
+func (m *machine) stepDeadline(i int) (time.Time, bool) {
+	s := &m.in.Steps[i]
+	if m.def.afterPivot(i) || s.StartedAt == nil {
+		return time.Time{}, false
 	}
-	return sd.Deadline > 0 && s.StartedAt != nil && !m.at.Before(s.StartedAt.Add(sd.Deadline))
+	return s.StartedAt.Add(m.def.Steps[i].GiveUpAfter()), true
 }
 
-// retryOrGiveUp follows the transition table after a retry answer or (past
-// the pivot) a timeout of step i's forward.
-func (m *machine) retryOrGiveUp(i int) {
+// outOfTime reports whether step i's deadline has passed.
+func (m *machine) outOfTime(i int) bool {
+	dl, ok := m.stepDeadline(i)
+	return ok && !m.at.Before(dl)
+}
+
+// dueBy returns at, or step i's deadline if that is earlier: a step's
+// timeout or backoff never outlasts its deadline, so it is given up on
+// time.
+func (m *machine) dueBy(i int, at time.Time) *time.Time {
+	if dl, ok := m.stepDeadline(i); ok && dl.Before(at) {
+		at = dl
+	}
+	return &at
+}
+
+// giveUp ends step i's forward without a definite answer. An earlier send
+// may still land, so before the pivot the saga compensates, this step too
+// (its barrier undoes a late forward or closes it); at the pivot the saga
+// is failed for an operator and nothing is compensated blindly.
+func (m *machine) giveUp(i int, why string) {
+	s := &m.in.Steps[i]
+	s.State, s.DueAt = StepUnknown, nil
+	if s.LastError == "" {
+		s.LastError = "gave up: " + why
+	} else {
+		s.LastError = "gave up: " + why + "; last: " + s.LastError
+	}
+	if i == m.def.Pivot {
+		m.fail(fmt.Sprintf("pivot %q %s; not compensated blindly: an operator must resolve it", s.Name, why))
+		return
+	}
+	m.compensateFrom(i)
+}
+
+// outOfTimeReason says why step i was given up at its deadline.
+func (m *machine) outOfTimeReason(i int) string {
+	return fmt.Sprintf("got no definite answer within its deadline %s (%d sends)", m.def.Steps[i].GiveUpAfter(), m.in.Steps[i].Attempts)
+}
+
+// timeoutReason explains the timeout of step i's latest forward send.
+func (m *machine) timeoutReason(i int) string {
+	s, sd := &m.in.Steps[i], &m.def.Steps[i]
+	if m.outOfTime(i) {
+		return fmt.Sprintf("no reply to attempt %d before the step deadline %s", s.Attempts, sd.GiveUpAfter())
+	}
+	return fmt.Sprintf("no reply to attempt %d within %s", s.Attempts, awaitFor(sd.Timeout, sd.Retry, m.in.ID, sd.Name, s.Attempts))
+}
+
+// retryOrGiveUp follows the transition table after a retry answer
+// (answered) or a timeout of step i's forward: before and at the pivot the
+// step is given up once its retry answers reach Retry.MaxAttempts or its
+// deadline has passed, otherwise (and always after the pivot) the same
+// action is re-sent once after the backoff.
+func (m *machine) retryOrGiveUp(i int, answered bool) {
 	s, sd := &m.in.Steps[i], &m.def.Steps[i]
 	switch {
-	case m.def.beforePivot(i):
-		if s.Attempts >= sd.Retry.MaxAttempts {
-			// Give up: an earlier send may still land, so compensate this
-			// step too; the barrier closes it either way.
-			s.State = StepUnknown
-			s.LastError = fmt.Sprintf("gave up after %d attempts: %s", s.Attempts, s.LastError)
-			m.compensateFrom(i)
-			return
-		}
-	case i == m.def.Pivot:
-		if m.pivotExhausted(i) {
-			s.State = StepUnknown
-			m.fail(fmt.Sprintf("pivot %q got no definite answer after %d attempts; not compensated blindly: an operator must resolve it", s.Name, s.Attempts))
-			return
-		}
-	default:
+	case m.def.afterPivot(i):
 		if s.Attempts >= sd.Retry.MaxAttempts {
 			m.flag(fmt.Sprintf("step %q has not succeeded after %d attempts (still retrying)", s.Name, s.Attempts))
 		}
+	case answered && s.RetryAnswers >= sd.Retry.MaxAttempts:
+		m.giveUp(i, fmt.Sprintf("answered retry %d times (%d sends)", s.RetryAnswers, s.Attempts))
+		return
+	case m.outOfTime(i):
+		m.giveUp(i, m.outOfTimeReason(i))
+		return
 	}
 	s.State = StepRetrying
-	due := m.at.Add(Backoff(sd.Retry, m.in.ID, s.Name, s.Attempts))
-	s.DueAt = &due
+	s.DueAt = m.dueBy(i, m.at.Add(Backoff(sd.Retry, m.in.ID, s.Name, s.Attempts)))
 }
 
 func (m *machine) compensationRetry(i int, why string) {
@@ -497,20 +553,17 @@ func (m *machine) timer() (Decision, error) {
 	}
 	switch s.State {
 	case StepRunning:
-		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward), Reason: fmt.Sprintf("no reply to attempt %d within %s", s.Attempts, m.def.Steps[i].Timeout)})
+		// Outcome unknown: the send may still be executed (or already
+		// was), so the same action is re-sent after the backoff; a reply
+		// to any send of it is taken meanwhile.
+		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward), Reason: m.timeoutReason(i)})
 		s.DueAt = nil
 		s.LastError = fmt.Sprintf("attempt %d timed out", s.Attempts)
-		if m.def.beforePivot(i) {
-			s.State = StepUnknown
-			m.compensateFrom(i)
-		} else {
-			m.retryOrGiveUp(i)
-		}
+		m.retryOrGiveUp(i, false)
 	case StepRetrying:
-		if i == m.def.Pivot && m.pivotExhausted(i) {
-			m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward)})
-			s.State = StepUnknown
-			m.fail(fmt.Sprintf("pivot %q passed its deadline without a definite answer; not compensated blindly: an operator must resolve it", s.Name))
+		if m.outOfTime(i) {
+			m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward), Reason: fmt.Sprintf("step deadline %s passed before attempt %d", m.def.Steps[i].GiveUpAfter(), s.Attempts+1)})
+			m.giveUp(i, m.outOfTimeReason(i))
 			break
 		}
 		m.note(JournalEntry{Event: JournalResent, Step: s.Name, Action: string(message.Forward), Reason: fmt.Sprintf("attempt %d", s.Attempts+1)})

@@ -281,6 +281,27 @@ func backoffWake(step string, attempt int) wakeFn {
 	}
 }
 
+// awaitWake: the attempt-th forward send of step is awaited for the
+// step's timeout plus the backoff before that send.
+func awaitWake(step string, attempt int) wakeFn {
+	return func(h *harness, _ saga.Instance) (time.Time, time.Time) {
+		i, _ := h.def.StepIndex(step)
+		sd := h.def.Steps[i]
+		w := h.now.Add(sd.Timeout + saga.Backoff(sd.Retry, h.in.ID, step, attempt-1))
+		return w, w
+	}
+}
+
+// compAwaitWake: awaitWake for the attempt-th compensation send.
+func compAwaitWake(step string, attempt int) wakeFn {
+	return func(h *harness, _ saga.Instance) (time.Time, time.Time) {
+		i, _ := h.def.StepIndex(step)
+		sd := h.def.Steps[i]
+		w := h.now.Add(sd.Timeout + saga.Backoff(sd.CompRetry, h.in.ID, step+"/compensate", attempt-1))
+		return w, w
+	}
+}
+
 // jitteredWake: somewhere in [d/2, d] of the capped exponential delay.
 func jitteredWake(step string, attempt int) wakeFn {
 	return func(h *harness, _ saga.Instance) (time.Time, time.Time) {
@@ -370,6 +391,55 @@ func doCompFail(step string) func(h *harness) {
 }
 func doFire(h *harness) { h.fire() }
 
+// fireUntil fires the saga's wake-ups (and nothing else) until done holds.
+func fireUntil(done func(h *harness) bool) func(h *harness) {
+	return func(h *harness) {
+		h.t.Helper()
+		for n := 0; !done(h); n++ {
+			if n == 1000 {
+				h.t.Fatalf("fireUntil: 1000 timers and still %s, steps %s", h.in.State, h.stepStates())
+			}
+			h.fire()
+		}
+	}
+}
+
+// untilTerminal: fireUntil's condition for a saga that ended.
+func untilTerminal(h *harness) bool { return h.in.State.Terminal() }
+
+// deadlineOf is when step's forward runs out of time.
+func deadlineOf(h *harness, step string) time.Time {
+	h.t.Helper()
+	i, _ := h.def.StepIndex(step)
+	s := h.in.Steps[i]
+	if s.StartedAt == nil {
+		h.t.Fatalf("step %s was never sent", step)
+	}
+	return s.StartedAt.Add(h.def.Steps[i].GiveUpAfter())
+}
+
+// fireToDeadline fires the timeouts and re-sends of step until its next
+// wake-up is its deadline (the event that gives it up is left to the row).
+func fireToDeadline(step string) func(h *harness) {
+	return fireUntil(func(h *harness) bool {
+		w := h.in.NextWakeup()
+		return w == nil || !w.Before(deadlineOf(h, step))
+	})
+}
+
+// withStepDeadline: the 5-step saga with step's deadline set.
+func withStepDeadline(step string, d time.Duration) func(testing.TB) *saga.Def {
+	return func(t testing.TB) *saga.Def {
+		def := pivotDefinition()
+		for i := range def.Steps {
+			if def.Steps[i].Name == step {
+				def.Steps[i].Deadline = d
+			}
+		}
+		return mustBuild(t, def)
+	}
+}
+
 func withDeadline(d time.Duration) func(testing.TB) *saga.Def {
 	return func(t testing.TB) *saga.Def {
 		def := pivotDefinition()
@@ -414,7 +484,7 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: backoffWake("b", 1), wantEvent: saga.JournalRetryAnswer},
 		{name: "before pivot/retry backoff due: re-sent as attempt 2", prep: then(toB, doRetry("b")), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantSend: []wantCmd{fwd("b", 2)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{fwd("b", 2)}, wantWake: awaitWake("b", 2), wantEvent: saga.JournalResent},
 		// DESIGN says "after max attempts treat as failure"; Decide is
 		// stricter and compensates the step too (a duplicate of an earlier
 		// send may still execute, the barrier makes the compensation safe).
@@ -422,12 +492,84 @@ func TestDecideTransitions(t *testing.T) {
 			prep: then(toB, doRetry("b"), doFire, doRetry("b"), doFire), event: retryEv("b"),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
 			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalRetryAnswer},
-		{name: "before pivot/timeout: compensate this step too", prep: toB, event: fireEv,
+		// Retry answers count against MaxAttempts (3), timeouts do not: 4
+		// sends, the 3rd retry answer gives up.
+		{name: "before pivot/retry answers count, timeouts do not",
+			prep: then(toB, doFire, doFire, doRetry("b"), doFire, doRetry("b"), doFire), event: retryEv("b"),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
-			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalTimeout},
-		{name: "before pivot/timeout then compensations: reverse order", prep: then(toB, doFire), event: answerEv("b", message.Compensate, message.Success),
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalRetryAnswer,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if s := h.in.Steps[1]; s.Attempts != 4 || s.RetryAnswers != 3 || !strings.Contains(s.LastError, "answered retry 3 times") {
+					t.Fatalf("b: attempts %d retry answers %d last error %q; want 4, 3, given up for its retry answers", s.Attempts, s.RetryAnswers, s.LastError)
+				}
+			}},
+		// DESIGN: timeout = outcome unknown: re-send the same action
+		// (idempotent at the barrier) with backoff until the deadline.
+		{name: "before pivot/timeout: outcome unknown, re-send after backoff", prep: toB, event: fireEv,
+			wantState: saga.Running, wantSteps: "succeeded retrying pending pending pending",
+			wantWake: backoffWake("b", 1), wantEvent: saga.JournalTimeout,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if s := h.in.Steps[1]; s.RetryAnswers != 0 || s.AwaitID != saga.CommandID(h.in.ID, "b", message.Forward, 1) {
+					t.Fatalf("b after a timeout: %+v; want no retry answer counted, still awaiting attempt 1", s)
+				}
+			}},
+		{name: "before pivot/timeout backoff due: the same action re-sent as attempt 2", prep: then(toB, doFire), event: fireEv,
+			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
+			wantSend: []wantCmd{fwd("b", 2)}, wantWake: awaitWake("b", 2), wantEvent: saga.JournalResent,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if string(d.Send[0].Command.Payload) != string(h.cmd("b", message.Forward, 1).Payload) {
+					t.Fatalf("re-send payload %s differs from the first send's %s", d.Send[0].Command.Payload, h.cmd("b", message.Forward, 1).Payload)
+				}
+			}},
+		{name: "before pivot/timeouts alone do not exhaust MaxAttempts", prep: then(toB, doFire, doFire, doFire, doFire, doFire, doFire), event: fireEv,
+			wantState: saga.Running, wantSteps: "succeeded retrying pending pending pending",
+			wantWake: backoffWake("b", 4), wantEvent: saga.JournalTimeout},
+		{name: "before pivot/step deadline: give up, compensate that step too", def: withStepDeadline("b", 40*time.Second),
+			prep: then(toB, fireToDeadline("b")), event: fireEv,
+			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalTimeout,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if want := h.in.Steps[1].StartedAt.Add(40 * time.Second); !h.now.Equal(want) {
+					t.Fatalf("given up at %s, want its deadline %s", h.now, want)
+				}
+				if s := h.in.Steps[1]; s.Attempts < 3 || !strings.Contains(s.LastError, "deadline") {
+					t.Fatalf("b: %d sends, last error %q; want several sends, given up for its deadline", s.Attempts, s.LastError)
+				}
+			}},
+		{name: "before pivot/default step deadline: give up at it", prep: then(toB, fireToDeadline("b")), event: fireEv,
+			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
+			wantSend: []wantCmd{comp("b", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalTimeout,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if want := h.in.Steps[1].StartedAt.Add(saga.StepDeadlineDefault); !h.now.Equal(want) {
+					t.Fatalf("given up at %s, want the default deadline %s", h.now, want)
+				}
+			}},
+		{name: "before pivot/timeout then compensations: reverse order", def: withStepDeadline("b", 10*time.Second),
+			prep: then(toB, doFire), event: answerEv("b", message.Compensate, message.Success),
 			wantState: saga.Compensating, wantSteps: "compensating compensated pending pending pending",
 			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalCompensated},
+		// A definite answer to any send of the awaited action is taken:
+		// the participant's barrier key (saga, step, action) is the same.
+		{name: "before pivot/success of an earlier send taken while retrying", prep: then(toB, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
+			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
+			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded},
+		{name: "before pivot/success of an earlier send taken while the re-send runs", prep: then(toB, doFire, doFire, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
+			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
+			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded},
+		{name: "before pivot/failure of an earlier send taken", prep: then(toB, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Failure) },
+			wantState: saga.Compensating, wantSteps: "compensating failed pending pending pending",
+			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalStepFailed},
+		{name: "before pivot/retry answer to an earlier send: ignored", prep: then(toB, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Retry) },
+			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
+		{name: "before pivot/retry answer to the timed-out send while retrying: ignored", prep: then(toB, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Retry) },
+			wantState: saga.Running, wantSteps: "succeeded retrying pending pending pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
 		{name: "before pivot/late reply: success after the step failed", prep: then(toB, doFail("b")),
 			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
 			wantState: saga.Compensating, wantSteps: "compensating failed pending pending pending",
@@ -460,21 +602,34 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: backoffWake("p", 1), wantEvent: saga.JournalTimeout},
 		{name: "pivot/timeout backoff due: re-sent as attempt 2", prep: then(toP, doFire), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
-			wantSend: []wantCmd{fwd("p", 2)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalResent},
-		{name: "pivot/timeout at max attempts: failed, never compensated",
-			prep: then(toP, doFire, doFire, doFire, doFire), event: fireEv,
+			wantSend: []wantCmd{fwd("p", 2)}, wantWake: awaitWake("p", 2), wantEvent: saga.JournalResent},
+		{name: "pivot/timeouts alone do not exhaust MaxAttempts",
+			prep: then(toP, doFire, doFire, doFire, doFire, doFire, doFire), event: fireEv,
+			wantState: saga.Running, wantSteps: "succeeded succeeded retrying pending pending",
+			wantWake: backoffWake("p", 4), wantEvent: saga.JournalTimeout},
+		{name: "pivot/default deadline: failed, never compensated", prep: then(toP, fireToDeadline("p")), event: fireEv,
 			wantState: saga.Failed, wantSteps: "succeeded succeeded unknown pending pending",
 			wantWake: noWake, wantEvent: saga.JournalTimeout,
 			check: func(t *testing.T, h *harness, d saga.Decision) {
-				if h.in.Steps[2].Attempts != 3 {
-					t.Fatalf("pivot attempts %d, want 3", h.in.Steps[2].Attempts)
+				if want := h.in.Steps[2].StartedAt.Add(saga.PivotDeadlineDefault); !h.now.Equal(want) {
+					t.Fatalf("failed at %s, want the pivot's default deadline %s", h.now, want)
+				}
+				if h.in.Steps[2].Attempts <= 3 {
+					t.Fatalf("pivot attempts %d: want more than MaxAttempts (3), timeouts do not count", h.in.Steps[2].Attempts)
 				}
 				for _, c := range h.sent {
 					if c.Action == message.Compensate {
 						t.Fatalf("a compensation was sent around an unknown pivot: %+v", c)
 					}
 				}
+				if !strings.Contains(d.Journal[0].Reason, "operator") {
+					t.Fatalf("journal reason %q does not say an operator must resolve it", d.Journal[0].Reason)
+				}
 			}},
+		{name: "pivot/success of an earlier send taken while retrying", prep: then(toP, doFire, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("p", message.Forward, 1, message.Success) },
+			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
+			wantSend: []wantCmd{fwd("r1", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
 		{name: "pivot/timeout past its deadline: failed",
 			def: func(t testing.TB) *saga.Def {
 				d := pivotDefinition()
@@ -484,7 +639,13 @@ func TestDecideTransitions(t *testing.T) {
 			},
 			prep: then(toP, doFire, doFire), event: fireEv,
 			wantState: saga.Failed, wantSteps: "succeeded succeeded unknown pending pending",
-			wantWake: noWake, wantEvent: saga.JournalTimeout},
+			wantWake: noWake, wantEvent: saga.JournalTimeout,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				// Sent at T0+2s: the 2nd send's wait is cut at the deadline.
+				if !h.now.Equal(testT0.Add(32 * time.Second)) {
+					t.Fatalf("failed at %s, want the deadline T0+32s", h.now)
+				}
+			}},
 		{name: "pivot/late reply: duplicate success", prep: then(toP, func(h *harness) { h.ok("p") }), event: replayEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
 			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
@@ -522,10 +683,22 @@ func TestDecideTransitions(t *testing.T) {
 		{name: "after pivot/flagged step is still re-sent",
 			prep: then(toR1, doRetry("r1"), doFire, doRetry("r1"), doFire, doRetry("r1")), event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
-			wantSend: []wantCmd{fwd("r1", 4)}, wantWake: wakeIn(15 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{fwd("r1", 4)}, wantWake: awaitWake("r1", 4), wantFlag: true, wantEvent: saga.JournalResent},
 		{name: "after pivot/timeout: re-send with backoff", prep: toR1, event: fireEv,
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded retrying pending",
 			wantWake: backoffWake("r1", 1), wantEvent: saga.JournalTimeout},
+		{name: "after pivot/no deadline: still re-sent long after any default",
+			prep: fireUntil(func(h *harness) bool {
+				if h.in.Cursor < 3 {
+					toR1(h)
+				}
+				s := h.in.Steps[3]
+				return s.State == saga.StepRunning && h.now.Sub(*s.StartedAt) > saga.PivotDeadlineDefault+time.Minute
+			}), event: fireEv,
+			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded retrying pending",
+			wantWake: func(h *harness, prev saga.Instance) (time.Time, time.Time) {
+				return backoffWake("r1", h.in.Steps[3].Attempts)(h, prev)
+			}, wantFlag: true, wantEvent: saga.JournalTimeout},
 		{name: "after pivot/late reply: retry answer to an earlier send", prep: then(toR1, doRetry("r1"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("r1", message.Forward, 1, message.Retry) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
@@ -559,14 +732,14 @@ func TestDecideTransitions(t *testing.T) {
 			wantWake: jitteredWake("y", 1), wantEvent: saga.JournalTimeout},
 		{name: "timer on compensation_retrying: re-sent", def: noPivotDef, prep: then(toCompY, doCompFail("y")), event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 2)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{comp("y", 2)}, wantWake: compAwaitWake("y", 2), wantEvent: saga.JournalResent},
 		{name: "compensation flagged after CompRetry.MaxAttempts", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     answerEv("y", message.Compensate, message.Failure),
 			wantState: saga.Compensating, wantSteps: "succeeded compensation_retrying failed",
 			wantWake: jitteredWake("y", 2), wantFlag: true, wantEvent: saga.JournalCompensationBusy},
 		{name: "flagged compensation keeps retrying", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire, doCompFail("y")), event: fireEv,
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 3)}, wantWake: wakeIn(5 * time.Second), wantFlag: true, wantEvent: saga.JournalResent},
+			wantSend: []wantCmd{comp("y", 3)}, wantWake: compAwaitWake("y", 3), wantFlag: true, wantEvent: saga.JournalResent},
 		{name: "compensation answer to an earlier send: late", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 1, message.Failure) },
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
@@ -643,7 +816,7 @@ func TestDecideTransitions(t *testing.T) {
 		{name: "terminal failed: retry reply is late", prep: then(toR1, doFail("r1")), event: retryEv("r1"),
 			wantState: saga.Failed, wantSteps: "succeeded succeeded succeeded failed pending",
 			wantWake: noWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
-		{name: "terminal failed: timer does nothing", prep: then(toP, doFire, doFire, doFire, doFire, doFire),
+		{name: "terminal failed: timer does nothing", prep: then(toP, fireUntil(untilTerminal)),
 			event:     func(h *harness) saga.Event { h.tick(time.Hour); return saga.Event{Kind: saga.EventTimer, At: h.now} },
 			wantState: saga.Failed, wantSteps: "succeeded succeeded unknown pending pending", wantWake: noWake},
 		{name: "terminal compensated: old forward success is late", def: noPivotDef,
@@ -658,13 +831,13 @@ func TestDecideTransitions(t *testing.T) {
 		// --- Operator actions. ---
 		{name: "operator retry from retrying: sent now", prep: then(toB, doRetry("b")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
-			wantSend: []wantCmd{fwd("b", 2)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{fwd("b", 2)}, wantWake: awaitWake("b", 2), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry from post-pivot retrying: sent now", prep: then(toR1, doRetry("r1")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
-			wantSend: []wantCmd{fwd("r1", 2)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{fwd("r1", 2)}, wantWake: awaitWake("r1", 2), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry from compensation_retrying: sent now", def: noPivotDef, prep: then(toCompY, doCompFail("y")), event: opEv(saga.ActionRetry, ""),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
-			wantSend: []wantCmd{comp("y", 2)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalOperator + "retry"},
+			wantSend: []wantCmd{comp("y", 2)}, wantWake: compAwaitWake("y", 2), wantEvent: saga.JournalOperator + "retry"},
 		{name: "operator retry on a terminal saga: refused", prep: then(toR1, doFail("r1")), event: opEv(saga.ActionRetry, ""), wantErr: saga.ErrRefused},
 		{name: "operator compensate before the pivot", prep: toB, event: opEv(saga.ActionCompensate, ""),
 			wantState: saga.Compensating, wantSteps: "succeeded compensating pending pending pending",
@@ -692,7 +865,7 @@ func TestDecideTransitions(t *testing.T) {
 					t.Fatalf("resolve kept the flag %q", h.in.Flag)
 				}
 			}},
-		{name: "operator resolve failed as compensated", prep: then(toP, doFire, doFire, doFire, doFire, doFire), event: opEv(saga.ActionResolve, saga.Compensated),
+		{name: "operator resolve failed as compensated", prep: then(toP, fireUntil(untilTerminal)), event: opEv(saga.ActionResolve, saga.Compensated),
 			wantState: saga.Compensated, wantSteps: "succeeded succeeded unknown pending pending",
 			wantWake: noWake, wantEvent: saga.JournalOperator + "resolve"},
 		{name: "operator resolve with outcome failed: refused", prep: then(toR1, doFail("r1")), event: opEv(saga.ActionResolve, saga.Failed), wantErr: saga.ErrRefused},
@@ -1026,5 +1199,73 @@ func TestDecideOutputMergedIntoData(t *testing.T) {
 	}
 	if len(d.Journal) != 2 || d.Journal[1].Event != saga.JournalOutputRejected {
 		t.Fatalf("journal %+v, want step succeeded then output rejected", d.Journal)
+	}
+}
+
+// A participant that never answers: every timeout leads to one pause and
+// then one re-send of the same action (never a burst), the gaps between
+// sends are the growing wait plus the growing backoff, and the step is
+// given up exactly at its deadline, compensated too.
+func TestDecideTimeoutsResendOnceWithGrowingGaps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, pivotDef(t), uuid.NewSHA1(uuid.NameSpaceOID, []byte("lagging")))
+	toB(h)
+	sd := h.def.Steps[1]
+	var sentAt []time.Time
+	sentAt = append(sentAt, h.now)
+	timeouts := 0
+	for h.in.Steps[1].State == saga.StepRunning || h.in.Steps[1].State == saga.StepRetrying {
+		before := h.in.Steps[1]
+		d := h.fire()
+		switch before.State {
+		case saga.StepRunning:
+			if len(d.Send) != 0 && h.in.Steps[1].State != saga.StepCompensating {
+				t.Fatalf("the timeout of attempt %d sent %+v at once", before.Attempts, d.Send)
+			}
+			if d.Journal[0].Event != saga.JournalTimeout {
+				t.Fatalf("journal %+v at a running step's due time, want a timeout", d.Journal)
+			}
+			timeouts++
+		case saga.StepRetrying:
+			if h.in.Steps[1].State == saga.StepRunning {
+				if len(d.Send) != 1 || d.Send[0].Command.Step != "b" || d.Send[0].Command.Attempt != before.Attempts+1 {
+					t.Fatalf("after a backoff sent %+v, want b's forward attempt %d alone", d.Send, before.Attempts+1)
+				}
+				sentAt = append(sentAt, h.now)
+			}
+		}
+		if len(sentAt) > 50 {
+			t.Fatalf("more than 50 sends and not given up")
+		}
+	}
+	if got := h.stepStates(); got != "succeeded compensating pending pending pending" {
+		t.Fatalf("after the deadline: %s, want b compensated too", got)
+	}
+	if dl := h.in.Steps[1].StartedAt.Add(sd.GiveUpAfter()); !h.now.Equal(dl) {
+		t.Fatalf("given up at %s, want the deadline %s", h.now, dl)
+	}
+	if n := len(sentAt); n < 4 || timeouts < n-1 || timeouts > n {
+		t.Fatalf("%d sends and %d timeouts in %s: want several sends, one per timeout", n, timeouts, sd.GiveUpAfter())
+	}
+	var gaps []time.Duration
+	for k := 1; k < len(sentAt); k++ {
+		gap := sentAt[k].Sub(sentAt[k-1])
+		want := sd.Timeout + saga.Backoff(sd.Retry, h.in.ID, "b", k)
+		if k > 1 {
+			want += saga.Backoff(sd.Retry, h.in.ID, "b", k-1)
+		}
+		if gap != want {
+			t.Fatalf("send %d came %s after send %d, want the wait %s plus the backoff", k+1, gap, k, want)
+		}
+		gaps = append(gaps, gap)
+	}
+	// Growing while the backoff is below its cap (1s, 2s, 4s, then 8s).
+	for k := 1; k < min(len(gaps), 3); k++ {
+		if gaps[k] <= gaps[k-1] {
+			t.Fatalf("gaps between sends %v do not grow", gaps)
+		}
+	}
+	if last, first := gaps[len(gaps)-1], gaps[0]; last < first+sd.Retry.MaxInterval/2 {
+		t.Fatalf("gaps %v: the last is not at least half the backoff cap longer than the first", gaps)
 	}
 }

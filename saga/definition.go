@@ -29,8 +29,8 @@ const (
 	RetryInitialDefault       = 200 * time.Millisecond
 	RetryMaxIntervalDefault   = 30 * time.Second
 	RetryMultiplierDefault    = 2.0
-	RetryMaxAttemptsDefault   = 5  // before the pivot: sends before giving up
-	PivotMaxAttemptsDefault   = 10 // pivot: sends without a definite answer before failed
+	RetryMaxAttemptsDefault   = 5  // before the pivot: retry answers before giving up
+	PivotMaxAttemptsDefault   = 10 // pivot: retry answers before failed
 	FlagAfterDefault          = 10 // after the pivot and for compensations: attempts before flagging
 	DefinitionVersionDefault  = 1
 	maxNameLen                = 100
@@ -38,6 +38,32 @@ const (
 	definitionNamePattern     = `^[a-z0-9][a-z0-9._-]*$`
 	participantNamePattern    = `^[a-z0-9][a-z0-9._-]*$`
 	errNamePatternDescription = "lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"
+)
+
+// Default step deadlines: how long a forward step before or at the pivot
+// keeps re-sending without a definite answer (timed out sends are outcome
+// unknown, not failures) before it is given up.
+//
+// They are floors, not multiples of the timeout, because a short timeout
+// must not make a short deadline: what keeps a participant from answering
+// for a while is the transport, not the step. A consumer-group rebalance
+// holds a participant's commands for its session timeout (6 s) plus the
+// rebalance timeout (5 s) plus a join backoff (3 s), about 15 s; a stalled
+// reader is recreated only after about 30 s; a killed participant process
+// adds its restart. Two such stalls back to back stay well under 2 minutes,
+// so a rebalance cancels nothing whatever the step timeout (the chaos
+// harness overrides timeouts to 0.5-3 s). 2 minutes is also the place-order
+// saga's own deadline before the pivot, which bounds that phase as a whole.
+// Giving up at the pivot is dearer (the saga becomes failed and needs an
+// operator, where a step before it compensates on its own), so the pivot
+// waits longer by default: a participant outage of several minutes still
+// heals without an operator. A step whose single wait is long gets at least
+// StepDeadlineTimeouts of them (10 x 30 s = 5 minutes), so it is re-sent
+// a few times even with the growing waits.
+const (
+	StepDeadlineDefault  = 2 * time.Minute
+	PivotDeadlineDefault = 10 * time.Minute
+	StepDeadlineTimeouts = 10
 )
 
 var (
@@ -48,15 +74,19 @@ var (
 // RetryPolicy says how a step's command is re-sent after a `retry` reply or
 // a timeout. Backoff is InitialInterval * Multiplier^(n-1), capped at
 // MaxInterval, with up to half of it taken off at random (deterministically
-// per saga, step and attempt).
+// per saga, step and attempt). The n-th send is awaited for the step's
+// Timeout plus the backoff that preceded it (the first for the Timeout), so
+// both the waits and the pauses grow while a participant lags.
 type RetryPolicy struct {
 	InitialInterval time.Duration `json:"initial_interval"`
 	MaxInterval     time.Duration `json:"max_interval"`
 	Multiplier      float64       `json:"multiplier"`
-	// MaxAttempts: before the pivot, sends before the step counts as failed
-	// and the saga compensates; for the pivot, sends without a definite answer
-	// before the saga becomes failed; after the pivot and for compensations,
-	// attempts after which the saga is flagged (it keeps retrying).
+	// MaxAttempts: before the pivot, `retry` answers after which the step is
+	// given up and the saga compensates (that step included); for the pivot,
+	// `retry` answers after which the saga becomes failed. Timeouts do not
+	// count there: they are bounded by the step's deadline. After the pivot
+	// and for compensations, sends after which the saga is flagged (it keeps
+	// retrying).
 	MaxAttempts int `json:"max_attempts"`
 }
 
@@ -101,12 +131,18 @@ type Step[T any] struct {
 	// OnSuccess merges the step's output (the reply payload, possibly
 	// empty) into the data. Nil ignores the output.
 	OnSuccess func(data *T, output json.RawMessage) error
-	// Timeout bounds the wait for a reply to one send.
+	// Timeout bounds the wait for a reply to the first send; later sends
+	// are awaited for Timeout plus the backoff before them. A timeout means
+	// "outcome unknown": the same action is re-sent (the participant's
+	// barrier makes it idempotent).
 	Timeout time.Duration
 	Retry   RetryPolicy
-	// Deadline (pivot only): total time from the first send without a
-	// definite answer after which the saga becomes failed. Zero: bounded by
-	// Retry.MaxAttempts only.
+	// Deadline (steps before and at the pivot): total time from the first
+	// send without a definite answer after which the step is given up:
+	// before the pivot the saga compensates, that step included; at the
+	// pivot it becomes failed. Zero: StepDeadlineDefault (PivotDeadlineDefault
+	// for the pivot) or StepDeadlineTimeouts x Timeout, whichever is longer.
+	// Steps after the pivot never give up and have no deadline.
 	Deadline time.Duration
 }
 
@@ -131,7 +167,9 @@ type StepDef struct {
 	Kind        Kind
 	Timeout     time.Duration
 	Retry       RetryPolicy
-	Deadline    time.Duration
+	// Deadline as defined or overridden; zero means the default, which
+	// follows the Timeout (see GiveUpAfter).
+	Deadline time.Duration
 	// CompRetry governs compensation re-sends (MaxAttempts = flag after).
 	CompRetry RetryPolicy
 
@@ -142,6 +180,21 @@ type StepDef struct {
 
 // HasCompensation reports whether the step can be compensated.
 func (s *StepDef) HasCompensation() bool { return s.compensation != nil }
+
+// GiveUpAfter is the step's effective deadline: how long after its first
+// send a forward step before or at the pivot is given up without a definite
+// answer. It is computed when asked, so an override of the Timeout moves a
+// defaulted deadline with it. Steps after the pivot do not use it.
+func (s *StepDef) GiveUpAfter() time.Duration {
+	if s.Deadline > 0 {
+		return s.Deadline
+	}
+	floor := StepDeadlineDefault
+	if s.Kind == Pivot {
+		floor = PivotDeadlineDefault
+	}
+	return max(floor, StepDeadlineTimeouts*s.Timeout)
+}
 
 // Def is a validated, type-erased saga definition.
 type Def struct {
@@ -313,8 +366,9 @@ func merger[T any](f func(*T, json.RawMessage) error) func(data, output json.Raw
 	}
 }
 
-// StepOverride changes a step's timeout and retry policy from configuration,
-// without recompiling. Zero fields keep the definition's value.
+// StepOverride changes a step's timeout, deadline and retry policy from
+// configuration, without recompiling. Zero fields keep the definition's
+// value (a defaulted deadline follows an overridden timeout).
 type StepOverride struct {
 	Timeout  time.Duration
 	Deadline time.Duration

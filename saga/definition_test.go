@@ -286,3 +286,50 @@ func TestRegistryOverride(t *testing.T) {
 		t.Fatalf("override of unknown type: %v, want ErrUnknownType naming it", err)
 	}
 }
+
+// A step's deadline defaults to a floor (longer for the pivot) or to
+// StepDeadlineTimeouts timeouts, whichever is longer, and a defaulted
+// deadline follows an overridden timeout: a short timeout never makes a
+// deadline that a consumer-group stall of half a minute exceeds.
+func TestStepDeadlineDefaults(t *testing.T) {
+	t.Parallel()
+	a, b, p := compStep("a"), compStep("b"), pivotStep("p")
+	b.Timeout, p.Timeout = 30*time.Second, 2*time.Minute
+	c := compStep("c")
+	c.Deadline = 45 * time.Second
+	def, err := saga.Definition[item]{Name: "dl", Steps: []saga.Step[item]{a, b, c, p}}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{saga.StepDeadlineDefault, 5 * time.Minute, 45 * time.Second, 20 * time.Minute} {
+		if got := def.Steps[i].GiveUpAfter(); got != want {
+			t.Errorf("step %s (timeout %s, deadline %s): GiveUpAfter %s, want %s", def.Steps[i].Name, def.Steps[i].Timeout, def.Steps[i].Deadline, got, want)
+		}
+	}
+	if saga.StepDeadlineDefault < time.Minute || saga.PivotDeadlineDefault < saga.StepDeadlineDefault {
+		t.Fatalf("defaults %s / %s: want at least a minute, the pivot's no shorter", saga.StepDeadlineDefault, saga.PivotDeadlineDefault)
+	}
+	r := saga.NewRegistry()
+	if err := r.Register(def); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		step string
+		o    saga.StepOverride
+		want time.Duration
+	}{
+		{"b", saga.StepOverride{Timeout: 500 * time.Millisecond}, saga.StepDeadlineDefault}, // as the chaos harness does
+		{"p", saga.StepOverride{Timeout: time.Second}, saga.PivotDeadlineDefault},
+		{"c", saga.StepOverride{Timeout: time.Minute}, 45 * time.Second}, // explicit: kept
+		{"a", saga.StepOverride{Deadline: 3 * time.Minute}, 3 * time.Minute},
+	} {
+		if err := r.Override("dl", o.step, o.o); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := r.Latest("dl")
+		i, _ := d.StepIndex(o.step)
+		if got := d.Steps[i].GiveUpAfter(); got != o.want {
+			t.Errorf("after override %+v of %s: GiveUpAfter %s, want %s", o.o, o.step, got, o.want)
+		}
+	}
+}

@@ -302,16 +302,33 @@ func TestEngineTimersRetryAndTimeOut(t *testing.T) {
 	if len(cs) != before+1 || cs[len(cs)-1].Attempt != 2 || cs[len(cs)-1].Step != orderapi.StepReserveInventory {
 		t.Fatalf("after backoff want reserve-inventory attempt 2, got %+v", cs[len(cs)-1])
 	}
-	// No answer within the timeout before the pivot: compensate the step.
+	// No answer within the timeout before the pivot: outcome unknown, the
+	// same action is re-sent after the backoff (nothing sent at the timeout).
 	env.clock.advance(11 * time.Second)
 	if n, err := env.eng.FireDue(ctx, 10); err != nil || n != 1 {
 		t.Fatalf("FireDue after timeout = %d, %v", n, err)
 	}
+	if got := pendingCommands(t, env); len(got) != len(cs) {
+		t.Fatalf("a timeout sent %+v at once, want a re-send only after the backoff", got[len(cs):])
+	}
+	env.clock.advance(5 * time.Second)
+	if n, err := env.eng.FireDue(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("FireDue after the timeout's backoff = %d, %v", n, err)
+	}
+	if c := lastCommand(t, env); c.Step != orderapi.StepReserveInventory || c.Action != message.Forward || c.Attempt != 3 {
+		t.Fatalf("after a pre-pivot timeout and its backoff want reserve-inventory attempt 3, got %s/%s attempt %d", c.Step, c.Action, c.Attempt)
+	}
+	// Out of time (the saga's 2-minute deadline before the pivot): compensate
+	// the step too.
+	env.clock.advance(2 * time.Minute)
+	if n, err := env.eng.FireDue(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("FireDue after the deadline = %d, %v", n, err)
+	}
 	c := lastCommand(t, env)
 	if c.Step != orderapi.StepReserveInventory || c.Action != message.Compensate {
-		t.Fatalf("after a pre-pivot timeout want reserve-inventory/compensate, got %s/%s", c.Step, c.Action)
+		t.Fatalf("after the deadline want reserve-inventory/compensate, got %s/%s", c.Step, c.Action)
 	}
-	// The late success of the timed-out forward is ignored; the compensation
+	// The late success of a timed-out forward is ignored; the compensation
 	// already sent undoes it at the participant.
 	mustReply(t, env, cs[len(cs)-1], message.Success, orderapi.ReserveInventoryResult{})
 	mustReply(t, env, c, message.Success, nil)

@@ -44,10 +44,12 @@ type model struct {
 	compSent bool
 	pivotOK  bool
 	resolved bool
+	// lastSend is when the latest command of each step and action was sent.
+	lastSend map[string]time.Time
 }
 
 func newModel(t testing.TB, def *saga.Def, id uuid.UUID) *model {
-	return &model{t: t, h: newHarness(t, def, id), fwdSent: map[int]bool{}, compSeen: map[int]bool{}, lastComp: len(def.Steps)}
+	return &model{t: t, h: newHarness(t, def, id), fwdSent: map[int]bool{}, compSeen: map[int]bool{}, lastComp: len(def.Steps), lastSend: map[string]time.Time{}}
 }
 
 func (m *model) reply(c message.Command, outcome message.Outcome) *message.Reply {
@@ -124,8 +126,23 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 		m.resolved = true
 	}
 	def := h.def
+	m.checkTimeouts(prev, ev, d)
 	for _, c := range h.sent[sentBefore:] {
 		i, _ := def.StepIndex(c.Step)
+		// Between two sends of one step and action at least the backoff
+		// passes (an operator's "retry now" aside): one re-send per timeout
+		// or retry answer, after the pause, never a burst.
+		key := c.Step + "/" + string(c.Action)
+		if last, ok := m.lastSend[key]; ok && ev.Kind != saga.EventOperator && c.Attempt > 1 {
+			p, name := def.Steps[i].Retry, c.Step
+			if c.Action == message.Compensate {
+				p, name = def.Steps[i].CompRetry, c.Step+"/compensate"
+			}
+			if gap, min := ev.At.Sub(last), saga.Backoff(p, prev.ID, name, c.Attempt-1); gap < min {
+				t.Fatalf("%s %s attempt %d sent %s after the previous send, sooner than its backoff %s", c.Step, c.Action, c.Attempt, gap, min)
+			}
+		}
+		m.lastSend[key] = ev.At
 		switch c.Action {
 		case message.Forward:
 			if m.compSent {
@@ -179,6 +196,62 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 		}
 	}
 	return d
+}
+
+// checkTimeouts: what a timeout may and may not do.
+func (m *model) checkTimeouts(prev saga.Instance, ev saga.Event, d saga.Decision) {
+	t, def, next := m.t, m.h.def, m.h.in
+	t.Helper()
+	if len(d.Send) > 1 {
+		t.Fatalf("%s event sent %d commands, want at most one", ev.Kind, len(d.Send))
+	}
+	// A timeout waits for the backoff before it re-sends: a timer that
+	// finds the awaited forward unanswered sends no forward at once.
+	if ev.Kind == saga.EventTimer && prev.Cursor >= 0 && prev.Steps[prev.Cursor].State == saga.StepRunning {
+		for _, o := range d.Send {
+			if o.Command.Action == message.Forward {
+				t.Fatalf("timer at %s on running step %s sent forward attempt %d at once", ev.At, o.Command.Step, o.Command.Attempt)
+			}
+		}
+	}
+	sagaDeadline := ev.Kind == saga.EventTimer && prev.State == saga.Running && prev.DeadlineAt != nil && !ev.At.Before(*prev.DeadlineAt)
+	for j := range next.Steps {
+		ps, ns, sd := prev.Steps[j], next.Steps[j], &def.Steps[j]
+		if d := ns.RetryAnswers - ps.RetryAnswers; d < 0 || d > 1 || (d == 1 && (ev.Kind != saga.EventReply || ev.Reply.Outcome != message.Retry)) {
+			t.Fatalf("step %s: retry answers %d -> %d on a %s event", ns.Name, ps.RetryAnswers, ns.RetryAnswers, ev.Kind)
+		}
+		if def.Pivot >= 0 && j > def.Pivot {
+			continue // after the pivot nothing is given up
+		}
+		// A step's wake-up is never later than its deadline.
+		if (ns.State == saga.StepRunning || ns.State == saga.StepRetrying) && ns.DueAt != nil {
+			if dl := ns.StartedAt.Add(sd.GiveUpAfter()); ns.DueAt.After(dl) {
+				t.Fatalf("step %s %s due at %s, after its deadline %s", ns.Name, ns.State, ns.DueAt, dl)
+			}
+		}
+		// A forward step is never given up before its deadline by
+		// timeouts alone: only by its retry answers reaching MaxAttempts,
+		// the saga's deadline or an operator. Given up: it leaves running
+		// or retrying for neither succeeded nor failed (unknown, or at once
+		// compensating), on any event but a definite answer.
+		if ps.State != saga.StepRunning && ps.State != saga.StepRetrying {
+			continue
+		}
+		switch ns.State {
+		case saga.StepRunning, saga.StepRetrying, saga.StepSucceeded, saga.StepFailed:
+			continue
+		}
+		switch {
+		case ev.Kind == saga.EventReply && ev.Reply.Outcome == message.Success: // its output was rejected
+		case ev.Kind == saga.EventOperator && ev.Operator.Action == saga.ActionCompensate:
+		case sagaDeadline && (def.Pivot < 0 || j < def.Pivot):
+		case ev.Kind == saga.EventReply && ev.Reply.Outcome == message.Retry && ns.RetryAnswers >= sd.Retry.MaxAttempts:
+		case !ev.At.Before(ns.StartedAt.Add(sd.GiveUpAfter())):
+		default:
+			t.Fatalf("step %s given up on a %s event at %s, %s after its first send, before its deadline %s (retry answers %d of %d)",
+				ns.Name, ev.Kind, ev.At, ev.At.Sub(*ns.StartedAt), sd.GiveUpAfter(), ns.RetryAnswers, sd.Retry.MaxAttempts)
+		}
+	}
 }
 
 // step performs one event chosen by c.
