@@ -37,10 +37,10 @@
 // A saga is [Running], then [Completed], or [Compensating] then
 // [Compensated]; or [Failed], which needs an operator (a step after the
 // pivot answered a business failure, or the pivot got no definite answer
-// within its attempts or deadline). Terminal states absorb every event but
-// an audited operator resolve. A step is pending, running (command sent),
-// retrying (waiting for backoff), succeeded, failed, unknown (given up
-// without a definite answer), compensating, compensation_retrying or
+// within its retry answers or deadline). Terminal states absorb every event
+// but an audited operator resolve. A step is pending, running (command
+// sent), retrying (waiting for backoff), succeeded, failed, unknown (given
+// up without a definite answer), compensating, compensation_retrying or
 // compensated.
 //
 // # Transition table (summary)
@@ -49,15 +49,40 @@
 //	success            next step                      next step, no way back            next step; last: completed
 //	failure            compensate done steps,         compensate the steps before it    failed (definition error)
 //	                   reverse order: compensated
-//	retry answer       re-send with backoff; after    re-send with backoff until        re-send with backoff forever,
-//	                   MaxAttempts compensate         MaxAttempts/Deadline, then failed flagged after MaxAttempts
-//	timeout            compensate this step too       re-send (idempotent) until        re-send with backoff
-//	                   (unknown) and the done ones    MaxAttempts/Deadline, then failed
-//	saga deadline      compensate as for a timeout    no longer applies                 no longer applies
+//	retry answer       re-send after the backoff;     re-send after the backoff;        re-send after the backoff,
+//	                   at MaxAttempts retry answers   at MaxAttempts retry answers      forever; flagged after
+//	                   give up (see step deadline)    failed                            MaxAttempts sends
+//	timeout (outcome   re-send the same action after  same                              same
+//	unknown)           the backoff (idempotent at
+//	                   the barrier)
+//	step deadline      give up (unknown): compensate  failed, nothing compensated       none (never given up)
+//	                   it too, then the done ones     (an operator resolves it)
+//	saga deadline      compensate as for a give-up    no longer applies                 no longer applies
+//	earlier send:      taken (same barrier key)       taken                             taken
+//	success, failure
+//	earlier send:      journaled as ignored           same                              same
+//	retry answer
 //	late reply         journaled as ignored           same                              same
 //	stray reply        dead-lettered (ErrStrayReply)  same                              same
 //
-// Compensations are retried with backoff until they succeed; after
+// A timeout is not a failure: the send's outcome is unknown (it may have
+// executed, or be waiting in a lagging participant's topic), so the same
+// action is re-sent under a new message id (CommandID with the next
+// attempt) and the participant's barrier, keyed by (saga, step, action),
+// executes it at most once. At most one re-send is outstanding per step: a
+// timeout starts the backoff (Backoff, growing with the attempt) and only
+// its end sends again; the n-th send is awaited for the step's timeout plus
+// the backoff before it, so a participant that lags is asked ever less
+// often. Timeouts alone never give a step up: its deadline does
+// (StepDef.GiveUpAfter, counted from the first send: by default the longer
+// of StepDeadlineDefault, PivotDeadlineDefault for the pivot, and
+// StepDeadlineTimeouts timeouts), and a step's wake-ups never outlast it.
+// Retry.MaxAttempts bounds definite retry answers (StepState.RetryAnswers),
+// not sends. The saga's own Deadline still bounds the whole phase before
+// the pivot.
+//
+// Compensations are retried with backoff until they succeed, one send
+// outstanding at a time, awaited like forward re-sends; after
 // CompensationFlagAfter attempts the saga is flagged (Instance.Flag) and
 // keeps retrying. Operator actions: retry (re-send the active command now),
 // compensate (refused once the pivot was sent) and resolve (a failed saga

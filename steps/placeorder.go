@@ -9,7 +9,11 @@
 //
 // A failure before or at the pivot releases the coupon and the stock, in
 // that order; once the payment is charged, shipping and points are retried
-// until they succeed.
+// until they succeed. A timeout only re-sends (the outcome is unknown): the
+// steps keep the default deadlines, so a step before the pivot gives up
+// after 2 minutes without a definite answer (as the saga's own Deadline
+// does for that whole phase) and the payment after 10 minutes (failed, for
+// an operator); its MaxAttempts of 20 counts `retry` answers.
 package steps
 
 import (
