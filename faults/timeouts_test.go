@@ -37,7 +37,7 @@ func TestTimeoutBeforePivotCompensatesThatStepToo(t *testing.T) {
 	t.Parallel()
 	const n = 6
 	e := newEnv(t, envOpts{orders: n, seed: 41, override: func(r *saga.Registry) error {
-		return r.Override(orderapi.SagaType, orderapi.StepLockCoupon, saga.StepOverride{Timeout: 250 * time.Millisecond,
+		return r.Override(orderapi.SagaType, orderapi.StepLockCoupon, saga.StepOverride{Timeout: 250 * time.Millisecond, Deadline: 250 * time.Millisecond,
 			Retry: saga.RetryPolicy{InitialInterval: 40 * time.Millisecond, MaxInterval: 80 * time.Millisecond, MaxAttempts: 3}})
 	}})
 	ctx := testkit.Context(t, 2*time.Minute)

@@ -282,7 +282,7 @@ func countAction(rows []outboxRow, step string, a message.Action) int {
 func TestWindowCommandTimedOutButExecuted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{orders: 6, seed: 16, override: func(r *saga.Registry) error {
-		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 300 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
+		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 300 * time.Millisecond, Deadline: 300 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
 	}})
 	ctx := testkit.Context(t, 2*time.Minute)
 	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
@@ -372,7 +372,7 @@ func TestWindowCompensationBeforeForward(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	e := newEnv(t, envOpts{orders: n, seed: 18, override: func(r *saga.Registry) error {
-		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 200 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
+		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 200 * time.Millisecond, Deadline: 200 * time.Millisecond, Retry: saga.RetryPolicy{MaxAttempts: 1}})
 	}})
 	ctx := testkit.Context(t, 2*time.Minute)
 	e.run("orchestrator without relay", e.service(orchestrator.RunSet{Replies: true, Timers: true}).Run)
