@@ -210,3 +210,27 @@ func TestEnvelopeFieldsAreTheContractsMembers(t *testing.T) {
 		t.Fatalf("envelopeFields = %v, want %v", envelopeFields, want)
 	}
 }
+
+// appendCompactHTML writes what json.Compact and json.HTMLEscape write
+// (what json.Marshal writes for a json.RawMessage), for any valid JSON.
+func FuzzAppendCompactHTML(f *testing.F) {
+	for _, p := range fastPayloads {
+		f.Add([]byte(p))
+	}
+	for _, s := range []string{` { "a" : "<\u2028>" , "b\\"" : [ 1 , "\\\\<&" ] } `, "{\"x\":\"\u2028\u2029 \xe2\x80\"}", `"\\"<"`, "[\t\n\r1]", `{"é":"&amp;"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		var compact, want bytes.Buffer
+		if err := json.Compact(&compact, b); err != nil {
+			t.Fatal(err)
+		}
+		json.HTMLEscape(&want, compact.Bytes())
+		if got := appendCompactHTML([]byte("x"), b); !bytes.Equal(got[1:], want.Bytes()) {
+			t.Fatalf("appendCompactHTML(%q) = %q, want %q", b, got[1:], want.Bytes())
+		}
+	})
+}

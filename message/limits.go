@@ -92,9 +92,15 @@ func (l Limits) withDefaults() Limits {
 }
 
 // text checks a string field: at most max bytes of text Postgres stores.
-func text(field, s string, max int) error {
+// read: decoded by a strict reader (and encoding/json reads strings the
+// strict reader took as valid UTF-8 without NUL), so only the length is
+// left to check.
+func text(field, s string, max int, read bool) error {
 	if len(s) > max {
 		return tooLong(field, len(s), max)
+	}
+	if read {
+		return nil
 	}
 	if p := textProblem(s); p != "" {
 		return &FieldError{Field: field, Reason: p}

@@ -141,13 +141,13 @@ func (l Limits) command(c *Command, read bool) error {
 	case c.SentAt.Year() < 0 || c.SentAt.Year() > 9999:
 		return &FieldError{Field: "sent_at", Reason: fmt.Sprintf("has year %d, want 0 to 9999 (RFC 3339)", c.SentAt.Year())}
 	}
-	if err := text("saga_type", c.SagaType, l.MaxNameBytes); err != nil {
+	if err := text("saga_type", c.SagaType, l.MaxNameBytes, read); err != nil {
 		return err
 	}
-	if err := text("aggregate_id", c.AggregateID, l.MaxNameBytes); err != nil {
+	if err := text("aggregate_id", c.AggregateID, l.MaxNameBytes, read); err != nil {
 		return err
 	}
-	if err := text("step", c.Step, l.MaxNameBytes); err != nil {
+	if err := text("step", c.Step, l.MaxNameBytes, read); err != nil {
 		return err
 	}
 	if p := topicProblem(c.ReplyTo); p != "" {
@@ -172,10 +172,10 @@ func (l Limits) reply(r *Reply, read bool) error {
 	case !r.Outcome.Valid():
 		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %s, want success, failure or retry", quote(string(r.Outcome), 64))}
 	}
-	if err := text("step", r.Step, l.MaxNameBytes); err != nil {
+	if err := text("step", r.Step, l.MaxNameBytes, read); err != nil {
 		return err
 	}
-	if err := text("reason", r.Reason, l.MaxReasonBytes); err != nil {
+	if err := text("reason", r.Reason, l.MaxReasonBytes, read); err != nil {
 		return err
 	}
 	return l.payload(r.Payload, read)
@@ -193,10 +193,7 @@ func (l Limits) EncodeCommand(c Command) ([]byte, error) {
 	if err := l.command(&c, false); err != nil {
 		return nil, encodeError("command", c.SagaID, c.Step, err)
 	}
-	b, err := appendCommand(make([]byte, 0, 320+len(c.Payload)), &c)
-	if err != nil {
-		return nil, encodeError("command", c.SagaID, c.Step, fmt.Errorf("%w: %v", ErrInvalid, err))
-	}
+	b := appendCommand(make([]byte, 0, 320+len(c.Payload)), &c)
 	if len(b) > l.MaxValueBytes {
 		return nil, encodeError("command", c.SagaID, c.Step, oversize(len(b), l.MaxValueBytes))
 	}
@@ -209,10 +206,7 @@ func (l Limits) EncodeReply(r Reply) ([]byte, error) {
 	if err := l.reply(&r, false); err != nil {
 		return nil, encodeError("reply", r.SagaID, r.Step, err)
 	}
-	b, err := appendReply(make([]byte, 0, 256+len(r.Payload)), &r)
-	if err != nil {
-		return nil, encodeError("reply", r.SagaID, r.Step, fmt.Errorf("%w: %v", ErrInvalid, err))
-	}
+	b := appendReply(make([]byte, 0, 256+len(r.Payload)), &r)
 	if len(b) > l.MaxValueBytes {
 		return nil, encodeError("reply", r.SagaID, r.Step, oversize(len(b), l.MaxValueBytes))
 	}
