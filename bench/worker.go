@@ -172,7 +172,7 @@ func RunWorker(ctx context.Context, w WorkerConfig, log *slog.Logger, parent io.
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	err = pool.Ping(pctx)
 	if err == nil {
-		err = orchestrator.PingBrokers(pctx, w.Brokers)
+		err = orchestrator.PingBrokers(pctx, nil, w.Brokers)
 	}
 	pcancel()
 	if err != nil {

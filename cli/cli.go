@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -225,6 +226,61 @@ func demoCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
+// preparer runs a process's prepare step (migrations, topics) inside its
+// run function, after the HTTP listener is up, and makes readiness report
+// the last prepare error until it succeeded.
+type preparer struct {
+	mu   sync.Mutex
+	done bool
+	last error
+}
+
+// ready wraps a readiness check: not ready (with the reason) until
+// prepared.
+func (p *preparer) ready(check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		p.mu.Lock()
+		done, last := p.done, p.last
+		p.mu.Unlock()
+		switch {
+		case done:
+			return check(ctx)
+		case last != nil:
+			return fmt.Errorf("starting: preparing schema and topics keeps failing: %w", kafkaHint(last))
+		}
+		return errors.New("starting: preparing schema and topics")
+	}
+}
+
+// then returns a run function that prepares (retrying) and then runs run.
+// A stop (ctx cancelled) while preparing is a clean stop.
+func (p *preparer) then(log *slog.Logger, what string, prepare, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := prepareWithRetry(ctx, log, what, func(ctx context.Context) error {
+			err := prepare(ctx)
+			p.mu.Lock()
+			p.done, p.last = err == nil, err
+			p.mu.Unlock()
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return run(ctx)
+	}
+}
+
+// kafkaHint adds what an EOF from a broker usually means.
+func kafkaHint(err error) error {
+	if errors.Is(err, io.EOF) || strings.HasSuffix(err.Error(), ": EOF") {
+		return fmt.Errorf("%w (the broker closed the connection: does it require TLS or SASL? check kafka.tls.* and kafka.sasl.*)", err)
+	}
+	return err
+}
+
 // prepareWithRetry runs prepare (migrations, topics) until it succeeds or
 // ctx ends, backing off from 200ms to 10s: a process started while Postgres
 // or the broker is down waits for them instead of exiting (and
@@ -294,6 +350,10 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if len(bs) == 0 {
 				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for serve; `orchestrator dev-broker` runs one for development")
 			}
+			dialer, err := kafkaDialer(v)
+			if err != nil {
+				return err
+			}
 			reg, err := registry(v)
 			if err != nil {
 				return err
@@ -311,7 +371,7 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			ec.Metrics = ms.saga
 			ms.saga.InitTypes(reg.Types()...)
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
-				Brokers: bs, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
+				Brokers: bs, Dialer: dialer, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
 				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
 				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: v.GetInt("orchestrator.inbox_batch")},
 				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch"), KeepSent: v.GetBool("relay.keep_sent")},
@@ -319,20 +379,21 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := prepareWithRetry(ctx, log, "orchestrator", svc.Prepare); err != nil {
-				return err
-			}
+			// Prepared inside run, with the HTTP listener up: /readyz says
+			// why the process is not ready yet (a broker refusing its
+			// credentials, Postgres away) instead of nothing answering.
+			prep := &preparer{}
 			srv := api.New(svc.Engine(), &api.Config{
 				AdminToken: v.GetString("http.admin_token"), ProtectReads: v.GetBool("http.protect_reads"),
 				Gatherer: ms.reg, Logger: log,
-				Ready: svc.Ready, // Postgres ping, broker metadata, no pending migration
+				Ready: prep.ready(svc.Ready), // prepared; Postgres ping, broker metadata, no pending migration
 			})
 			schema := svc.Engine().Outbox().Schema()
 			run, err := withRetention(v, pool, log, ms, []string{schema}, schema, svc.Run)
 			if err != nil {
 				return err
 			}
-			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, run, v.GetDuration("shutdown.timeout"))
+			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, prep.then(log, "orchestrator", svc.Prepare, run), v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
@@ -447,6 +508,10 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			if len(bs) == 0 {
 				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for participants")
 			}
+			dialer, err := kafkaDialer(v)
+			if err != nil {
+				return err
+			}
 			ms, err := newMetrics()
 			if err != nil {
 				return err
@@ -457,7 +522,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			}
 			defer pool.Close()
 			set, err := reference.New(pool, reference.Options{
-				Brokers: bs, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
+				Brokers: bs, Dialer: dialer, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
 				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
 				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
 				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
@@ -466,21 +531,21 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := prepareWithRetry(ctx, log, "participants", set.Prepare); err != nil {
-				return err
-			}
 			seed := workload.SchemasOf("", set)
-			if stock, _ := cmd.Flags().GetInt("seed-stock"); stock > 0 {
+			stock, _ := cmd.Flags().GetInt("seed-stock")
+			prepare := func(ctx context.Context) error {
+				if err := set.Prepare(ctx); err != nil || stock <= 0 {
+					return err
+				}
 				items := map[string]int{}
 				for _, s := range strings.Split(v.GetString("participants.items"), ",") {
 					if s = strings.TrimSpace(s); s != "" {
 						items[s] = stock
 					}
 				}
-				if err := workload.Seed(ctx, pool, seed, workload.Plan{Stock: items}); err != nil {
-					return err
-				}
+				return workload.Seed(ctx, pool, seed, workload.Plan{Stock: items})
 			}
+			prep := &preparer{}
 			sets, err := set.Migrations()
 			if err != nil {
 				return err
@@ -495,7 +560,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			}
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{\"status\":\"ok\"}\n") })
-			ready := orchestrator.Readiness(pool, bs, sets)
+			ready := prep.ready(orchestrator.Readiness(pool, bs, dialer, sets))
 			mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 				if err := ready(r.Context()); err != nil {
 					w.WriteHeader(http.StatusServiceUnavailable)
@@ -506,7 +571,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			})
 			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
-			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, run, v.GetDuration("shutdown.timeout"))
+			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, prep.then(log, "participants", prepare, run), v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
@@ -522,18 +587,43 @@ func devBrokerCmd(v *viper.Viper) *cobra.Command {
 		Use:   "dev-broker",
 		Short: "Run the embedded in-memory Kafka-protocol broker alone (development without Docker)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := devbroker.Start(devbroker.Config{Addr: v.GetString("dev_broker.addr"), Partitions: v.GetInt("kafka.partitions")})
+			f := cmd.Flags()
+			mech, _ := f.GetString("sasl-mechanism")
+			user, _ := f.GetString("sasl-user")
+			pass, _ := f.GetString("sasl-password")
+			cert, _ := f.GetString("tls-cert")
+			key, _ := f.GetString("tls-key")
+			b, err := devbroker.Start(devbroker.Config{
+				Addr: v.GetString("dev_broker.addr"), Partitions: v.GetInt("kafka.partitions"),
+				SASL:        devbroker.SASL{Mechanism: mech, User: user, Password: pass},
+				TLSCertFile: cert, TLSKeyFile: key,
+			})
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","))
+			var how []string
+			if cert != "" {
+				how = append(how, "TLS")
+			}
+			if mech != "" {
+				how = append(how, "SASL "+strings.ToUpper(mech)+" as "+user)
+			}
+			if len(how) == 0 {
+				how = append(how, "plaintext")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (%s; in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","), strings.Join(how, ", "))
 			<-cmd.Context().Done()
 			return nil
 		},
 	}
 	cmd.Flags().String("addr", "", "listen address (dev_broker.addr)")
 	_ = v.BindPFlag("dev_broker.addr", cmd.Flags().Lookup("addr"))
+	cmd.Flags().String("sasl-mechanism", "", "require SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with --sasl-user and --sasl-password)")
+	cmd.Flags().String("sasl-user", "", "the SASL user clients must authenticate as")
+	cmd.Flags().String("sasl-password", "", "the SASL user's password")
+	cmd.Flags().String("tls-cert", "", "speak TLS only, with this certificate (PEM; with --tls-key)")
+	cmd.Flags().String("tls-key", "", "the private key (PEM) of --tls-cert")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/kafkaclient"
@@ -34,6 +35,15 @@ var Keys = []Key{
 	{"kafka.reply_topic", saga.ReplyTopicDefault, "Topic participants reply on."},
 	{"kafka.partitions", 8, "Partitions of topics the processes create."},
 	{"kafka.replication", 1, "Replication factor of topics the processes create."},
+	{"kafka.tls.enabled", false, "Connect to the brokers over TLS (every client: relays, consumers, topic creation, readiness)."},
+	{"kafka.tls.ca_file", "", "PEM file of the authorities that sign the brokers' certificates; empty: the system's."},
+	{"kafka.tls.cert_file", "", "Client certificate (PEM) for brokers that require client authentication; with `kafka.tls.key_file`."},
+	{"kafka.tls.key_file", "", "Client private key (PEM) of `kafka.tls.cert_file`."},
+	{"kafka.tls.server_name", "", "Name checked against the brokers' certificates; empty: each broker's host."},
+	{"kafka.tls.insecure_skip_verify", false, "Accept any broker certificate (development only)."},
+	{"kafka.sasl.mechanism", "", "SASL mechanism: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."},
+	{"kafka.sasl.username", "", "SASL user name."},
+	{"kafka.sasl.password", "", "SASL password (a secret: set it through the environment or a protected file; never logged)."},
 	{"orchestrator.schema", saga.SchemaDefault, "Postgres schema of the orchestrator's tables."},
 	{"orchestrator.group_id", "sagaflow-orchestrator", "Consumer group of the reply consumer (shared by replicas)."},
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
@@ -96,6 +106,31 @@ func loadFile(v *viper.Viper, path string) error {
 		return fmt.Errorf("read config file %s: %w", path, err)
 	}
 	return nil
+}
+
+// kafkaSecurity reads kafka.tls.* and kafka.sasl.*.
+func kafkaSecurity(v *viper.Viper) kafkaclient.Security {
+	return kafkaclient.Security{
+		TLS: kafkaclient.TLSConfig{
+			Enabled: v.GetBool("kafka.tls.enabled"), CAFile: v.GetString("kafka.tls.ca_file"),
+			CertFile: v.GetString("kafka.tls.cert_file"), KeyFile: v.GetString("kafka.tls.key_file"),
+			ServerName: v.GetString("kafka.tls.server_name"), InsecureSkipVerify: v.GetBool("kafka.tls.insecure_skip_verify"),
+		},
+		SASL: kafkaclient.SASLConfig{
+			Mechanism: v.GetString("kafka.sasl.mechanism"), Username: v.GetString("kafka.sasl.username"),
+			Password: v.GetString("kafka.sasl.password"),
+		},
+	}
+}
+
+// kafkaDialer builds the dialer of every Kafka client of the process from
+// kafka.tls.* and kafka.sasl.* (nil: plain TCP).
+func kafkaDialer(v *viper.Viper) (*kafka.Dialer, error) {
+	d, err := kafkaSecurity(v).Dialer()
+	if err != nil {
+		return nil, fmt.Errorf("kafka security: %w", err)
+	}
+	return d, nil
 }
 
 func brokers(v *viper.Viper) []string {

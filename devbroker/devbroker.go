@@ -4,9 +4,12 @@
 package devbroker
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -28,6 +31,17 @@ type Config struct {
 	// listener: put a proxy (faultproxy) there and every client connection
 	// goes through it. Addrs then returns AdvertiseAddr.
 	AdvertiseAddr string
+	// SASL, when Mechanism is set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512),
+	// makes every client authenticate as User with Password.
+	SASL SASL
+	// TLSCertFile and TLSKeyFile (PEM), when set, make the broker speak TLS
+	// only.
+	TLSCertFile, TLSKeyFile string
+}
+
+// SASL is the one user of a broker with authentication.
+type SASL struct {
+	Mechanism, User, Password string
 }
 
 // Broker is a running embedded broker.
@@ -81,6 +95,24 @@ func Start(cfg Config) (*Broker, error) {
 	}))
 	if len(cfg.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(int32(parts), cfg.Topics...))
+	}
+	if m := strings.ToUpper(cfg.SASL.Mechanism); m != "" {
+		switch m {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return nil, fmt.Errorf("devbroker: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", cfg.SASL.Mechanism)
+		}
+		if cfg.SASL.User == "" || cfg.SASL.Password == "" {
+			return nil, errors.New("devbroker: SASL needs a user and a password")
+		}
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(m, cfg.SASL.User, cfg.SASL.Password))
+	}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("devbroker: TLS certificate and key: %w", err)
+		}
+		opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -108,7 +108,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for _, t := range c.cfg.Topics {
 		dlqTopics = append(dlqTopics, t+c.cfg.DLQSuffix)
 	}
-	if err := kafkaclient.EnsureTopics(ctx, c.cfg.Brokers, DLQPartitionsDefault, 1, dlqTopics...); err != nil {
+	if err := kafkaclient.EnsureTopicsWith(ctx, c.cfg.Dialer, c.cfg.Brokers, DLQPartitionsDefault, 1, dlqTopics...); err != nil {
 		// Operators may pre-create topics and forbid creation; a missing
 		// topic will show up as a (retried) publish error.
 		c.log.Warn("inbox: could not ensure dead-letter topics", "topics", dlqTopics, "err", err)
@@ -125,7 +125,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		MaxAttempts: 3,
 	}
 	if c.cfg.Dialer != nil {
-		writer.Transport = &kafka.Transport{Dial: c.cfg.Dialer.DialFunc, TLS: c.cfg.Dialer.TLS, SASL: c.cfg.Dialer.SASLMechanism}
+		writer.Transport = kafkaclient.Transport(c.cfg.Dialer, "sagaflow-inbox-dlq")
 	}
 	defer func() {
 		if cerr := writer.Close(); cerr != nil {

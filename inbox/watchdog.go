@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/kafkaclient"
 )
 
 // watch recreates the consumer group membership (cancels the session with
@@ -19,8 +21,8 @@ import (
 // stopped answering.)
 func (c *Consumer) watch(ctx context.Context, st *state) {
 	cl := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Timeout: 5 * time.Second}
-	if d := c.cfg.Dialer; d != nil {
-		cl.Transport = &kafka.Transport{Dial: d.DialFunc, TLS: d.TLS, SASL: d.SASLMechanism}
+	if c.cfg.Dialer != nil {
+		cl.Transport = kafkaclient.Transport(c.cfg.Dialer, "sagaflow-inbox-watchdog")
 	}
 	tick := time.NewTicker(max(c.cfg.StallTimeout/4, 100*time.Millisecond))
 	defer tick.Stop()

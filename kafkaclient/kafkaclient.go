@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -28,13 +29,21 @@ func ParseBrokers(s string) []string {
 // partitions and the given replication factor. Existing topics are left as
 // they are.
 func EnsureTopics(ctx context.Context, brokers []string, partitions, replication int, topics ...string) error {
+	return EnsureTopicsWith(ctx, nil, brokers, partitions, replication, topics...)
+}
+
+// EnsureTopicsWith is EnsureTopics over connections made by d (TLS, SASL;
+// nil: plain TCP).
+func EnsureTopicsWith(ctx context.Context, d *kafka.Dialer, brokers []string, partitions, replication int, topics ...string) error {
+	if d == nil {
+		d = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+	}
 	if len(brokers) == 0 {
 		return errors.New("kafka: ensure topics: no brokers configured")
 	}
 	if len(topics) == 0 {
 		return nil
 	}
-	var d kafka.Dialer
 	conn, err := d.DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
 		return fmt.Errorf("kafka: ensure topics: dial %s: %w", brokers[0], err)

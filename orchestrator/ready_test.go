@@ -48,14 +48,14 @@ func TestReadyChecksSchemaAndBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = orchestrator.Readiness(pool, []string{dead}, sets)(context.Background())
+	err = orchestrator.Readiness(pool, []string{dead}, nil, sets)(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "kafka") {
 		t.Errorf("Readiness with a dead broker = %v, want a kafka error", err)
 	}
 	if d := time.Since(start); d > orchestrator.ReadyTimeoutDefault+time.Second {
 		t.Errorf("Readiness with a dead broker took %s, want under %s", d, orchestrator.ReadyTimeoutDefault)
 	}
-	if err := orchestrator.PingBrokers(ctx, brokers); err != nil {
+	if err := orchestrator.PingBrokers(ctx, nil, brokers); err != nil {
 		t.Errorf("PingBrokers on a live broker: %v", err)
 	}
 }

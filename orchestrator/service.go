@@ -31,6 +31,9 @@ const GroupIDDefault = "sagaflow-orchestrator"
 // Config configures a Service.
 type Config struct {
 	Brokers []string
+	// Dialer, if set, makes every Kafka connection of the service (TLS,
+	// SASL: see kafkaclient.Security); nil dials plain TCP.
+	Dialer *kafka.Dialer
 	// GroupID of the reply consumer; every replica uses the same.
 	GroupID string
 	// Partitions and Replication for topics the service creates at start
@@ -126,7 +129,7 @@ func (s *Service) Prepare(ctx context.Context) error {
 	for _, t := range s.Topics() {
 		topics = append(topics, t+inboxDLQSuffix(s.cfg.Inbox))
 	}
-	return kafkaclient.EnsureTopics(ctx, s.cfg.Brokers, s.cfg.Partitions, s.cfg.Replication, topics...)
+	return kafkaclient.EnsureTopicsWith(ctx, s.cfg.Dialer, s.cfg.Brokers, s.cfg.Partitions, s.cfg.Replication, topics...)
 }
 
 func inboxDLQSuffix(c inbox.Config) string {
@@ -221,6 +224,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Run.Replies {
 		ic := s.cfg.Inbox
 		ic.Brokers, ic.GroupID, ic.Topics, ic.Schema = s.cfg.Brokers, s.cfg.GroupID, []string{s.engine.ReplyTopic()}, s.engine.Outbox().Schema()
+		if ic.Dialer == nil {
+			ic.Dialer = s.cfg.Dialer
+		}
 		if ic.Lanes == 0 {
 			ic.Lanes = RepliesLanesDefault
 		}
@@ -239,6 +245,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Run.Relay {
 		rc := s.cfg.Relay
 		rc.Brokers = s.cfg.Brokers
+		if rc.Dialer == nil {
+			rc.Dialer = s.cfg.Dialer
+		}
 		if rc.Logger == nil {
 			rc.Logger = s.log
 		}

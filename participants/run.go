@@ -23,6 +23,7 @@ func (p *Participant) Run(ctx context.Context) error {
 	log := p.cfg.Logger.With(slog.String("participant", p.cfg.Name))
 	cons, err := inbox.New(p.pool, p.HandleCommands, &inbox.Config{
 		Brokers:   p.cfg.Brokers,
+		Dialer:    p.cfg.Dialer,
 		GroupID:   p.cfg.GroupID,
 		Topics:    []string{p.cfg.CommandTopic},
 		Schema:    p.cfg.Schema,
@@ -37,6 +38,7 @@ func (p *Participant) Run(ctx context.Context) error {
 	}
 	rel, err := relay.New(p.pool, p.outbox, &relay.Config{
 		Brokers:  p.cfg.Brokers,
+		Dialer:   p.cfg.Dialer,
 		Logger:   log.With(slog.String("component", "relay")),
 		Metrics:  p.cfg.RelayMetrics,
 		KeepSent: p.cfg.KeepSent,

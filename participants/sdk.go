@@ -3,6 +3,7 @@ package participants
 import (
 	"errors"
 	"fmt"
+	"github.com/segmentio/kafka-go"
 	"log/slog"
 	"sync"
 
@@ -20,8 +21,11 @@ type Config struct {
 	Name string
 	// Schema is the Postgres schema of the SDK tables (outbox, inbox,
 	// barrier); default Name.
-	Schema       string
-	Brokers      []string
+	Schema  string
+	Brokers []string
+	// Dialer, if set, makes every Kafka connection (TLS, SASL: see
+	// kafkaclient.Security); nil dials plain TCP.
+	Dialer       *kafka.Dialer
 	CommandTopic string // default Name + ".commands"
 	GroupID      string // default Name
 	// InboxBatchSize is the number of commands handled per transaction.

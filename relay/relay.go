@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -49,7 +50,10 @@ var ErrInvalidMessage = errors.New("relay: row cannot be published to Kafka")
 
 // Config configures one relay. Zero fields take the XxxDefault values.
 type Config struct {
-	Brokers       []string
+	Brokers []string
+	// Dialer, if set, makes the relay's Kafka connections (TLS, SASL: see
+	// kafkaclient.Security); nil dials plain TCP.
+	Dialer        *kafka.Dialer
 	BatchSize     int           // rows claimed and published per cycle; default 500
 	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
 	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default 2ms
@@ -177,7 +181,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 
-	tr := &kafka.Transport{ClientID: "sagaflow-relay", DialTimeout: r.cfg.WriteTimeout}
+	tr := kafkaclient.Transport(r.cfg.Dialer, "sagaflow-relay")
+	tr.DialTimeout = r.cfg.WriteTimeout
 	w := r.newWriter(tr)
 	defer func() {
 		if err := w.Close(); err != nil {

@@ -8,6 +8,7 @@ package reference
 import (
 	"context"
 	"fmt"
+	"github.com/segmentio/kafka-go"
 	"log/slog"
 	"sync"
 
@@ -29,6 +30,9 @@ import (
 // Options configure the reference participants.
 type Options struct {
 	Brokers []string
+	// Dialer, if set, makes every Kafka connection (TLS, SASL); nil: plain
+	// TCP.
+	Dialer *kafka.Dialer
 	// TopicPrefix is put before "<participant>.commands".
 	TopicPrefix string
 	// SchemaPrefix is put before each participant's schema name.
@@ -71,7 +75,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 	s := &Set{pool: pool, opts: opts, extra: map[string][]migrations.Set{}}
 	for _, name := range Names {
 		p, err := participants.New(pool, &participants.Config{
-			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers,
+			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers, Dialer: opts.Dialer,
 			CommandTopic:   opts.TopicPrefix + name + ".commands",
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
@@ -157,7 +161,7 @@ func (s *Set) Prepare(ctx context.Context) error {
 	if parts <= 0 {
 		parts = 8
 	}
-	return kafkaclient.EnsureTopics(ctx, s.opts.Brokers, parts, 1, s.Topics()...)
+	return kafkaclient.EnsureTopicsWith(ctx, s.opts.Dialer, s.opts.Brokers, parts, 1, s.Topics()...)
 }
 
 // Run runs every participant until ctx is cancelled; the first error stops
