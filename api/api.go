@@ -2,16 +2,20 @@
 // status and history (JSON, and the server-rendered status page under
 // /ui/), act on them as an operator, pipeline stats, and the health and
 // metrics endpoints. Every JSON error answer is {"error": "...", "field":
-// "..."} with a 4xx or 5xx status.
+// "..."} with a 4xx or 5xx status; a 500 carries only "internal error" and
+// a request_id, the details go to the log under that id.
 package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,8 +29,27 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 )
 
-// MaxBodyBytes bounds a request body.
-const MaxBodyBytes = 1 << 20
+// Request bounds.
+const (
+	// DefaultMaxDataBytes bounds a saga's data in POST /sagas
+	// (Config.MaxDataBytes, http.max_data_bytes).
+	DefaultMaxDataBytes = 64 << 10
+	// startBodySlack is what a start body may hold besides its data: the
+	// type, the keys (200 bytes each at most) and the JSON around them.
+	startBodySlack = 16 << 10
+	// MaxActionBodyBytes bounds an operator action's body and the page's
+	// forms.
+	MaxActionBodyBytes = 64 << 10
+	// HandlerTimeoutDefault bounds one request's handling
+	// (Config.HandlerTimeout, http.handler_timeout).
+	HandlerTimeoutDefault = 20 * time.Second
+	// JournalLimitDefault and JournalLimitMax bound the journal page of
+	// GET /sagas/{id} (journal_limit).
+	JournalLimitDefault = 100
+	JournalLimitMax     = 1000
+	// echoMax bounds a value of the request quoted back in an error.
+	echoMax = 100
+)
 
 // Engine is what the API needs from the saga engine.
 type Engine interface {
@@ -45,11 +68,25 @@ type StatsReader interface {
 
 // Config configures the HTTP API.
 type Config struct {
-	// AdminToken protects operator actions (Authorization: Bearer <token>).
-	// Empty: operator actions are disabled (403).
+	// AdminToken protects operator actions (Authorization: Bearer <token>)
+	// and opens everything else too. Empty: operator actions are disabled
+	// (403).
 	AdminToken string
-	// ProtectReads also requires the token for read-only endpoints.
+	// ClientToken, when set, is required (or the admin token) to start
+	// sagas, and opens the reads when they are protected.
+	ClientToken string
+	// ProtectReads requires the client or the admin token for read-only
+	// endpoints and the status page, and for starts.
 	ProtectReads bool
+	// ProtectMetrics requires the client or the admin token for /metrics
+	// and /readyz (/healthz stays open).
+	ProtectMetrics bool
+	// MaxDataBytes bounds a saga's data in POST /sagas; 0:
+	// DefaultMaxDataBytes.
+	MaxDataBytes int
+	// HandlerTimeout bounds the handling of one request (its context's
+	// deadline); 0: HandlerTimeoutDefault.
+	HandlerTimeout time.Duration
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
 	// Ready reports readiness for /readyz; nil: always ready.
@@ -59,9 +96,10 @@ type Config struct {
 
 // Server serves the API.
 type Server struct {
-	eng Engine
-	cfg Config
-	mux *http.ServeMux
+	eng                 Engine
+	cfg                 Config
+	mux                 *http.ServeMux
+	adminTok, clientTok secret
 }
 
 // New returns the API over eng.
@@ -73,7 +111,14 @@ func New(eng Engine, cfg *Config) *Server {
 	if s.cfg.Logger == nil {
 		s.cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s.mux.HandleFunc("POST /sagas", s.read(s.start))
+	if s.cfg.MaxDataBytes <= 0 {
+		s.cfg.MaxDataBytes = DefaultMaxDataBytes
+	}
+	if s.cfg.HandlerTimeout <= 0 {
+		s.cfg.HandlerTimeout = HandlerTimeoutDefault
+	}
+	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
+	s.mux.HandleFunc("POST /sagas", s.starts(s.start))
 	s.mux.HandleFunc("GET /sagas", s.read(s.list))
 	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
 	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
@@ -82,9 +127,9 @@ func New(eng Engine, cfg *Config) *Server {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})
-	s.mux.HandleFunc("GET /readyz", s.ready)
+	s.mux.HandleFunc("GET /readyz", s.ops(s.ready))
 	if s.cfg.Gatherer != nil {
-		s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+		s.mux.Handle("GET /metrics", s.ops(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	}
 	return s
 }
@@ -92,12 +137,28 @@ func New(eng Engine, cfg *Config) *Server {
 // Mux exposes the router so other packages can add pages.
 func (s *Server) Mux() *http.ServeMux { return s.mux }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP sets the headers every answer carries and bounds the
+// request's handling by Config.HandlerTimeout. (No endpoint streams.)
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.HandlerTimeout)
+	defer cancel()
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
+}
 
 // Error is the JSON error body.
 type Error struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
+	// Limit is the bound a 413 answer exceeded, in bytes.
+	Limit int `json:"limit,omitempty"`
+	// RequestID names a 5xx answer in the server's log.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -108,52 +169,70 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// errorMax bounds an error message.
+const errorMax = 1000
+
 func fail(w http.ResponseWriter, status int, field, format string, args ...any) {
-	writeJSON(w, status, Error{Error: fmt.Sprintf(format, args...), Field: field})
+	writeJSON(w, status, Error{Error: cut(fmt.Sprintf(format, args...), errorMax), Field: cut(field, echoMax)})
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AdminToken == "" {
-		return false
+// cut shortens s to at most max bytes on a rune boundary, marking the cut.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtleEqual(tok, s.cfg.AdminToken)
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("...(%d bytes)", len(s))
 }
 
-func subtleEqual(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var v byte
-	for i := range len(a) {
-		v |= a[i] ^ b[i]
-	}
-	return v == 0
+// echo quotes a value of the request for an error message, cut to
+// echoMax bytes.
+func echo(v string) string { return strconv.Quote(cut(v, echoMax)) }
+
+// newRequestID returns a random id naming one request in the log.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
-func (s *Server) read(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.ProtectReads && !s.authorized(r) {
-			fail(w, http.StatusUnauthorized, "", "a bearer token is required")
-			return
+// internal logs err under a new request id and returns the status and body
+// of the answer: 503 when the request ran out of time, else 500; neither
+// carries err's text.
+func (s *Server) internal(r *http.Request, what string, err error) (int, Error) {
+	id := newRequestID()
+	status, msg := http.StatusInternalServerError, "internal error"
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+		status, msg = http.StatusServiceUnavailable, fmt.Sprintf("the request did not finish within %s (http.handler_timeout)", s.cfg.HandlerTimeout)
+	}
+	s.cfg.Logger.ErrorContext(r.Context(), what, slog.String("request_id", id), slog.String("method", r.Method),
+		slog.String("path", cut(r.URL.Path, 200)), slog.String("error", err.Error()))
+	return status, Error{Error: msg, RequestID: id}
+}
+
+// failInternal answers err as internal does.
+func (s *Server) failInternal(w http.ResponseWriter, r *http.Request, what string, err error) {
+	status, body := s.internal(r, what, err)
+	w.Header().Set("X-Request-Id", body.RequestID)
+	writeJSON(w, status, body)
+}
+
+// jsonBody reports whether r says its body is JSON: application/json, with
+// parameters, a charset only utf-8. Otherwise it answers 415.
+func jsonBody(w http.ResponseWriter, r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return true
 		}
-		h(w, r)
 	}
-}
-
-func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.AdminToken == "" {
-			fail(w, http.StatusForbidden, "", "operator actions are disabled: set http.admin_token")
-			return
-		}
-		if !s.authorized(r) {
-			fail(w, http.StatusUnauthorized, "", "a valid bearer token is required for operator actions")
-			return
-		}
-		h(w, r)
-	}
+	w.Header().Set("Accept-Post", "application/json")
+	fail(w, http.StatusUnsupportedMediaType, "", "Content-Type must be application/json, not %s", echo(ct))
+	return false
 }
 
 // StartBody is the body of POST /sagas.
@@ -172,10 +251,20 @@ type StartAnswer struct {
 	Created bool       `json:"created"`
 }
 
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+// decodeBody reads r's JSON body, at most limit bytes, into v; limitMsg
+// says what the limit is when it is exceeded (413).
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, limit int, limitMsg string) bool {
+	if !jsonBody(w, r) {
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
 	if err != nil {
-		fail(w, http.StatusRequestEntityTooLarge, "", "body larger than %d bytes", MaxBodyBytes)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, Error{Error: limitMsg, Limit: limit})
+		} else {
+			fail(w, http.StatusBadRequest, "", "the body could not be read (sent too slowly, or cut off)")
+		}
 		return false
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -189,12 +278,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te):
-			fail(w, http.StatusBadRequest, te.Field, "field %q must be a JSON %s", te.Field, te.Type)
+			fail(w, http.StatusBadRequest, te.Field, "field %s must be a JSON %s", echo(te.Field), te.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			fail(w, http.StatusBadRequest, f, "unknown field %q", f)
+			fail(w, http.StatusBadRequest, f, "unknown field %s", echo(f))
 		default:
-			fail(w, http.StatusBadRequest, "", "body is not valid JSON: %v", err)
+			fail(w, http.StatusBadRequest, "", "body is not valid JSON: %s", cut(err.Error(), 200))
 		}
 		return false
 	}
@@ -203,7 +292,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	var b StartBody
-	if !decodeBody(w, r, &b) {
+	max := s.cfg.MaxDataBytes
+	if !decodeBody(w, r, &b, max+startBodySlack, fmt.Sprintf("the body is larger than %d bytes: saga data may be at most %d bytes (http.max_data_bytes)", max+startBodySlack, max)) {
 		return
 	}
 	switch {
@@ -219,9 +309,13 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	case len(b.Data) == 0 || b.Data[0] != '{':
 		fail(w, http.StatusBadRequest, "data", "data must be a JSON object")
 		return
+	case len(b.Data) > max:
+		writeJSON(w, http.StatusRequestEntityTooLarge, Error{Field: "data", Limit: max,
+			Error: fmt.Sprintf("data is %d bytes; at most %d bytes are accepted (http.max_data_bytes)", len(b.Data), max)})
+		return
 	}
 	if _, ok := s.eng.Registry().Latest(b.Type); !ok {
-		fail(w, http.StatusBadRequest, "type", "unknown saga type %q (known: %s)", b.Type, strings.Join(s.eng.Registry().Types(), ", "))
+		fail(w, http.StatusBadRequest, "type", "unknown saga type %s (known: %s)", echo(b.Type), strings.Join(s.eng.Registry().Types(), ", "))
 		return
 	}
 	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
@@ -235,8 +329,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, field, "%v", err)
 		return
 	case err != nil:
-		s.cfg.Logger.ErrorContext(r.Context(), "start saga", slog.String("error", err.Error()))
-		fail(w, http.StatusInternalServerError, "", "could not start the saga: %v", err)
+		s.failInternal(w, r, "start saga", err)
 		return
 	}
 	status := http.StatusCreated
@@ -254,13 +347,18 @@ type StepView struct {
 	Pivot bool `json:"pivot,omitempty"`
 }
 
-// SagaView answers GET /sagas/{id}.
+// SagaView answers GET /sagas/{id} and the operator actions. Journal is
+// one page, oldest first, of the newest entries (those before
+// journal_before when given); JournalNext, when set, is the
+// journal_before of the page of older entries.
 type SagaView struct {
 	saga.Instance
-	CurrentStep string              `json:"current_step,omitempty"`
-	Steps       []StepView          `json:"steps"`
-	Journal     []saga.JournalEntry `json:"journal,omitempty"`
-	NextWakeup  *time.Time          `json:"next_wakeup_at,omitempty"`
+	CurrentStep  string              `json:"current_step,omitempty"`
+	Steps        []StepView          `json:"steps"`
+	Journal      []saga.JournalEntry `json:"journal,omitempty"`
+	JournalNext  string              `json:"journal_next,omitempty"`
+	JournalTotal int                 `json:"journal_total,omitempty"`
+	NextWakeup   *time.Time          `json:"next_wakeup_at,omitempty"`
 }
 
 func (s *Server) view(in saga.Instance, journal []saga.JournalEntry) SagaView {
@@ -276,6 +374,84 @@ func (s *Server) view(in saga.Instance, journal []saga.JournalEntry) SagaView {
 	return v
 }
 
+// SagaSummary is one saga in GET /sagas: its facts without data, steps or
+// journal (GET /sagas/{id} has those).
+type SagaSummary struct {
+	ID             uuid.UUID  `json:"id"`
+	Type           string     `json:"type"`
+	DefVersion     int        `json:"definition_version"`
+	AggregateID    string     `json:"aggregate_id"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	State          saga.State `json:"state"`
+	CurrentStep    string     `json:"current_step,omitempty"`
+	Version        int64      `json:"version"`
+	Flag           string     `json:"flag,omitempty"`
+	DeadlineAt     *time.Time `json:"deadline_at,omitempty"`
+	NextWakeup     *time.Time `json:"next_wakeup_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+}
+
+func summary(in saga.Instance) SagaSummary {
+	return SagaSummary{ID: in.ID, Type: in.Type, DefVersion: in.DefVersion, AggregateID: in.AggregateID, IdempotencyKey: in.IdempotencyKey,
+		State: in.State, CurrentStep: activeStep(in), Version: in.Version, Flag: in.Flag, DeadlineAt: in.DeadlineAt, NextWakeup: in.NextWakeup(),
+		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, FinishedAt: in.FinishedAt}
+}
+
+// JournalPage selects a page of a saga's journal: the Limit newest
+// entries with an id below Before (0: the newest).
+type JournalPage struct {
+	Limit  int
+	Before int64
+}
+
+// ParseJournalPage reads journal_limit and journal_before.
+func ParseJournalPage(q map[string][]string) (JournalPage, string, error) {
+	p := JournalPage{Limit: JournalLimitDefault}
+	if v := q["journal_limit"]; len(v) > 0 && v[0] != "" {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > JournalLimitMax {
+			return p, "journal_limit", fmt.Errorf("journal_limit %s must be an integer from 1 to %d", echo(v[0]), JournalLimitMax)
+		}
+		p.Limit = n
+	}
+	if v := q["journal_before"]; len(v) > 0 && v[0] != "" {
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil || n < 1 {
+			return p, "journal_before", fmt.Errorf("journal_before %s must be a journal id (a previous answer's journal_next)", echo(v[0]))
+		}
+		p.Before = n
+	}
+	return p, "", nil
+}
+
+// cutJournal returns the page p of journal (oldest first, ids rising) and
+// the cursor of the older entries ("" when there are none).
+func cutJournal(journal []saga.JournalEntry, p JournalPage) ([]saga.JournalEntry, string) {
+	end := len(journal)
+	if p.Before > 0 {
+		end = 0
+		for end < len(journal) && journal[end].ID < p.Before {
+			end++
+		}
+	}
+	start := max(0, end-p.Limit)
+	page := journal[start:end]
+	if start > 0 && len(page) > 0 {
+		return page, strconv.FormatInt(page[0].ID, 10)
+	}
+	return page, ""
+}
+
+// detail is the view of a saga with one page of its journal.
+func (s *Server) detail(in saga.Instance, journal []saga.JournalEntry, p JournalPage) SagaView {
+	page, next := cutJournal(journal, p)
+	v := s.view(in, page)
+	v.JournalNext, v.JournalTotal = next, len(journal)
+	return v
+}
+
 // activeStep is the step a saga is at: the active one while it runs or
 // compensates, the one it stopped at when failed; "" once settled.
 func activeStep(in saga.Instance) string {
@@ -288,7 +464,12 @@ func activeStep(in saga.Instance) string {
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		fail(w, http.StatusBadRequest, "id", "saga id %q is not a UUID", r.PathValue("id"))
+		fail(w, http.StatusBadRequest, "id", "saga id %s is not a UUID", echo(r.PathValue("id")))
+		return
+	}
+	jp, field, err := ParseJournalPage(r.URL.Query())
+	if err != nil {
+		fail(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
 	in, journal, err := s.eng.Get(r.Context(), id)
@@ -297,10 +478,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "id", "no saga %s", id)
 		return
 	case err != nil:
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+		s.failInternal(w, r, "read saga", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(in, journal))
+	writeJSON(w, http.StatusOK, s.detail(in, journal, jp))
 }
 
 // ParseFilter reads a saga.Filter from query parameters.
@@ -313,33 +494,33 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor")}
 	if f.State != "" && !f.State.Valid() {
-		return f, "state", fmt.Errorf("state %q must be one of running, compensating, completed, compensated, failed", f.State)
+		return f, "state", fmt.Errorf("state %s must be one of running, compensating, completed, compensated, failed", echo(string(f.State)))
 	}
 	if v := get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > saga.ListLimitMax {
-			return f, "limit", fmt.Errorf("limit %q must be an integer from 1 to %d", v, saga.ListLimitMax)
+			return f, "limit", fmt.Errorf("limit %s must be an integer from 1 to %d", echo(v), saga.ListLimitMax)
 		}
 		f.Limit = n
 	}
 	if v := get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return f, "older_than", fmt.Errorf("older_than %q must be a duration like 30s or 5m", v)
+			return f, "older_than", fmt.Errorf("older_than %s must be a duration like 30s or 5m", echo(v))
 		}
 		f.OlderThan = d
 	}
 	if v := get("stuck"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return f, "stuck", fmt.Errorf("stuck %q must be true or false", v)
+			return f, "stuck", fmt.Errorf("stuck %s must be true or false", echo(v))
 		}
 		f.Stuck = b
 	}
 	if v := get("stuck_after"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return f, "stuck_after", fmt.Errorf("stuck_after %q must be a positive duration", v)
+			return f, "stuck_after", fmt.Errorf("stuck_after %s must be a positive duration", echo(v))
 		}
 		f.StuckAfter = d
 	}
@@ -358,15 +539,15 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "cursor", "%v", err)
 		return
 	case err != nil:
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+		s.failInternal(w, r, "list sagas", err)
 		return
 	}
 	out := struct {
-		Sagas []SagaView `json:"sagas"`
-		Next  string     `json:"next,omitempty"`
-	}{Sagas: []SagaView{}, Next: p.Next}
+		Sagas []SagaSummary `json:"sagas"`
+		Next  string        `json:"next,omitempty"`
+	}{Sagas: []SagaSummary{}, Next: p.Next}
 	for _, in := range p.Sagas {
-		out.Sagas = append(out.Sagas, s.view(in, nil))
+		out.Sagas = append(out.Sagas, summary(in))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -379,48 +560,53 @@ type ActionBody struct {
 }
 
 // actionError is a refused or failed operator action: the HTTP status, the
-// field at fault and a message for a person.
+// field at fault, a message for a person and, for a 5xx, the request id
+// the log has the details under.
 type actionError struct {
-	status int
-	field  string
-	msg    string
+	status    int
+	field     string
+	msg       string
+	requestID string
 }
 
-// act validates and applies an operator action through the engine's one
-// door. A refused action writes nothing.
 // plainText reports whether v is storable text of at most max bytes.
 func plainText(v string, max int) bool {
 	return len(v) <= max && utf8.ValidString(v) && !strings.ContainsRune(v, 0)
 }
 
-func (s *Server) act(ctx context.Context, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
+// act validates and applies an operator action through the engine's one
+// door. A refused action writes nothing.
+func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
 	switch action {
 	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
 	default:
-		return saga.Instance{}, &actionError{http.StatusNotFound, "action", fmt.Sprintf("unknown action %q; want retry, compensate or resolve", action)}
+		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate or resolve", echo(string(action)))}
+	}
+	bad := func(field, msg string) (saga.Instance, *actionError) {
+		return saga.Instance{}, &actionError{status: http.StatusBadRequest, field: field, msg: msg}
 	}
 	switch {
 	case strings.TrimSpace(b.Actor) == "":
-		return saga.Instance{}, &actionError{http.StatusBadRequest, "actor", "actor is required (who acts)"}
+		return bad("actor", "actor is required (who acts)")
 	case strings.TrimSpace(b.Reason) == "":
-		return saga.Instance{}, &actionError{http.StatusBadRequest, "reason", "reason is required (why)"}
+		return bad("reason", "reason is required (why)")
 	case !plainText(b.Actor, 200):
-		return saga.Instance{}, &actionError{http.StatusBadRequest, "actor", "actor must be UTF-8 text without NUL characters, at most 200 bytes"}
+		return bad("actor", "actor must be UTF-8 text without NUL characters, at most 200 bytes")
 	case !plainText(b.Reason, 2000):
-		return saga.Instance{}, &actionError{http.StatusBadRequest, "reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes"}
+		return bad("reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes")
 	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
-		return saga.Instance{}, &actionError{http.StatusBadRequest, "outcome", "outcome must be completed or compensated"}
+		return bad("outcome", "outcome must be completed or compensated")
 	}
-	in, err := s.eng.Operate(ctx, id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
+	in, err := s.eng.Operate(r.Context(), id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
 	var refused *saga.RefusedError
 	switch {
 	case errors.Is(err, saga.ErrNotFound):
-		return in, &actionError{http.StatusNotFound, "id", fmt.Sprintf("no saga %s", id)}
+		return in, &actionError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf("no saga %s", id)}
 	case errors.As(err, &refused):
-		return in, &actionError{http.StatusConflict, "action", fmt.Sprintf("%s refused: %s", action, refused.Why)}
+		return in, &actionError{status: http.StatusConflict, field: "action", msg: fmt.Sprintf("%s refused: %s", action, refused.Why)}
 	case err != nil:
-		s.cfg.Logger.ErrorContext(ctx, "operator action", slog.String("saga_id", id.String()), slog.String("action", string(action)), slog.String("error", err.Error()))
-		return in, &actionError{http.StatusInternalServerError, "", fmt.Sprintf("%s on saga %s failed: %v", action, id, err)}
+		status, body := s.internal(r, fmt.Sprintf("operator action %s on saga %s", action, id), err)
+		return in, &actionError{status: status, msg: body.Error, requestID: body.RequestID}
 	}
 	return in, nil
 }
@@ -428,31 +614,39 @@ func (s *Server) act(ctx context.Context, id uuid.UUID, action saga.OperatorActi
 func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		fail(w, http.StatusBadRequest, "id", "saga id %q is not a UUID", r.PathValue("id"))
+		fail(w, http.StatusBadRequest, "id", "saga id %s is not a UUID", echo(r.PathValue("id")))
 		return
 	}
 	action := saga.OperatorAction(r.PathValue("action"))
 	switch action {
 	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
 	default:
-		fail(w, http.StatusNotFound, "action", "unknown action %q; want retry, compensate or resolve", action)
+		fail(w, http.StatusNotFound, "action", "unknown action %s; want retry, compensate or resolve", echo(string(action)))
+		return
+	}
+	jp, field, err := ParseJournalPage(r.URL.Query())
+	if err != nil {
+		fail(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
 	var b ActionBody
-	if !decodeBody(w, r, &b) {
+	if !decodeBody(w, r, &b, MaxActionBodyBytes, fmt.Sprintf("the body is larger than %d bytes", MaxActionBodyBytes)) {
 		return
 	}
-	in, aerr := s.act(r.Context(), id, action, b)
+	in, aerr := s.act(r, id, action, b)
 	if aerr != nil {
-		fail(w, aerr.status, aerr.field, "%s", aerr.msg)
+		if aerr.requestID != "" {
+			w.Header().Set("X-Request-Id", aerr.requestID)
+		}
+		writeJSON(w, aerr.status, Error{Error: aerr.msg, Field: aerr.field, RequestID: aerr.requestID})
 		return
 	}
 	_, journal, err := s.eng.Get(r.Context(), id)
 	if err != nil {
-		fail(w, http.StatusInternalServerError, "", "%v", err)
+		s.failInternal(w, r, "read saga after operator action", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(in, journal))
+	writeJSON(w, http.StatusOK, s.detail(in, journal, jp))
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -460,7 +654,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": cut(err.Error(), errorMax)})
 			return
 		}
 	}

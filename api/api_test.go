@@ -76,6 +76,9 @@ func (e *env) do(method, path string, body any, header ...string) (int, map[stri
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

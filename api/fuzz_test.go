@@ -82,6 +82,7 @@ func FuzzStartBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequestWithContext(context.Background(), "POST", "/sagas", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		code, out := serve(t, h, req)
 		switch {
 		case code == http.StatusCreated || code == http.StatusOK:
@@ -160,6 +161,7 @@ func FuzzActionBody(f *testing.F) {
 		action := actions[int(pick/2)%len(actions)]
 		req := httptest.NewRequestWithContext(context.Background(), "POST", "/sagas/"+id.String()+"/actions/"+action, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("Content-Type", "application/json")
 		code, out := serve(t, h, req)
 		switch code {
 		case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge:

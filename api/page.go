@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,9 +32,6 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"short": func(id uuid.UUID) string { return id.String()[:8] },
 }).ParseFS(templateFS, "templates/*.html"))
 
-// tokenCookie carries the token for read pages when reads are protected.
-const tokenCookie = "sagaflow_token"
-
 func (s *Server) routePages() {
 	s.mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/sagas", http.StatusFound)
@@ -44,16 +42,14 @@ func (s *Server) routePages() {
 	s.mux.HandleFunc("POST /ui/login", s.login)
 }
 
-// page guards a read page: when reads are protected it wants the token in
-// the Authorization header or the cookie set by /ui/login.
+// page guards a read page: when reads are protected it wants the client or
+// the admin token in the Authorization header, or the session cookie set
+// by /ui/login.
 func (s *Server) page(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.ProtectReads && !s.authorized(r) {
-			c, err := r.Cookie(tokenCookie)
-			if err != nil || s.cfg.AdminToken == "" || !subtleEqual(c.Value, s.cfg.AdminToken) {
-				s.render(w, http.StatusUnauthorized, "login", loginData{Back: r.URL.RequestURI()})
-				return
-			}
+		if s.cfg.ProtectReads && s.requestRole(r) == roleNone && s.sessionRole(r, time.Now()) == roleNone {
+			s.render(w, http.StatusUnauthorized, "login", loginData{Back: safeBack(r.URL.RequestURI())})
+			return
 		}
 		h(w, r)
 	}
@@ -64,31 +60,49 @@ type loginData struct {
 	Error string
 }
 
+// login checks the token of the page's form and sets the session cookie:
+// HttpOnly, SameSite=Strict, Secure over TLS, for SessionTTL. It redirects
+// to back, a path under /ui/ only.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
 	_ = r.ParseForm()
-	back := r.PostFormValue("back")
-	if !strings.HasPrefix(back, "/ui/") {
-		back = "/ui/sagas"
-	}
-	tok := r.PostFormValue("token")
-	if s.cfg.AdminToken == "" || !subtleEqual(tok, s.cfg.AdminToken) {
-		s.render(w, http.StatusUnauthorized, "login", loginData{Back: back, Error: "That token is not the admin token."})
+	back := safeBack(r.PostFormValue("back"))
+	rl := s.roleOf(r.PostFormValue("token"))
+	if rl == roleNone {
+		s.render(w, http.StatusUnauthorized, "login", loginData{Back: back, Error: "That token is neither the admin nor the client token."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.newSession(rl, time.Now()), Path: "/ui/", MaxAge: int(SessionTTL / time.Second),
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// pageCSP is the status page's Content-Security-Policy: no script, inline
+// styles, forms to this server only, never in a frame.
+const pageCSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// internalPage renders the error page of an internal error, without its
+// text (the log has it under the request id).
+func (s *Server) internalPage(w http.ResponseWriter, r *http.Request, what string, err error) {
+	status, body := s.internal(r, what, err)
+	w.Header().Set("X-Request-Id", body.RequestID)
+	s.render(w, status, "error", internalText(body))
+}
+
+func internalText(body Error) string {
+	return fmt.Sprintf("The server could not answer: %s (request id %s; the server's log has the details).", body.Error, body.RequestID)
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
 	var buf bytes.Buffer
 	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
-		s.cfg.Logger.Error("render page", "page", name, "error", err.Error())
-		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
+		id := newRequestID()
+		s.cfg.Logger.Error("render page", slog.String("page", name), slog.String("request_id", id), slog.String("error", err.Error()))
+		http.Error(w, "internal error (request id "+id+")", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+	w.Header().Set("Content-Security-Policy", pageCSP)
 	w.WriteHeader(status)
 	_, _ = buf.WriteTo(w)
 }
@@ -151,9 +165,12 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.eng.List(r.Context(), f)
 	if err != nil {
-		d.Error, status = err.Error(), http.StatusBadRequest
+		d.Error, status = cut(err.Error(), errorMax), http.StatusBadRequest
 		if !errors.Is(err, saga.ErrInvalidInput) {
-			status = http.StatusInternalServerError
+			var body Error
+			status, body = s.internal(r, "list sagas (page)", err)
+			w.Header().Set("X-Request-Id", body.RequestID)
+			d.Error = internalText(body)
 		}
 		s.render(w, status, "list", d)
 		return
@@ -190,16 +207,18 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 // ---- detail ----
 
 type detailData struct {
-	Saga    SagaView
-	Def     int
-	Span    string
-	Steps   []stepRow
-	Journal []journalRow
-	Notice  string
-	Error   string
-	Form    ActionBody
-	Action  string
-	Now     string
+	Saga SagaView
+	// Older links the page of older journal entries, Newest the first page.
+	Older, Newest string
+	Def           int
+	Span          string
+	Steps         []stepRow
+	Journal       []journalRow
+	Notice        string
+	Error         string
+	Form          ActionBody
+	Action        string
+	Now           string
 }
 
 type stepRow struct {
@@ -245,7 +264,12 @@ func notice(done string) string {
 func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int, d detailData) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %q is not a UUID.", r.PathValue("id")))
+		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %s is not a UUID.", echo(r.PathValue("id"))))
+		return
+	}
+	jp, _, err := ParseJournalPage(r.URL.Query())
+	if err != nil {
+		s.render(w, http.StatusBadRequest, "error", err.Error()+".")
 		return
 	}
 	in, journal, err := s.eng.Get(r.Context(), id)
@@ -254,15 +278,21 @@ func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int
 		s.render(w, http.StatusNotFound, "error", fmt.Sprintf("There is no saga %s.", id))
 		return
 	case err != nil:
-		s.render(w, http.StatusInternalServerError, "error", fmt.Sprintf("Cannot read saga %s: %v", id, err))
+		s.internalPage(w, r, "read saga (page)", err)
 		return
 	}
 	now := time.Now()
-	d.Saga = s.view(in, journal)
+	d.Saga = s.detail(in, journal, jp)
 	d.Now = now.UTC().Format(time.RFC3339)
 	d.Steps, d.Span = timeline(d.Saga, now)
-	for i := len(journal) - 1; i >= 0; i-- {
-		j := journal[i]
+	if d.Saga.JournalNext != "" {
+		d.Older = "/ui/sagas/" + id.String() + "?journal_before=" + d.Saga.JournalNext
+	}
+	if jp.Before > 0 {
+		d.Newest = "/ui/sagas/" + id.String()
+	}
+	for i := len(d.Saga.Journal) - 1; i >= 0; i-- {
+		j := d.Saga.Journal[i]
 		row := journalRow{At: j.At.UTC().Format("2006-01-02 15:04:05.000"), Event: j.Event, Step: j.Step, Action: j.Action,
 			From: string(j.From), To: string(j.To), Actor: j.Actor, Reason: j.Reason, Ignored: j.Ignored,
 			Operator: strings.HasPrefix(j.Event, saga.JournalOperator)}
@@ -397,31 +427,34 @@ func fmtDur(d time.Duration) string {
 // The admin token comes in the form's token field. Success redirects to the
 // detail page; a refusal renders it with the reason and the 4xx status.
 func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
 	if err := r.ParseForm(); err != nil {
-		s.render(w, http.StatusBadRequest, "error", "The form could not be read: "+err.Error())
+		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("The form could not be read (at most %d bytes of form fields).", MaxActionBodyBytes))
 		return
 	}
 	action := r.PathValue("action")
 	form := ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome"))}
 	d := detailData{Form: form, Action: action}
-	if s.cfg.AdminToken == "" {
+	if !s.adminTok.set {
 		d.Error = "Operator actions are disabled on this server (http.admin_token is not set). Nothing was changed."
 		s.renderDetail(w, r, http.StatusForbidden, d)
 		return
 	}
-	if !subtleEqual(r.PostFormValue("token"), s.cfg.AdminToken) {
+	if s.roleOf(r.PostFormValue("token")) != roleAdmin {
 		d.Error = "The admin token is missing or wrong. Nothing was changed."
 		s.renderDetail(w, r, http.StatusUnauthorized, d)
 		return
 	}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %q is not a UUID.", r.PathValue("id")))
+		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %s is not a UUID.", echo(r.PathValue("id"))))
 		return
 	}
-	if _, aerr := s.act(r.Context(), id, saga.OperatorAction(action), form); aerr != nil {
+	if _, aerr := s.act(r, id, saga.OperatorAction(action), form); aerr != nil {
 		d.Error = aerr.msg + ". Nothing was changed."
+		if aerr.requestID != "" {
+			d.Error = internalText(Error{Error: aerr.msg, RequestID: aerr.requestID}) + " The action may or may not have been applied: reload the page."
+		}
 		s.renderDetail(w, r, aerr.status, d)
 		return
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/sagaflow/sagaflow/saga"
@@ -88,7 +87,11 @@ func (s *Server) readStats(r *http.Request) (StatsView, int, string, error) {
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	v, status, field, err := s.readStats(r)
-	if err != nil {
+	switch {
+	case status == http.StatusInternalServerError:
+		s.failInternal(w, r, "read stats", err)
+		return
+	case err != nil:
 		fail(w, status, field, "%v", err)
 		return
 	}
@@ -102,5 +105,5 @@ func (e statsError) Error() string { return string(e) }
 const errNoStats = statsError("this engine does not report stats")
 
 func errWindow(q string) error {
-	return statsError("window " + strconv.Quote(q) + " must be a positive duration like 15m or 24h")
+	return statsError("window " + echo(q) + " must be a positive duration like 15m or 24h")
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -75,8 +76,9 @@ func TestStartBodyValidation(t *testing.T) {
 		{"aggregate_id too long", raw(typ, key, `"`+strings.Repeat("o", 201)+`"`, goodData), 400, "aggregate_id"},
 		{"NUL in data", raw(typ, key, agg, `{"order_id": "o\u0000", "customer": "c-1", "sku": "s", "qty": 1}`), 400, "data"},
 		{"text after the body", raw(typ, key, agg, goodData) + ` {}`, 400, ""},
-		// Oversize.
+		// Oversize: the body, and the data alone.
 		{"body over 1 MiB", raw(typ, key, agg, `{"order_id": "`+strings.Repeat("x", 1<<20)+`"}`), 413, ""},
+		{"data over http.max_data_bytes", raw(typ, key, agg, `{"order_id": "`+strings.Repeat("x", api.DefaultMaxDataBytes)+`"}`), 413, "data"},
 	}
 	for _, c := range cases {
 		code, out := e.do("POST", "/sagas", c.body)
@@ -92,11 +94,12 @@ func TestStartBodyValidation(t *testing.T) {
 	if len(p.Sagas) != 0 {
 		t.Fatalf("%d sagas exist after only bad requests", len(p.Sagas))
 	}
-	// A body just under the limit is read (and judged on its content).
-	pad := strings.Repeat(" ", (1<<20)-200)
+	// A body padded past the data limit (but not the body's) is read and
+	// judged on its content.
+	pad := strings.Repeat(" ", api.DefaultMaxDataBytes)
 	code, out := e.do("POST", "/sagas", raw(typ, key, agg, goodData)+pad)
 	if code != http.StatusCreated {
-		t.Fatalf("a valid body padded to just under 1 MiB: %d %v, want 201", code, out)
+		t.Fatalf("a valid body padded with %d spaces: %d %v, want 201", len(pad), code, out)
 	}
 }
 
