@@ -73,33 +73,34 @@ func CheckRecordHeadersLimits[H RecordHeader](hs []H, l HeaderLimits) error {
 	if l.MaxTotalBytes <= 0 {
 		l.MaxTotalBytes = MaxHeadersBytesDefault
 	}
+	// Sizes first, cheap and what matters most: the header of ours that is
+	// too long is named rather than the sum it makes too large.
 	total := 0
-	for _, h := range hs {
-		total += len(Header(h).Key) + len(Header(h).Value)
-	}
-	if total > l.MaxTotalBytes {
-		return fmt.Errorf("%w: the record's %d headers are %d bytes (keys and values), more than the %d allowed", ErrInvalid, len(hs), total, l.MaxTotalBytes)
-	}
 	var seen [3]int // message-id, saga-id, content-type
-	for i, hh := range hs {
+	for _, hh := range hs {
 		h := Header(hh)
-		if p := textProblem(h.Key); p != "" {
-			return &FieldError{Field: fmt.Sprintf("header %d's key", i), Reason: p}
-		}
-		own := false
+		total += len(h.Key) + len(h.Value)
 		for j, name := range ownHeaders {
 			if h.Key != name {
 				continue
 			}
-			own = true
+			if len(h.Value) > l.MaxValueBytes {
+				return &FieldError{Field: "header " + name, Reason: fmt.Sprintf("is %d bytes, longer than the %d allowed", len(h.Value), l.MaxValueBytes)}
+			}
 			if j < len(seen) {
 				if seen[j]++; seen[j] > 1 {
 					return &FieldError{Field: "header " + name, Reason: "appears more than once"}
 				}
 			}
 		}
-		if own && len(h.Value) > l.MaxValueBytes {
-			return &FieldError{Field: "header " + h.Key, Reason: fmt.Sprintf("is %d bytes, longer than the %d allowed", len(h.Value), l.MaxValueBytes)}
+	}
+	if total > l.MaxTotalBytes {
+		return fmt.Errorf("%w: the record's %d headers are %d bytes (keys and values), more than the %d allowed", ErrInvalid, len(hs), total, l.MaxTotalBytes)
+	}
+	for _, hh := range hs {
+		h := Header(hh)
+		if p := textProblem(h.Key); p != "" {
+			return &FieldError{Field: "header " + h.Key, Reason: "has a key that " + p}
 		}
 		if utf8.Valid(h.Value) && bytes.IndexByte(h.Value, 0) < 0 {
 			continue

@@ -87,8 +87,8 @@ type Reply struct {
 	Payload   json.RawMessage `json:"payload,omitempty"`
 }
 
-// FieldError names the field of an envelope (or the header) that was
-// wrong. Its text is safe to store and print: bad values appear quoted
+// FieldError names the field of an envelope (or, with a Field "header
+// <name>", the header) that was wrong. Its text is safe to store and print: bad values appear quoted
 // with Go escapes and cut short, and the whole is valid UTF-8 without NUL,
 // at most MaxErrorBytes bytes.
 type FieldError struct {
@@ -97,7 +97,11 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return Truncate(fmt.Sprintf("%v: field %s %s", ErrInvalid, quote(e.Field, 64), e.Reason), MaxErrorBytes)
+	what, name := "field", e.Field
+	if h, ok := strings.CutPrefix(e.Field, "header "); ok {
+		what, name = "header", h // Field "header saga-id": header "saga-id" ...
+	}
+	return Truncate(fmt.Sprintf("%v: %s %s %s", ErrInvalid, what, quote(name, 64), e.Reason), MaxErrorBytes)
 }
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 

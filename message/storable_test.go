@@ -480,14 +480,16 @@ func TestCheckRecordHeaders(t *testing.T) {
 		{"ours", std, nil},
 		{"foreign text", slices.Concat(h("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "", ""), std), nil},
 		{"dlq reason at the bound", h(message.HeaderDLQReason, strings.Repeat("r", message.MaxHeaderValueBytesDefault)), nil},
-		{"NUL in a key", h("a\x00b", "v"), []string{`field "header 0's key"`, "NUL character (U+0000) at byte 1"}},
-		{"invalid UTF-8 in a key", slices.Concat(std, h("\xff", "v")), []string{`"header 3's key"`, "not valid UTF-8 at byte 0"}},
-		{"NUL in our value", h(message.HeaderSagaID, "7c9e6679\x00"), []string{`field "header saga-id"`, "NUL character (U+0000) at byte 8"}},
-		{"invalid UTF-8 in a foreign value", h("x-trace", "ok\xc3"), []string{`"header x-trace"`, "not valid UTF-8 at byte 2"}},
-		{"long message id", h(message.HeaderMessageID, strings.Repeat("\x00", 2048)), []string{`field "header message-id" is 2048 bytes, longer than the 1024 allowed`}},
-		{"long dlq reason", h(message.HeaderDLQReason, strings.Repeat("r", 1025)), []string{`"header dlq-reason"`, "1025 bytes"}},
-		{"duplicate message id", slices.Concat(std, h(message.HeaderMessageID, uuid.NewString())), []string{`"header message-id"`, "more than once"}},
+		{"NUL in a key", h("a\x00b", "v"), []string{`header "a\x00b" has a key that contains a NUL character (U+0000) at byte 1`}},
+		{"invalid UTF-8 in a key", slices.Concat(std, h("\xff", "v")), []string{`header "\xff" has a key that is not valid UTF-8 at byte 0`}},
+		{"NUL in our value", h(message.HeaderSagaID, "7c9e6679\x00"), []string{`header "saga-id" contains a NUL character (U+0000) at byte 8`}},
+		{"invalid UTF-8 in a foreign value", h("x-trace", "ok\xc3"), []string{`header "x-trace" is not valid UTF-8 at byte 2`}},
+		{"long message id", h(message.HeaderMessageID, strings.Repeat("\x00", 2048)), []string{`header "message-id" is 2048 bytes, longer than the 1024 allowed`}},
+		{"long dlq reason", h(message.HeaderDLQReason, strings.Repeat("r", 1025)), []string{`header "dlq-reason" is 1025 bytes`}},
+		{"duplicate message id", slices.Concat(std, h(message.HeaderMessageID, uuid.NewString())), []string{`header "message-id" appears more than once`}},
 		{"too much in all", h("a", strings.Repeat("x", 10000), "b", strings.Repeat("\xff", 10000)), []string{"2 headers are 20002 bytes", "more than the 16384 allowed"}},
+		{"700 KB saga id", h("x", "y", message.HeaderSagaID, strings.Repeat("s", 700<<10)), []string{`header "saga-id" is 716800 bytes, longer than the 1024 allowed`}},
+		{"700 KB key", h(strings.Repeat("k", 700<<10), "v"), []string{"headers are 716801 bytes"}},
 	}
 	for _, tc := range cases {
 		err := message.CheckRecordHeaders(tc.headers)
@@ -547,10 +549,10 @@ func TestMatchRecordHeaders(t *testing.T) {
 		"matching":           {hs(message.HeaderMessageID, msgID.String(), message.HeaderSagaID, sagaID.String()), nil},
 		"upper case":         {hs(message.HeaderMessageID, strings.ToUpper(msgID.String())), nil},
 		"other headers only": {hs("x", "y", message.HeaderContentType, message.ContentTypeJSON), nil},
-		"message id differs": {hs(message.HeaderMessageID, other.String()), []string{`"header message-id"`, other.String(), msgID.String()}},
-		"saga id garbage":    {hs(message.HeaderSagaID, "gar\x00bage"), []string{`"header saga-id"`, `"gar\x00bage"`}},
+		"message id differs": {hs(message.HeaderMessageID, other.String()), []string{`header "message-id" is "` + other.String() + `" but body message_id is ` + msgID.String()}},
+		"saga id garbage":    {hs(message.HeaderSagaID, "gar\x00bage"), []string{`header "saga-id" is "gar\x00bage"`}},
 		"second copy differs": {hs(message.HeaderMessageID, msgID.String(), message.HeaderMessageID, other.String()),
-			[]string{`"header message-id"`, other.String()}},
+			[]string{`header "message-id"`, other.String()}},
 	} {
 		err := message.MatchRecordHeaders(tc.headers, msgID, sagaID)
 		if tc.names == nil {
@@ -562,4 +564,35 @@ func TestMatchRecordHeaders(t *testing.T) {
 		wantInvalid(t, err, tc.names...)
 		safeText(t, err.Error())
 	}
+}
+
+// What CheckRecordHeaders accepts is text within the bounds; what it
+// refuses it says safely.
+func FuzzCheckRecordHeaders(f *testing.F) {
+	f.Add(message.HeaderMessageID, []byte(msgID.String()), "x-trace", []byte("a\x00"))
+	f.Add("k\xff", []byte("v"), message.HeaderSagaID, []byte(strings.Repeat("s", 2000)))
+	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, k2 string, v2 []byte) {
+		hs := []message.Header{{Key: k1, Value: v1}, {Key: k2, Value: v2}}
+		err := message.CheckRecordHeaders(hs)
+		if err != nil {
+			wantInvalid(t, err)
+			safeText(t, err.Error())
+			return
+		}
+		total := 0
+		for _, h := range hs {
+			total += len(h.Key) + len(h.Value)
+			for _, s := range []string{h.Key, string(h.Value)} {
+				if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+					t.Fatalf("accepted %q", hs)
+				}
+			}
+			if slices.Contains([]string{message.HeaderMessageID, message.HeaderSagaID, message.HeaderContentType}, h.Key) && len(h.Value) > message.MaxHeaderValueBytesDefault {
+				t.Fatalf("accepted a %d-byte %s", len(h.Value), h.Key)
+			}
+		}
+		if total > message.MaxHeadersBytesDefault || (k1 == k2 && slices.Contains([]string{message.HeaderMessageID, message.HeaderSagaID}, k1)) {
+			t.Fatalf("accepted %d bytes of headers, keys %q %q", total, k1, k2)
+		}
+	})
 }
