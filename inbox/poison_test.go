@@ -249,6 +249,7 @@ func TestBadHeadersAndUnwritableDeadLettersNeverStall(t *testing.T) {
 		withHeader("nul-header", kafka.Header{Key: message.HeaderSagaID, Value: []byte("abc\x00def")}),
 		withHeader("utf8-header", kafka.Header{Key: message.HeaderContentType, Value: []byte("application/\xffjson")}),
 		withHeader("nul-key", kafka.Header{Key: "tr\x00ce", Value: []byte("1")}),
+		withHeader("two-ids", kafka.Header{Key: message.HeaderMessageID, Value: []byte(uuid.NewString())}),
 		good[1],
 		bigValue,
 		good[2],
@@ -257,21 +258,22 @@ func TestBadHeadersAndUnwritableDeadLettersNeverStall(t *testing.T) {
 		t.Fatalf("produce: %v", err)
 	}
 	waitCounter(t, m.Messages("test"), 3, "the good messages applied")
-	waitCounter(t, m.DeadLettered("test"), 6, "six dead letters")
-	for _, k := range []string{"big-header", "many-headers", "nul-header", "utf8-header", "nul-key"} {
+	waitCounter(t, m.DeadLettered("test"), 7, "seven dead letters")
+	for _, k := range []string{"big-header", "many-headers", "nul-header", "utf8-header", "nul-key", "two-ids"} {
 		if _, ok := seen.Load(k); ok {
 			t.Errorf("the handler saw %q; its headers should have dead-lettered it first", k)
 		}
 	}
 	wantReason := map[string]string{
-		"big-header":       `"saga-id" is 700000 bytes`,
+		"big-header":       `bytes`,
+		"two-ids":          "more than once",
 		"many-headers":     "headers are 20",
 		"nul-header":       "NUL",
 		"utf8-header":      "UTF-8",
 		"nul-key":          "NUL",
 		"refuse-big-value": "refused by the handler",
 	}
-	for _, d := range read(6) {
+	for _, d := range read(7) {
 		key := string(d.Key)
 		reason := header(d, message.HeaderDLQReason)
 		if !strings.Contains(reason, wantReason[key]) {

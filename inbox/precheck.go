@@ -12,30 +12,15 @@ import (
 )
 
 // precheck reads the message id header and checks what every handler
-// relies on before the message reaches a SQL statement: header keys are
-// text (UTF-8 without NUL), the headers of the envelope (message id, saga
-// id, content type) are short text, and all headers together are within
-// Config.MaxHeaderBytes. reason is non-empty when the message must be
-// dead-lettered unhandled.
+// relies on before the message reaches a SQL statement
+// (message.CheckRecordHeadersLimits): every header key and value is text
+// (UTF-8 without NUL), the envelope's headers (message id, saga id, content
+// type) are short and appear at most once, and all headers together are
+// within Config.MaxHeaderBytes. reason is non-empty when the message must
+// be dead-lettered unhandled.
 func (c *Consumer) precheck(m kafka.Message) (id uuid.UUID, reason string) {
-	total := 0
-	for i, h := range m.Headers {
-		total += len(h.Key) + len(h.Value)
-		if p := badText(h.Key); p != "" {
-			return uuid.Nil, fmt.Sprintf("%v: header %d's key %s", message.ErrInvalid, i, p)
-		}
-		switch h.Key {
-		case message.HeaderMessageID, message.HeaderSagaID, message.HeaderContentType:
-			if len(h.Value) > 256 {
-				return uuid.Nil, fmt.Sprintf("%v: header %q is %d bytes, more than the 256 allowed", message.ErrInvalid, h.Key, len(h.Value))
-			}
-			if p := badText(string(h.Value)); p != "" {
-				return uuid.Nil, fmt.Sprintf("%v: header %q %s", message.ErrInvalid, h.Key, p)
-			}
-		}
-	}
-	if total > c.cfg.MaxHeaderBytes {
-		return uuid.Nil, fmt.Sprintf("%v: the headers are %d bytes, more than the %d allowed", message.ErrInvalid, total, c.cfg.MaxHeaderBytes)
+	if err := message.CheckRecordHeadersLimits(m.Headers, message.HeaderLimits{MaxTotalBytes: c.cfg.MaxHeaderBytes}); err != nil {
+		return uuid.Nil, err.Error()
 	}
 	for _, h := range m.Headers {
 		if h.Key != message.HeaderMessageID {
@@ -51,17 +36,6 @@ func (c *Consumer) precheck(m kafka.Message) (id uuid.UUID, reason string) {
 		return id, ""
 	}
 	return uuid.Nil, fmt.Sprintf("%v: header %q is missing", message.ErrInvalid, message.HeaderMessageID)
-}
-
-// badText says what is wrong with s as text ("" if nothing).
-func badText(s string) string {
-	if !utf8.ValidString(s) {
-		return "is not valid UTF-8"
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return fmt.Sprintf("contains a NUL character at byte %d", i)
-	}
-	return ""
 }
 
 // cleanText makes s safe to put in a header, a log line or a database text

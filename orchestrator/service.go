@@ -146,11 +146,10 @@ func decodeReply(m kafka.Message) (message.Reply, error) {
 	if err != nil {
 		return r, err
 	}
-	h := make(map[string]string, len(m.Headers))
-	for _, kv := range m.Headers {
-		h[kv.Key] = string(kv.Value)
+	if err := message.CheckRecordHeaders(m.Headers); err != nil {
+		return r, fmt.Errorf("reply %s: %w", r.MessageID, err)
 	}
-	if err := message.CheckHeaders(h, r.MessageID, r.SagaID); err != nil {
+	if err := message.MatchRecordHeaders(m.Headers, r.MessageID, r.SagaID); err != nil {
 		return r, fmt.Errorf("reply %s: %w", r.MessageID, err)
 	}
 	return r, nil

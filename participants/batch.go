@@ -64,11 +64,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		if err != nil {
 			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
-		headers := make(map[string]string, len(m.Headers))
-		for _, h := range m.Headers {
-			headers[h.Key] = string(h.Value)
-		}
-		if err := message.CheckHeaders(headers, cmd.MessageID, cmd.SagaID); err != nil {
+		if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
 		if cmd.Action != message.Forward {

@@ -30,11 +30,10 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m kafka.Mess
 	if err != nil {
 		return fmt.Errorf("participant %q: topic %s partition %d offset %d: %w", p.cfg.Name, m.Topic, m.Partition, m.Offset, err)
 	}
-	headers := make(map[string]string, len(m.Headers))
-	for _, h := range m.Headers {
-		headers[h.Key] = string(h.Value)
+	if err := message.CheckRecordHeaders(m.Headers); err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
 	}
-	if err := message.CheckHeaders(headers, cmd.MessageID, cmd.SagaID); err != nil {
+	if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
 	}
 	reply, err := p.Execute(ctx, tx, cmd)
