@@ -97,15 +97,84 @@ func FreshDatabaseURL(ctx context.Context, base, name string) (string, error) {
 	return u.String(), nil
 }
 
-func redact(u string) string {
-	if p, err := url.Parse(u); err == nil && p.User != nil {
-		if _, has := p.User.Password(); has {
-			p.User = url.UserPassword(p.User.Username(), "xxxxx")
-			return p.String()
+func redact(dsn string) string { return Redact(dsn) }
+
+// Redact hides the password of a Postgres connection string for printing:
+// the URL form's (postgres://user:secret@host/db, and a password query
+// parameter) and the keyword form's (host=h password=secret, quoted or
+// not) become xxxxx.
+func Redact(dsn string) string {
+	if p, err := url.Parse(dsn); err == nil && (p.Scheme == "postgres" || p.Scheme == "postgresql") {
+		if p.User != nil {
+			if _, has := p.User.Password(); has {
+				p.User = url.UserPassword(p.User.Username(), "xxxxx")
+			}
+		}
+		if q := p.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			p.RawQuery = q.Encode()
+		}
+		return p.String()
+	}
+	return redactKeywords(dsn)
+}
+
+// redactKeywords replaces the value of every password keyword of a
+// keyword/value connection string (libpq's syntax: key = value, values
+// single-quoted with backslash escapes or bare up to a space).
+func redactKeywords(dsn string) string {
+	var b strings.Builder
+	i := 0
+	for i < len(dsn) {
+		// copy the spaces and the key, up to and with the '='
+		start := i
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		keyStart := i
+		for i < len(dsn) && dsn[i] != '=' && !isSpace(dsn[i]) {
+			i++
+		}
+		key := dsn[keyStart:i]
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		if i >= len(dsn) || dsn[i] != '=' {
+			b.WriteString(dsn[start:i])
+			continue
+		}
+		i++
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		b.WriteString(dsn[start:i])
+		valStart := i
+		if i < len(dsn) && dsn[i] == '\'' {
+			for i++; i < len(dsn) && dsn[i] != '\''; i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			i = min(i+1, len(dsn))
+		} else {
+			for i < len(dsn) && !isSpace(dsn[i]) {
+				if dsn[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i, len(dsn))
+		}
+		if strings.EqualFold(key, "password") {
+			b.WriteString("xxxxx")
+		} else {
+			b.WriteString(dsn[valStart:i])
 		}
 	}
-	return u
+	return b.String()
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
 
 // Run runs the demo and returns its summary. An error means the demo could
 // not run; violated invariants are reported in the summary.
