@@ -88,9 +88,9 @@ type Reply struct {
 }
 
 // FieldError names the field of an envelope (or, with a Field "header
-// <name>", the header) that was wrong. Its text is safe to store and print: bad values appear quoted
-// with Go escapes and cut short, and the whole is valid UTF-8 without NUL,
-// at most MaxErrorBytes bytes.
+// <name>", the header) that was wrong. Its text is safe to store and
+// print: bad values appear quoted with Go escapes and cut short, and the
+// whole is valid UTF-8 without NUL, at most MaxErrorBytes bytes.
 type FieldError struct {
 	Field  string
 	Reason string
