@@ -89,7 +89,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-level"), "log.level")
 	bind(v, pf.Lookup("log-format"), "log.format")
 
-	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
+	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
 	return root
 }
 
@@ -98,11 +98,16 @@ func bind(v *viper.Viper, f *pflag.Flag, key string) {
 }
 
 func newPool(ctx context.Context, v *viper.Viper) (*pgxpool.Pool, error) {
+	return newPoolOf(ctx, v, v.GetInt("database.max_conns"))
+}
+
+// newPoolOf returns a pool of at most maxConns connections to database.url.
+func newPoolOf(ctx context.Context, v *viper.Viper, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(v.GetString("database.url"))
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
-	cfg.MaxConns = int32(v.GetInt("database.max_conns"))
+	cfg.MaxConns = int32(maxConns)
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
@@ -346,6 +351,14 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			acfg, err := apiConfig(v)
+			if err != nil {
+				return err
+			}
+			limits, err := httpLimits(v)
+			if err != nil {
+				return err
+			}
 			bs := brokers(v)
 			if len(bs) == 0 {
 				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for serve; `orchestrator dev-broker` runs one for development")
@@ -383,17 +396,32 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			// why the process is not ready yet (a broker refusing its
 			// credentials, Postgres away) instead of nothing answering.
 			prep := &preparer{}
-			srv := api.New(svc.Engine(), &api.Config{
-				AdminToken: v.GetString("http.admin_token"), ProtectReads: v.GetBool("http.protect_reads"),
-				Gatherer: ms.reg, Logger: log,
-				Ready: prep.ready(svc.Ready), // prepared; Postgres ping, broker metadata, no pending migration
-			})
+			// The HTTP API has its own small pool, and an engine over it, so
+			// that reads and starts cannot take the connections of the
+			// reply consumer and the timers.
+			apiPool, err := newPoolOf(ctx, v, v.GetInt("http.db_max_conns"))
+			if err != nil {
+				return err
+			}
+			defer apiPool.Close()
+			apiEC := ec
+			apiEC.Logger = log
+			apiEng, err := saga.NewEngine(apiPool, reg, &apiEC)
+			if err != nil {
+				return err
+			}
+			acfg.Gatherer, acfg.Logger = ms.reg, log.With(slog.String("component", "api"))
+			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
+			if acfg.ClientToken == "" && !acfg.ProtectReads {
+				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", v.GetString("http.addr")))
+			}
+			srv := api.New(apiEng, &acfg)
 			schema := svc.Engine().Outbox().Schema()
 			run, err := withRetention(v, pool, log, ms, []string{schema}, schema, svc.Run)
 			if err != nil {
 				return err
 			}
-			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, prep.then(log, "orchestrator", svc.Prepare, run), v.GetDuration("shutdown.timeout"))
+			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
@@ -408,7 +436,8 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 // and serveHTTP waits for both at most grace; past it, it returns an error
 // (the process exits 1 with the work that did not finish left to be
 // redone from the outbox and the consumer group's offsets).
-func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, run func(context.Context) error, grace time.Duration) error {
+// The server has the limits lim (timeouts, header size, connections).
+func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim api.Limits, run func(context.Context) error, grace time.Duration) error {
 	if grace <= 0 {
 		return fmt.Errorf("shutdown.timeout %s must be positive", grace)
 	}
@@ -419,8 +448,10 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 		if err != nil {
 			return fmt.Errorf("http.addr %s: %w", addr, err)
 		}
-		hs = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		log.Info("HTTP listening", slog.String("addr", ln.Addr().String()))
+		lim = lim.WithDefaults()
+		hs = api.NewHTTPServer(h, lim, log)
+		log.Info("HTTP listening", slog.String("addr", ln.Addr().String()), slog.Int("max_connections", lim.MaxConnections))
+		ln = api.LimitListener(ln, lim.MaxConnections)
 		go func() { srvDone <- hs.Serve(ln) }()
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -512,6 +543,10 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			limits, err := httpLimits(v)
+			if err != nil {
+				return err
+			}
 			ms, err := newMetrics()
 			if err != nil {
 				return err
@@ -571,7 +606,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			})
 			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
-			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, prep.then(log, "participants", prepare, run), v.GetDuration("shutdown.timeout"))
+			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, limits, prep.then(log, "participants", prepare, run), v.GetDuration("shutdown.timeout"))
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
@@ -694,12 +729,21 @@ func migrateCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-func configCmd() *cobra.Command {
-	return &cobra.Command{
+func configCmd(v *viper.Viper) *cobra.Command {
+	var eff bool
+	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Print every configuration key with its default (the README's reference)",
+		Short: "Print every configuration key with its default (the README's reference), or with --effective the values in force",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if eff {
+				fmt.Fprintln(out, "| key | value |")
+				fmt.Fprintln(out, "| --- | --- |")
+				for _, k := range Keys {
+					fmt.Fprintf(out, "| `%s` | `%s` |\n", k.Name, effective(v, k.Name))
+				}
+				return nil
+			}
 			fmt.Fprintln(out, "| key | env | default | meaning |")
 			fmt.Fprintln(out, "| --- | --- | --- | --- |")
 			for _, k := range Keys {
@@ -710,4 +754,6 @@ func configCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&eff, "effective", false, "print the values in force (defaults, file, environment, flags), secrets and the database password redacted")
+	return cmd
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/viper"
 
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/demo"
 	"github.com/sagaflow/sagaflow/kafkaclient"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/retention"
@@ -53,8 +55,18 @@ var Keys = []Key{
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
 	{"relay.keep_sent", false, "Keep published outbox rows as sent history (purged after `retention.sent_outbox_after`) instead of deleting them once Kafka acknowledged them; applies to `serve` and `participants`."},
 	{"http.addr", "127.0.0.1:8080", "Listen address of the HTTP API (`serve`)."},
-	{"http.admin_token", "", "Bearer token for operator actions; empty disables them."},
-	{"http.protect_reads", false, "Require the token for read-only endpoints too."},
+	{"http.admin_token", "", "Bearer token for operator actions (it opens everything the client token opens too); empty disables operator actions. Secret: `config --effective` redacts it."},
+	{"http.client_token", "", "Bearer token of the services that start sagas; when set, `POST /sagas` needs it (or the admin token). Secret: `config --effective` redacts it."},
+	{"http.protect_reads", false, "Require the client or the admin token for starts, the read endpoints and the status page too."},
+	{"http.protect_metrics", false, "Require the client or the admin token for `/metrics` and `/readyz` (`/healthz` stays open)."},
+	{"http.max_data_bytes", api.DefaultMaxDataBytes, "Largest saga `data` `POST /sagas` accepts (413 above)."},
+	{"http.max_header_bytes", api.MaxHeaderBytesDefault, "Largest request line and headers (431 above)."},
+	{"http.read_timeout", api.ReadTimeoutDefault, "Bound on reading a request, headers and body: a client that sends slowly is cut off (also the participants' listener)."},
+	{"http.write_timeout", api.WriteTimeoutDefault, "Bound on a request from the end of its headers to the end of its answer; longer than `http.handler_timeout`."},
+	{"http.idle_timeout", api.IdleTimeoutDefault, "Keep-alive connections idle this long are closed."},
+	{"http.handler_timeout", api.HandlerTimeoutDefault, "Bound on handling one request (its database work is cancelled; 503 past it)."},
+	{"http.max_connections", api.MaxConnectionsDefault, "Most HTTP connections open at once; further ones wait until one closes."},
+	{"http.db_max_conns", 4, "Connections of the HTTP API's own Postgres pool (starts, reads, operator actions), apart from the reply consumer's and timers' pool (`database.max_conns`), so HTTP cannot starve them."},
 	{"log.level", "info", "debug, info, warn or error."},
 	{"log.format", "text", "text or json."},
 	{"participants.schema_prefix", "", "Prefix of the reference participants' schemas."},
@@ -81,6 +93,65 @@ var Keys = []Key{
 	{"demo.timeout", 2 * time.Minute, "Bound on the wait for every saga to be terminal."},
 	{"demo.database", "sagaflow_demo", "Database the demo creates afresh on the server of database.url; empty: use database.url as is."},
 	{"dev_broker.addr", "127.0.0.1:9092", "Listen address of `dev-broker`."},
+}
+
+// secretKeys are the keys whose values `config --effective` never prints.
+var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "kafka.sasl.password": true}
+
+// effective is key's value as v has it, secrets redacted.
+func effective(v *viper.Viper, key string) string {
+	val := v.GetString(key)
+	switch {
+	case secretKeys[key] && val != "":
+		return "<redacted>"
+	case key == "database.url":
+		return demo.Redact(val)
+	}
+	return val
+}
+
+// httpLimits reads and checks the http.* server limits.
+func httpLimits(v *viper.Viper) (api.Limits, error) {
+	l := api.Limits{
+		ReadTimeout: v.GetDuration("http.read_timeout"), WriteTimeout: v.GetDuration("http.write_timeout"),
+		IdleTimeout: v.GetDuration("http.idle_timeout"), MaxHeaderBytes: v.GetInt("http.max_header_bytes"),
+		MaxConnections: v.GetInt("http.max_connections"),
+	}
+	for key, d := range map[string]time.Duration{"http.read_timeout": l.ReadTimeout, "http.write_timeout": l.WriteTimeout,
+		"http.idle_timeout": l.IdleTimeout, "http.handler_timeout": v.GetDuration("http.handler_timeout")} {
+		if d <= 0 {
+			return l, fmt.Errorf("%s %q must be a positive duration", key, v.GetString(key))
+		}
+	}
+	for key, n := range map[string]int{"http.max_header_bytes": l.MaxHeaderBytes, "http.max_connections": l.MaxConnections} {
+		if n < 1 {
+			return l, fmt.Errorf("%s %d must be at least 1", key, n)
+		}
+	}
+	if l.MaxHeaderBytes < 4<<10 {
+		return l, fmt.Errorf("http.max_header_bytes %d must be at least 4096", l.MaxHeaderBytes)
+	}
+	return l, l.Validate(v.GetDuration("http.handler_timeout"))
+}
+
+// apiConfig reads and checks the HTTP API's configuration.
+func apiConfig(v *viper.Viper) (api.Config, error) {
+	c := api.Config{
+		AdminToken: v.GetString("http.admin_token"), ClientToken: v.GetString("http.client_token"),
+		ProtectReads: v.GetBool("http.protect_reads"), ProtectMetrics: v.GetBool("http.protect_metrics"),
+		MaxDataBytes: v.GetInt("http.max_data_bytes"), HandlerTimeout: v.GetDuration("http.handler_timeout"),
+	}
+	switch {
+	case c.MaxDataBytes < 2:
+		return c, fmt.Errorf("http.max_data_bytes %d must be at least 2 (the data is a JSON object)", c.MaxDataBytes)
+	case v.GetInt("http.db_max_conns") < 1:
+		return c, fmt.Errorf("http.db_max_conns %d must be at least 1", v.GetInt("http.db_max_conns"))
+	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
+		return c, fmt.Errorf("http.client_token must differ from http.admin_token (a client could act as an operator)")
+	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
+		return c, fmt.Errorf("http.protect_reads and http.protect_metrics need http.client_token or http.admin_token: nobody could pass")
+	}
+	return c, nil
 }
 
 // StepKeysDoc documents the per-step overrides.

@@ -31,7 +31,7 @@ type opsClient struct {
 
 func addOpsFlags(cmd *cobra.Command) {
 	cmd.Flags().String("api", "", "base URL of the orchestrator's HTTP API (default $SAGAFLOW_API or "+APIDefault+")")
-	cmd.Flags().String("token", "", "bearer token when reads are protected (default $SAGAFLOW_TOKEN or http.admin_token)")
+	cmd.Flags().String("token", "", "bearer token when reads are protected (default $SAGAFLOW_TOKEN, http.admin_token or http.client_token)")
 	cmd.Flags().Bool("json", false, "print the API's JSON answer as is")
 	cmd.Flags().Duration("timeout", 10*time.Second, "bound on the HTTP request")
 }
@@ -45,7 +45,7 @@ func newOpsClient(cmd *cobra.Command, v *viper.Viper) (*opsClient, error) {
 	}
 	tok, _ := cmd.Flags().GetString("token")
 	timeout, _ := cmd.Flags().GetDuration("timeout")
-	return &opsClient{base: strings.TrimRight(base, "/"), token: cmp(tok, os.Getenv("SAGAFLOW_TOKEN"), v.GetString("http.admin_token")),
+	return &opsClient{base: strings.TrimRight(base, "/"), token: cmp(tok, os.Getenv("SAGAFLOW_TOKEN"), v.GetString("http.admin_token"), v.GetString("http.client_token")),
 		http: &http.Client{Timeout: timeout}}, nil
 }
 
@@ -101,7 +101,13 @@ func statusCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			body, err := c.get(cmd.Context(), "/sagas/"+url.PathEscape(args[0]))
+			n, _ := cmd.Flags().GetInt("journal")
+			limit := api.JournalLimitMax
+			if n > 0 {
+				limit = min(n, api.JournalLimitMax)
+			}
+			path := "/sagas/" + url.PathEscape(args[0]) + "?journal_limit=" + fmt.Sprint(limit)
+			body, err := c.get(cmd.Context(), path)
 			if err != nil {
 				return err
 			}
@@ -113,7 +119,21 @@ func statusCmd(v *viper.Viper) *cobra.Command {
 			if err := json.Unmarshal(body, &sv); err != nil {
 				return fmt.Errorf("saga %s: decode the API's answer: %w", args[0], err)
 			}
-			n, _ := cmd.Flags().GetInt("journal")
+			// --journal 0: every page of the journal, older pages first
+			for n <= 0 && sv.JournalNext != "" {
+				body, err := c.get(cmd.Context(), path+"&journal_before="+url.QueryEscape(sv.JournalNext))
+				if err != nil {
+					return err
+				}
+				var older api.SagaView
+				if err := json.Unmarshal(body, &older); err != nil {
+					return fmt.Errorf("saga %s: decode the API's answer: %w", args[0], err)
+				}
+				if len(older.Journal) == 0 {
+					break
+				}
+				sv.Journal, sv.JournalNext = append(older.Journal, sv.Journal...), older.JournalNext
+			}
 			return printStatus(cmd.OutOrStdout(), sv, n, time.Now())
 		},
 	}
@@ -266,9 +286,12 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 		return err
 	}
 	j := s.Journal
+	total := max(s.JournalTotal, len(j))
 	if n > 0 && len(j) > n {
-		fmt.Fprintf(w, "\njournal (last %d of %d)\n", n, len(j))
 		j = j[len(j)-n:]
+	}
+	if len(j) < total {
+		fmt.Fprintf(w, "\njournal (last %d of %d)\n", len(j), total)
 	} else {
 		fmt.Fprintf(w, "\njournal (%d)\n", len(j))
 	}
