@@ -174,7 +174,9 @@ func redactKeywords(dsn string) string {
 	return b.String()
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // Run runs the demo and returns its summary. An error means the demo could
 // not run; violated invariants are reported in the summary.
