@@ -342,7 +342,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 // StepView is one step in GET /sagas/{id}.
 type StepView struct {
 	saga.StepState
-	Participant string `json:"participant"`
+	// AwaitID shadows the step's awaited command id, which is never shown:
+	// command ids are keyed by the saga's secret so that only a party that
+	// saw the command can answer it.
+	AwaitID     *struct{} `json:"await_id,omitempty"`
+	Participant string    `json:"participant"`
 	// Pivot marks the point of no return.
 	Pivot bool `json:"pivot,omitempty"`
 }

@@ -694,3 +694,29 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("after one connection closed: %d", res.StatusCode)
 	}
 }
+
+// A saga's awaited command id is never shown: command ids are keyed by the
+// saga's secret, and showing one would let anyone who can read the API
+// answer the command.
+func TestSagaViewHidesCommandIDs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	id := e.start("hide-ids")
+	in, _, err := e.eng.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaited := in.Steps[in.Cursor].AwaitID.String()
+	resp, err := http.Get(e.srv.URL + "/sagas/" + id.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /sagas/{id}: %d %s", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), awaited) || strings.Contains(string(body), "await_id") || strings.Contains(string(body), "secret") {
+		t.Fatalf("GET /sagas/{id} shows the awaited command id or the secret: %s", body)
+	}
+}

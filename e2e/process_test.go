@@ -103,6 +103,9 @@ func (c client) do(method, path string, body any, out any) int {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

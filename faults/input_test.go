@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/testkit"
@@ -213,8 +214,13 @@ func TestStrayRepliesJournaledLate(t *testing.T) {
 	enqueued := `SELECT CASE WHEN is_called THEN last_value ELSE 0 END::int FROM ` + e.schemas.Orchestrator + `.outbox_id_seq`
 	outbox := e.count(enqueued)
 	ignored := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.journal WHERE ignored`)
+	// The ids of the commands the sagas sent (keyed by each saga's secret).
 	cmd := func(id uuid.UUID, step string, action message.Action) uuid.UUID {
-		return saga.CommandID(id, step, action, 1)
+		in, _, err := e.engine.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.CommandID(step, action, 1)
 	}
 	late := []message.Reply{
 		// duplicate answer to an applied command, under a new message id
@@ -250,5 +256,59 @@ func TestStrayRepliesJournaledLate(t *testing.T) {
 	if got := e.count(enqueued); got != outbox {
 		t.Fatalf("late or stray replies sent %d commands", got-outbox)
 	}
+	e.checkInvariants(false)
+}
+
+// Unforgeable replies: a saga's command ids are keyed by a secret of its
+// own, so a reply whose in_reply_to was computed from the saga id alone
+// (as every id was before) answers nothing the saga sent: it is
+// dead-lettered as stray and the saga does not move. The real answer,
+// which echoes the command's id, then completes it.
+func TestForgedReplyFromSagaIDAloneIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 2, seed: 23})
+	ctx := testkit.Context(t, 2*time.Minute)
+	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
+	parts := e.participants()
+	e.runParticipants(parts, orderapi.Inventory) // inventory is away
+	ids := e.startAll(ctx)
+	invTopic := e.prefix + orderapi.Inventory + ".commands"
+	testkit.Eventually(t, settle, "the first commands sent", func() (bool, error) {
+		return len(e.sentOn(invTopic)) >= len(ids), nil
+	})
+	target := ids[0]
+	before, _, err := e.engine.Get(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guessed := saga.LegacyCommandID(target, orderapi.StepReserveInventory, message.Forward, 1)
+	if guessed == before.CommandID(orderapi.StepReserveInventory, message.Forward, 1) {
+		t.Fatal("the command id is still the one computed from the saga id")
+	}
+	forged := message.Reply{MessageID: uuid.New(), InReplyTo: guessed, SagaID: target, Step: orderapi.StepReserveInventory,
+		Action: message.Forward, Outcome: message.Success, Payload: json.RawMessage(`{"reservation_id":"FAKE"}`)}
+	e.produce(e.replies, replyRecord(t, forged))
+	reasons := e.dlqReasons(e.replies+inbox.DLQSuffixDefault, 1)
+	if !strings.Contains(reasons[0], "stray reply") {
+		t.Fatalf("the forged reply was dead-lettered with reason %q, want it called a stray reply", reasons[0])
+	}
+	after, _, err := e.engine.Get(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Version != before.Version || after.State != saga.Running || after.Steps[0].State != before.Steps[0].State {
+		t.Fatalf("the forged reply moved the saga: version %d -> %d, state %s, first step %s -> %s",
+			before.Version, after.Version, after.State, before.Steps[0].State, after.Steps[0].State)
+	}
+	if strings.Contains(string(after.Data), "FAKE") {
+		t.Fatalf("the forged payload reached the saga's data: %s", after.Data)
+	}
+	// Inventory comes back and answers the real commands.
+	for _, p := range parts.Participants() {
+		if p.Name() == orderapi.Inventory {
+			e.run("participant "+p.Name(), p.Run)
+		}
+	}
+	e.waitTerminal(settle)
 	e.checkInvariants(false)
 }

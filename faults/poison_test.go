@@ -727,7 +727,11 @@ func TestPoisonPostgresRefusal(t *testing.T) {
 		return n == len(probes) && len(awaited) == len(probes), err
 	})
 	answer := func(id uuid.UUID, pct string) kafka.Message {
-		if awaited[id] != saga.CommandID(id, probeStep, message.Forward, 1) {
+		in, _, err := e.engine.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if awaited[id] != in.CommandID(probeStep, message.Forward, 1) {
 			t.Fatalf("probe %s awaits %s, not the first command's id", id, awaited[id])
 		}
 		m := replyRecord(t, message.Reply{MessageID: uuid.New(), InReplyTo: awaited[id], SagaID: id, Step: probeStep,
@@ -1008,7 +1012,14 @@ func mustShowRun(t *testing.T, n int, seed int64, poisoned bool) map[string]stri
 		}
 		a, b := ids[targets[0]], ids[targets[1]]
 		invTopic := e.prefix + orderapi.Inventory + ".commands"
-		first := map[uuid.UUID]uuid.UUID{a: saga.CommandID(a, orderapi.StepReserveInventory, message.Forward, 1), b: saga.CommandID(b, orderapi.StepReserveInventory, message.Forward, 1)}
+		first := map[uuid.UUID]uuid.UUID{}
+		for _, id := range []uuid.UUID{a, b} {
+			in, _, err := e.engine.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first[id] = in.CommandID(orderapi.StepReserveInventory, message.Forward, 1)
+		}
 		testkit.Eventually(t, settle, "the first commands of the two sagas published", func() (bool, error) {
 			var n int
 			err := e.check.QueryRow(ctx, `SELECT count(*) FROM `+e.schemas.Orchestrator+`.outbox WHERE topic = $1 AND sent_at IS NOT NULL

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,13 +30,6 @@ const (
 	JournalIllegal          = "illegal event"
 	JournalOperator         = "operator "
 )
-
-// CommandID is the message id of the attempt-th send of step's action in
-// saga sagaID. It is derived, not random, so Decide stays pure and a reply's
-// in_reply_to can be checked against every send the saga made.
-func CommandID(sagaID uuid.UUID, step string, action message.Action, attempt int) uuid.UUID {
-	return uuid.NewSHA1(sagaID, []byte(step+"\x00"+string(action)+"\x00"+strconv.Itoa(attempt)))
-}
 
 // Backoff is the delay before the attempt+1-th send under p: exponential,
 // capped, with up to half taken off by a jitter derived from the saga, step
@@ -194,7 +186,7 @@ func (m *machine) sendForward(i int) error {
 	}
 	s := &m.in.Steps[i]
 	s.Attempts++
-	id := CommandID(m.in.ID, sd.Name, message.Forward, s.Attempts)
+	id := m.in.CommandID(sd.Name, message.Forward, s.Attempts)
 	s.State, s.AwaitID = StepRunning, id
 	if s.StartedAt == nil {
 		at := m.at
@@ -222,7 +214,7 @@ func (m *machine) sendCompensate(i int) error {
 	}
 	s := &m.in.Steps[i]
 	s.CompAttempts++
-	id := CommandID(m.in.ID, sd.Name, message.Compensate, s.CompAttempts)
+	id := m.in.CommandID(sd.Name, message.Compensate, s.CompAttempts)
 	s.State, s.AwaitID = StepCompensating, id
 	due := m.at.Add(awaitFor(sd.Timeout, sd.CompRetry, m.in.ID, sd.Name+"/compensate", s.CompAttempts))
 	s.DueAt = &due
@@ -316,7 +308,7 @@ func (m *machine) sentBy(i int, action message.Action, id uuid.UUID) bool {
 		n = s.CompAttempts
 	}
 	for k := n; k >= 1; k-- {
-		if CommandID(m.in.ID, s.Name, action, k) == id {
+		if m.in.CommandID(s.Name, action, k) == id {
 			return true
 		}
 	}

@@ -21,8 +21,10 @@
 //
 // Every state change passes through [Decide](definition, instance, event),
 // which returns the next instance, the commands to send and the journal
-// entries. It does no I/O and is deterministic (command ids and backoff
-// jitter are derived from the saga id, step and attempt). Events come from
+// entries. It does no I/O and is deterministic (command ids are derived
+// from the saga id, step, action and attempt under the saga's secret,
+// Instance.Secret, drawn at start: see Instance.CommandID; backoff jitter
+// from the saga id, step and attempt). Events come from
 // three sources: a participant's reply, a timer (step timeout, retry
 // backoff due, saga deadline) and an operator action. An event the
 // transition table does not allow (a late or duplicate reply to a command

@@ -91,7 +91,7 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 					n = st.CompAttempts
 				}
 				for k := 1; k <= n; k++ {
-					if saga.CommandID(prev.ID, r.Step, r.Action, k) == r.InReplyTo {
+					if prev.CommandID(r.Step, r.Action, k) == r.InReplyTo {
 						t.Fatalf("reply to send %d of step %d %s %s rejected as stray: %v", k, i, r.Step, r.Action, err)
 					}
 				}

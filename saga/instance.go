@@ -105,6 +105,9 @@ type Instance struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Secret keys the saga's command ids (CommandID); stored with the saga,
+	// never shown.
+	Secret []byte `json:"-"`
 }
 
 // CurrentStep is the name of the active step, or "" for a terminal saga.

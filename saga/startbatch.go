@@ -273,6 +273,7 @@ func (e *Engine) startDecision(req StartRequest, def *Def, data json.RawMessage)
 	}
 	now := e.cfg.Now()
 	in := NewInstance(def, id, req.AggregateID, req.IdempotencyKey, data, now)
+	in.Secret = NewSecret()
 	d, err := Decide(def, in, Event{Kind: EventStart, At: now})
 	if err != nil {
 		return started{}, fmt.Errorf("%w: %v", ErrInvalidInput, err)
