@@ -558,6 +558,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			defer pool.Close()
 			set, err := reference.New(pool, reference.Options{
 				Brokers: bs, Dialer: dialer, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
+				ReplyTopics:      []string{v.GetString("kafka.reply_topic")},
 				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
 				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
 				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,

@@ -34,7 +34,7 @@ var Keys = []Key{
 	{"database.max_conns", 16, "Maximum connections of each pool."},
 	{"kafka.brokers", "", "Comma-separated Kafka bootstrap brokers. KAFKA_BROKERS is read too. Empty in `demo`: an embedded broker is started."},
 	{"kafka.topic_prefix", "", "Prefix of command topics (`<prefix><participant>.commands`)."},
-	{"kafka.reply_topic", saga.ReplyTopicDefault, "Topic participants reply on."},
+	{"kafka.reply_topic", saga.ReplyTopicDefault, "Topic participants reply on; the only `reply_to` the `participants` process accepts."},
 	{"kafka.partitions", 8, "Partitions of topics the processes create."},
 	{"kafka.replication", 1, "Replication factor of topics the processes create."},
 	{"kafka.tls.enabled", false, "Connect to the brokers over TLS (every client: relays, consumers, topic creation, readiness)."},

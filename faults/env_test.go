@@ -44,6 +44,9 @@ type env struct {
 	// engine is the engine of the first orchestrator built; used to start
 	// sagas and read status.
 	engine *saga.Engine
+	// extraReplies are reply topics the participants accept besides the
+	// orchestrator's (participants.Config.ReplyTopics).
+	extraReplies []string
 	// keepSent: every relay keeps published rows (relay.Config.KeepSent),
 	// so tests can read what was sent (sentOn) and turn rows back into
 	// unsent ones. The default, deleting relay runs in the e2e, chaos, demo
@@ -141,7 +144,7 @@ func (e *env) pool() *pgxpool.Pool {
 func (e *env) participantsOn(pool *pgxpool.Pool) *reference.Set {
 	e.t.Helper()
 	s, err := reference.New(pool, reference.Options{
-		Brokers: e.brokers, TopicPrefix: e.prefix, Partitions: 4, Seed: 7,
+		Brokers: e.brokers, TopicPrefix: e.prefix, Partitions: 4, Seed: 7, ReplyTopics: append([]string{e.replies}, e.extraReplies...),
 		PaymentLimitCents: workload.LimitCentsDefault, InboxMetrics: e.im, RelayMetrics: e.rm, KeepSent: e.keepSent,
 	})
 	if err != nil {

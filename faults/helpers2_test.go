@@ -161,7 +161,7 @@ func (p *proxied) service() *orchestrator.Service {
 func (p *proxied) participants() *reference.Set {
 	p.t.Helper()
 	s, err := reference.New(p.proxiedPool(), reference.Options{
-		Brokers: p.brokers, TopicPrefix: p.prefix, Partitions: 4, Seed: 7, Logger: p.log,
+		Brokers: p.brokers, TopicPrefix: p.prefix, Partitions: 4, Seed: 7, Logger: p.log, ReplyTopics: []string{p.replies},
 		PaymentLimitCents: workload.LimitCentsDefault, InboxMetrics: p.im, RelayMetrics: p.rm,
 	})
 	if err != nil {
@@ -207,7 +207,7 @@ func (e *env) flaky(name, step string, forward, compensate participants.Func) *p
 	}
 	p, err := participants.New(e.pool(), &participants.Config{
 		Name: name, Schema: schema, Brokers: e.brokers, CommandTopic: e.prefix + name + ".commands",
-		InboxMetrics: e.im, RelayMetrics: e.rm,
+		InboxMetrics: e.im, RelayMetrics: e.rm, ReplyTopics: []string{e.replies},
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -645,6 +645,7 @@ func TestPoisonPostgresRefusal(t *testing.T) {
 	if err := kafkaclient.EnsureTopics(ctx, e.brokers, 1, 1, noteReplies); err != nil {
 		t.Fatal(err)
 	}
+	e.extraReplies = []string{noteReplies}
 	set := e.participants()
 	for _, p := range set.Participants() {
 		if p.Name() != orderapi.Shipping {

@@ -62,7 +62,12 @@ func EnsureTopicsWith(ctx context.Context, d *kafka.Dialer, brokers []string, pa
 		replication = 1
 	}
 	cfgs := make([]kafka.TopicConfig, 0, len(topics))
+	seen := make(map[string]bool, len(topics))
 	for _, t := range topics {
+		if seen[t] {
+			continue // a topic named twice in one request is refused whole
+		}
+		seen[t] = true
 		cfgs = append(cfgs, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: replication})
 	}
 	if err := cc.CreateTopics(cfgs...); err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {

@@ -31,7 +31,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	pool := testkit.Pool(t)
-	p, err := participants.New(pool, &participants.Config{Name: "pt"})
+	p, err := participants.New(pool, &participants.Config{Name: "pt", ReplyTopics: []string{"saga.replies", "orders.replies"}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

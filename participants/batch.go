@@ -67,7 +67,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Mes
 		if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
-		if cmd.Action != message.Forward {
+		if cmd.Action != message.Forward || p.replyTopicAllowed(cmd) != nil {
 			return errUntouched
 		}
 		cmds[i] = cmd

@@ -36,6 +36,9 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m kafka.Mess
 	if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
 	}
+	if err := p.replyTopicAllowed(cmd); err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+	}
 	reply, err := p.Execute(ctx, tx, cmd)
 	if err != nil {
 		return err

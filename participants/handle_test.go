@@ -78,11 +78,14 @@ func TestHandleMessageRejectsInvalidRecords(t *testing.T) {
 	}
 	cmd := command(uuid.New(), "reserve", message.Forward)
 	unknown := command(uuid.New(), "unknown", message.Forward)
+	elsewhere := command(uuid.New(), "reserve", message.Forward)
+	elsewhere.ReplyTo = "attacker.topic" // a legal topic name, not a configured reply topic
 	cases := map[string]kafka.Message{
-		"garbage":         {Topic: "pt.commands", Value: []byte("not json")},
-		"missing field":   {Topic: "pt.commands", Value: []byte(`{"message_id":"` + uuid.NewString() + `"}`)},
-		"header mismatch": record(t, cmd, message.Headers(uuid.New(), cmd.SagaID)),
-		"unknown step":    record(t, unknown, nil),
+		"reply_to not a reply topic": record(t, elsewhere, nil),
+		"garbage":                    {Topic: "pt.commands", Value: []byte("not json")},
+		"missing field":              {Topic: "pt.commands", Value: []byte(`{"message_id":"` + uuid.NewString() + `"}`)},
+		"header mismatch":            record(t, cmd, message.Headers(uuid.New(), cmd.SagaID)),
+		"unknown step":               record(t, unknown, nil),
 	}
 	for name, m := range cases {
 		err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error { return f.p.HandleMessage(f.ctx, tx, m) })

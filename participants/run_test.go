@@ -27,6 +27,7 @@ func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 		Brokers:      brokers,
 		CommandTopic: cmdTopic,
 		GroupID:      "pt-" + testkit.RandomSuffix(4),
+		ReplyTopics:  []string{replyTopic},
 	})
 	if err != nil {
 		t.Fatal(err)

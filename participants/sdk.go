@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"github.com/segmentio/kafka-go"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/relay"
 )
@@ -27,7 +29,13 @@ type Config struct {
 	// kafkaclient.Security); nil dials plain TCP.
 	Dialer       *kafka.Dialer
 	CommandTopic string // default Name + ".commands"
-	GroupID      string // default Name
+	// ReplyTopics are the topics a command's reply_to may name (the
+	// orchestrators' reply topics); a command naming any other is
+	// dead-lettered unexecuted, so nobody who can write a command makes
+	// the participant write to a topic of their choosing. Default
+	// [ReplyTopicDefault].
+	ReplyTopics []string
+	GroupID     string // default Name
 	// InboxBatchSize is the number of commands handled per transaction.
 	InboxBatchSize int
 	// InboxLanes is the number of command batches handled concurrently
@@ -61,6 +69,19 @@ type stepHandlers struct {
 	forwardBatch BatchFunc
 }
 
+// ReplyTopicDefault is the reply topic a participant accepts in reply_to
+// when Config.ReplyTopics is empty (the orchestrator's default).
+const ReplyTopicDefault = "saga.replies"
+
+// replyTopicAllowed checks a command's reply_to against Config.ReplyTopics.
+func (p *Participant) replyTopicAllowed(cmd message.Command) error {
+	if slices.Contains(p.cfg.ReplyTopics, cmd.ReplyTo) {
+		return nil
+	}
+	return &message.FieldError{Field: "reply_to", Reason: fmt.Sprintf("is %s, not one of the reply topics participant %q answers on (participants.Config.ReplyTopics %v)",
+		message.Truncate(fmt.Sprintf("%q", cmd.ReplyTo), 120), p.cfg.Name, p.cfg.ReplyTopics)}
+}
+
 // New validates cfg and returns a participant with no steps yet.
 func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	if pool == nil {
@@ -78,6 +99,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	}
 	if c.GroupID == "" {
 		c.GroupID = c.Name
+	}
+	if len(c.ReplyTopics) == 0 {
+		c.ReplyTopics = []string{ReplyTopicDefault}
+	}
+	c.ReplyTopics = append([]string(nil), c.ReplyTopics...)
+	for i, t := range c.ReplyTopics {
+		if err := message.CheckTopicName(t); err != nil {
+			return nil, fmt.Errorf("participants: New: Config.ReplyTopics[%d]: %w", i, err)
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

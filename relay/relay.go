@@ -261,7 +261,9 @@ func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
 		ReadTimeout:            r.cfg.WriteTimeout,
 		WriteTimeout:           r.cfg.WriteTimeout,
 		RequiredAcks:           kafka.RequireAll,
-		AllowAutoTopicCreation: true,
+		// Topics are created by the processes' Prepare (their configured
+		// set) or by an operator, never by publishing to a new name.
+		AllowAutoTopicCreation: false,
 		Transport:              tr,
 	}
 }

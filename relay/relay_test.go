@@ -707,7 +707,7 @@ func TestKafkaOutageBacksOffWithoutBurningAttempts(t *testing.T) {
 		t.Fatal("relay gave up leadership during a Kafka outage")
 	}
 
-	br, err := devbroker.Start(devbroker.Config{Addr: addr})
+	br, err := devbroker.Start(devbroker.Config{Addr: addr, Topics: []string{"outage-topic"}})
 	if err != nil {
 		t.Fatalf("restart broker on %s: %v", addr, err)
 	}

@@ -33,6 +33,9 @@ type Options struct {
 	// Dialer, if set, makes every Kafka connection (TLS, SASL); nil: plain
 	// TCP.
 	Dialer *kafka.Dialer
+	// ReplyTopics are the topics commands may name as reply_to
+	// (participants.Config.ReplyTopics; default saga.replies).
+	ReplyTopics []string
 	// TopicPrefix is put before "<participant>.commands".
 	TopicPrefix string
 	// SchemaPrefix is put before each participant's schema name.
@@ -75,7 +78,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 	s := &Set{pool: pool, opts: opts, extra: map[string][]migrations.Set{}}
 	for _, name := range Names {
 		p, err := participants.New(pool, &participants.Config{
-			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers, Dialer: opts.Dialer,
+			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers, Dialer: opts.Dialer, ReplyTopics: opts.ReplyTopics,
 			CommandTopic:   opts.TopicPrefix + name + ".commands",
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
@@ -138,9 +141,13 @@ func (s *Set) Migrations() ([]migrations.Set, error) {
 	return all, nil
 }
 
-// Topics are the command topics the participants consume and their DLQs.
+// Topics are the command topics the participants consume and their DLQs,
+// and the reply topics they answer on.
 func (s *Set) Topics() []string {
-	var t []string
+	t := append([]string(nil), s.opts.ReplyTopics...)
+	if len(t) == 0 {
+		t = append(t, participants.ReplyTopicDefault)
+	}
 	for _, name := range Names {
 		c := s.opts.TopicPrefix + name + ".commands"
 		t = append(t, c, c+inbox.DLQSuffixDefault)
