@@ -305,8 +305,12 @@ func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.
 			return Result{}, false, fmt.Errorf("%s: roll back handler savepoint: %w", op, err)
 		}
 		p.log(cmd).WarnContext(ctx, "command payload rejected by the handler", slog.String("error", herr.Error()))
-		return Result{Outcome: message.Failure, Reason: ReasonInvalidPayloadPrefix + herr.Error()}, false, nil
+		return Result{Outcome: message.Failure, Reason: message.Truncate(ReasonInvalidPayloadPrefix+herr.Error(), message.MaxReasonBytesDefault)}, false, nil
 	}
+	// A reason is text of at most 1 KiB on the wire: a handler's longer or
+	// unclean reason is cut and cleaned rather than making the reply, and
+	// so the command, invalid.
+	res.Reason = message.Truncate(res.Reason, message.MaxReasonBytesDefault)
 	if res.Outcome == message.Success {
 		if err := sp.Commit(ctx); err != nil {
 			return Result{}, false, fmt.Errorf("%s: release handler savepoint: %w", op, err)

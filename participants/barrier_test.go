@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -541,4 +542,27 @@ func TestForwardRacingCompensation(t *testing.T) {
 		}
 	}
 	t.Logf("%d sagas compensated a done forward, %d closed the forward first", both, neither)
+}
+
+// A handler's reason longer than the wire allows, or with a NUL or invalid
+// UTF-8, is cut and cleaned: the failure is recorded and answered, the
+// command is not made invalid by its own answer.
+func TestUncleanLongReasonIsCutNotFatal(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	reason := "declined\x00 " + strings.Repeat("é", 2000) + "\xff"
+	if err := f.p.Handle("reserve", effect(participants.Fail(reason), nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd := command(uuid.New(), "reserve", message.Forward)
+	r := f.exec(t, cmd)
+	if r.Outcome != message.Failure || len(r.Reason) > message.MaxReasonBytesDefault || !utf8.ValidString(r.Reason) || strings.ContainsRune(r.Reason, 0) || !strings.HasPrefix(r.Reason, "declined") {
+		t.Fatalf("reply %s with a %d-byte reason %.40q, want a failure with a clean reason of at most %d bytes", r.Outcome, len(r.Reason), r.Reason, message.MaxReasonBytesDefault)
+	}
+	if _, err := message.EncodeReply(r); err != nil {
+		t.Fatalf("the answer does not encode: %v", err)
+	}
+	if again := f.exec(t, copyOf(cmd)); again.Reason != r.Reason {
+		t.Fatalf("a copy is answered %q, want the recorded %q", again.Reason, r.Reason)
+	}
 }
