@@ -115,6 +115,8 @@ type Engine struct {
 	ob   *outbox.Outbox
 
 	starts *startBatcher
+	// ignored samples the log lines of ignored events.
+	ignored ignoredSampler
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.
@@ -389,10 +391,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 				return in, d, err
 			}
 			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
-			for _, j := range d.Journal {
-				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", id.String()),
-					slog.String("step", j.Step), slog.Any("message_id", j.MessageID), slog.String("event", j.Event), slog.String("reason", j.Reason))
-			}
+			e.logIgnored(ctx, id.String(), d)
 			return in, d, nil
 		}
 		ok, err = e.st.update(ctx, tx, &d.Next, in.Version)
@@ -547,10 +546,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 	for _, o := range obs {
 		e.cfg.Metrics.observe(o.in.Type, EventReply, o.in, o.d)
 		if !o.d.Changed {
-			for _, j := range o.d.Journal {
-				e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", slog.String("saga_id", o.in.ID.String()),
-					slog.String("step", j.Step), slog.Any("message_id", j.MessageID), slog.String("event", j.Event), slog.String("reason", j.Reason))
-			}
+			e.logIgnored(ctx, o.in.ID.String(), o.d)
 		} else if o.d.Next.State != o.in.State {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", o.in.ID.String()),
 				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()))
