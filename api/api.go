@@ -54,7 +54,7 @@ const (
 // Engine is what the API needs from the saga engine.
 type Engine interface {
 	Start(ctx context.Context, req saga.StartRequest) (saga.Instance, bool, error)
-	Get(ctx context.Context, id uuid.UUID) (saga.Instance, []saga.JournalEntry, error)
+	GetPage(ctx context.Context, id uuid.UUID, before int64, limit int) (saga.Instance, saga.JournalSlice, error)
 	List(ctx context.Context, f saga.Filter) (saga.Page, error)
 	Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error)
 	Registry() *saga.Registry
@@ -430,29 +430,13 @@ func ParseJournalPage(q map[string][]string) (JournalPage, string, error) {
 	return p, "", nil
 }
 
-// cutJournal returns the page p of journal (oldest first, ids rising) and
-// the cursor of the older entries ("" when there are none).
-func cutJournal(journal []saga.JournalEntry, p JournalPage) ([]saga.JournalEntry, string) {
-	end := len(journal)
-	if p.Before > 0 {
-		end = 0
-		for end < len(journal) && journal[end].ID < p.Before {
-			end++
-		}
-	}
-	start := max(0, end-p.Limit)
-	page := journal[start:end]
-	if start > 0 && len(page) > 0 {
-		return page, strconv.FormatInt(page[0].ID, 10)
-	}
-	return page, ""
-}
-
 // detail is the view of a saga with one page of its journal.
-func (s *Server) detail(in saga.Instance, journal []saga.JournalEntry, p JournalPage) SagaView {
-	page, next := cutJournal(journal, p)
-	v := s.view(in, page)
-	v.JournalNext, v.JournalTotal = next, len(journal)
+func (s *Server) detail(in saga.Instance, js saga.JournalSlice) SagaView {
+	v := s.view(in, js.Entries)
+	if js.Next > 0 {
+		v.JournalNext = strconv.FormatInt(js.Next, 10)
+	}
+	v.JournalTotal = js.Total
 	return v
 }
 
@@ -476,7 +460,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, field, "%v", err)
 		return
 	}
-	in, journal, err := s.eng.Get(r.Context(), id)
+	in, js, err := s.eng.GetPage(r.Context(), id, jp.Before, jp.Limit)
 	switch {
 	case errors.Is(err, saga.ErrNotFound):
 		fail(w, http.StatusNotFound, "id", "no saga %s", id)
@@ -485,7 +469,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.failInternal(w, r, "read saga", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.detail(in, journal, jp))
+	writeJSON(w, http.StatusOK, s.detail(in, js))
 }
 
 // ParseFilter reads a saga.Filter from query parameters.
@@ -645,12 +629,12 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, aerr.status, Error{Error: aerr.msg, Field: aerr.field, RequestID: aerr.requestID})
 		return
 	}
-	_, journal, err := s.eng.Get(r.Context(), id)
+	_, js, err := s.eng.GetPage(r.Context(), id, jp.Before, jp.Limit)
 	if err != nil {
 		s.failInternal(w, r, "read saga after operator action", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.detail(in, journal, jp))
+	writeJSON(w, http.StatusOK, s.detail(in, js))
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {

@@ -272,7 +272,7 @@ func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int
 		s.render(w, http.StatusBadRequest, "error", err.Error()+".")
 		return
 	}
-	in, journal, err := s.eng.Get(r.Context(), id)
+	in, js, err := s.eng.GetPage(r.Context(), id, jp.Before, jp.Limit)
 	switch {
 	case errors.Is(err, saga.ErrNotFound):
 		s.render(w, http.StatusNotFound, "error", fmt.Sprintf("There is no saga %s.", id))
@@ -282,7 +282,7 @@ func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int
 		return
 	}
 	now := time.Now()
-	d.Saga = s.detail(in, journal, jp)
+	d.Saga = s.detail(in, js)
 	d.Now = now.UTC().Format(time.RFC3339)
 	d.Steps, d.Span = timeline(d.Saga, now)
 	if d.Saga.JournalNext != "" {

@@ -485,3 +485,58 @@ func TestEngineStoresTheSecretAndKeysCommandIDs(t *testing.T) {
 		t.Fatalf("a saga without a secret did not take the answer to its name-based command id: step is %s", after.Steps[0].State)
 	}
 }
+
+// GetPage reads one page of the journal from Postgres: the newest entries
+// first as pages, oldest first within a page, with the total and a cursor.
+func TestEngineGetPageReadsTheJournalInPages(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	in, _, err := env.eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "page", AggregateID: "o1", Data: order("o1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := lastCommand(t, env)
+	for range 6 { // late duplicates: ignored, journaled
+		mustReply(t, env, c, message.Retry, nil)
+	}
+	_, all := get(t, env, in.ID)
+	if len(all) < 7 {
+		t.Fatalf("journal has %d entries, want at least 7", len(all))
+	}
+	var got []saga.JournalEntry
+	before := int64(0)
+	for pages := 0; ; pages++ {
+		_, js, err := env.eng.GetPage(ctx, in.ID, before, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if js.Total != len(all) || len(js.Entries) > 3 || len(js.Entries) == 0 {
+			t.Fatalf("page %d: %d entries of total %d, want 1-3 of %d", pages, len(js.Entries), js.Total, len(all))
+		}
+		for i := 1; i < len(js.Entries); i++ {
+			if js.Entries[i].ID <= js.Entries[i-1].ID {
+				t.Fatalf("page %d is not oldest first", pages)
+			}
+		}
+		got = append(append([]saga.JournalEntry(nil), js.Entries...), got...)
+		if js.Next == 0 {
+			break
+		}
+		if js.Next != js.Entries[0].ID {
+			t.Fatalf("next cursor %d, want the page's oldest id %d", js.Next, js.Entries[0].ID)
+		}
+		before = js.Next
+	}
+	if len(got) != len(all) {
+		t.Fatalf("pages gave %d entries, the journal has %d", len(got), len(all))
+	}
+	for i := range got {
+		if got[i].ID != all[i].ID {
+			t.Fatalf("entry %d: id %d from pages, %d in the journal", i, got[i].ID, all[i].ID)
+		}
+	}
+	if _, _, err := env.eng.GetPage(ctx, in.ID, 0, 0); err == nil {
+		t.Fatal("GetPage with limit 0 did not fail")
+	}
+}

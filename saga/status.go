@@ -24,6 +24,41 @@ func (e *Engine) Get(ctx context.Context, id uuid.UUID) (Instance, []JournalEntr
 	return in, j, err
 }
 
+// JournalSlice is one page of a saga's journal: Entries oldest first, Total
+// the journal's size, Next the Before of the page of older entries (0 when
+// there are none).
+type JournalSlice struct {
+	Entries []JournalEntry
+	Total   int
+	Next    int64
+}
+
+// GetPage returns one saga and the newest limit entries of its journal with
+// ids below before (0: the newest), reading only those from Postgres (a
+// saga with thousands of late replies costs one page per request).
+func (e *Engine) GetPage(ctx context.Context, id uuid.UUID, before int64, limit int) (Instance, JournalSlice, error) {
+	if limit < 1 {
+		return Instance{}, JournalSlice{}, fmt.Errorf("saga %s: journal page limit %d, want at least 1", id, limit)
+	}
+	in, err := e.st.load(ctx, e.pool, id)
+	if err != nil {
+		return Instance{}, JournalSlice{}, err
+	}
+	newest, total, err := e.st.readJournalPage(ctx, e.pool, id, before, limit+1)
+	if err != nil {
+		return Instance{}, JournalSlice{}, err
+	}
+	js := JournalSlice{Total: total}
+	if len(newest) > limit {
+		newest = newest[:limit]
+		js.Next = newest[limit-1].ID
+	}
+	for i := len(newest) - 1; i >= 0; i-- {
+		js.Entries = append(js.Entries, newest[i])
+	}
+	return in, js, nil
+}
+
 // Filter selects sagas for List. Zero fields do not filter. Every filter is
 // served by an index (see migrations/sql/orchestrator), so List never reads
 // the whole history.

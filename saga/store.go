@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +28,7 @@ type store struct {
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL                 string
 	setTimerSQL, deleteTimerSQL                               string
+	journalPageSQL, journalCountSQL                           string
 }
 
 const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at, secret`
@@ -83,6 +85,10 @@ ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at`
 	s.deleteTimerSQL = `DELETE FROM ` + s.timers + ` WHERE saga_id = $1`
 	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
 FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
+	// Newest first from an id down, on journal_saga_idx (saga_id, id).
+	s.journalPageSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
+FROM ` + s.journal + ` WHERE saga_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`
+	s.journalCountSQL = `SELECT count(*) FROM ` + s.journal + ` WHERE saga_id = $1`
 	return s
 }
 
@@ -319,6 +325,31 @@ func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]Journal
 	if err != nil {
 		return nil, fmt.Errorf("read journal of saga %s: %w", id, err)
 	}
+	return scanJournal(rows, id)
+}
+
+// readJournalPage reads up to limit entries of id's journal with ids below
+// before (0: from the newest), newest first, and the journal's size.
+func (s *store) readJournalPage(ctx context.Context, db DB, id uuid.UUID, before int64, limit int) ([]JournalEntry, int, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	var entries []JournalEntry
+	var total int
+	b := &pgx.Batch{}
+	b.Queue(s.journalPageSQL, id, before, limit).Query(func(rows pgx.Rows) error {
+		var err error
+		entries, err = scanJournal(rows, id)
+		return err
+	})
+	b.Queue(s.journalCountSQL, id).QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, 0, fmt.Errorf("read a journal page of saga %s: %w", id, err)
+	}
+	return entries, total, nil
+}
+
+func scanJournal(rows pgx.Rows, id uuid.UUID) ([]JournalEntry, error) {
 	defer rows.Close()
 	var out []JournalEntry
 	for rows.Next() {
