@@ -14,10 +14,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 // fuzzServer is an API over a real engine on a fresh database, built once

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // TestFailedSagaFoundAndResolvedByOperator is the operator story end to

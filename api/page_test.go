@@ -18,8 +18,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // chromiumInstall is the line CI runs so the page tests find a browser.

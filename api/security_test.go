@@ -22,9 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/orderapi"
-	"github.com/sagaflow/sagaflow/testkit"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const clientToken = "client-token-of-the-shop"

@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 type listAnswer struct {

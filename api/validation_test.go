@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // Every bad POST /sagas body answers 4xx with a JSON error naming the field

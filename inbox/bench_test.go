@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 // BenchmarkBatchDedupe measures the single-statement dedupe of a batch of

@@ -18,10 +18,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 const wait = 30 * time.Second

@@ -9,12 +9,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/devbroker"
-	"github.com/sagaflow/sagaflow/faultproxy"
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/faultproxy"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 // A consumer cut off from the broker keeps running and resumes soon after

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/testkit"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 )
 
 // detachedCtx is a cancellable context that is not one of the context

@@ -9,7 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/testkit"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 )
 
 // A group member that holds partitions but stopped consuming (it still

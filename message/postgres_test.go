@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 // The promise of decoding: what DecodeCommand and DecodeReply accept goes

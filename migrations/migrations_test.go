@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 func TestMigrateConcurrentlyAppliesOnce(t *testing.T) {

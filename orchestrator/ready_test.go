@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 func TestReadyChecksSchemaAndBroker(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -257,10 +257,10 @@ func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
 		// that is filling it has added all of its messages (both hold the
 		// partition writer's lock), so a tiny timeout still sends one
 		// batch per partition per call, without the wait.
-		BatchTimeout:           batchTimeout,
-		ReadTimeout:            r.cfg.WriteTimeout,
-		WriteTimeout:           r.cfg.WriteTimeout,
-		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout: batchTimeout,
+		ReadTimeout:  r.cfg.WriteTimeout,
+		WriteTimeout: r.cfg.WriteTimeout,
+		RequiredAcks: kafka.RequireAll,
 		// Topics are created by the processes' Prepare (their configured
 		// set) or by an operator, never by publishing to a new name.
 		AllowAutoTopicCreation: false,

@@ -17,12 +17,12 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
-	"github.com/sagaflow/sagaflow/devbroker"
+	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/relay"
-	"github.com/sagaflow/sagaflow/testkit"
 )
 
 func TestMain(m *testing.M) {

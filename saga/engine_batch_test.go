@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 func countRows(t *testing.T, env *engineEnv, q string) int {

@@ -22,8 +22,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // Order is the place-order saga's data: the request, then what the steps

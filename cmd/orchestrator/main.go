@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/sagaflow/sagaflow/cli"
+	"github.com/sagaflow/sagaflow/internal/cli"
 )
 
 func main() { os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr)) }

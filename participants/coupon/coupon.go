@@ -11,8 +11,8 @@ import (
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 //go:embed sql/*.up.sql

@@ -7,11 +7,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/reftest"
-	"github.com/sagaflow/sagaflow/testkit"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "coupon"

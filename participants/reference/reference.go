@@ -15,9 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/coupon"
 	"github.com/sagaflow/sagaflow/participants/inventory"
@@ -25,6 +24,7 @@ import (
 	"github.com/sagaflow/sagaflow/participants/points"
 	"github.com/sagaflow/sagaflow/participants/shipping"
 	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // Options configure the reference participants.

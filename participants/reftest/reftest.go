@@ -20,11 +20,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
-	"github.com/sagaflow/sagaflow/orderapi"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/testkit"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // Setup returns a pool on a fresh database where the participant SDK sets

@@ -1,0 +1,760 @@
+// Package cli is the orchestrator command line: demo, serve, participants,
+// dev-broker, migrate and config. Configuration comes from a YAML file
+// (--config), SAGAFLOW_* environment variables and flags, in rising order
+// of precedence; viper only fills the packages' Config structs.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/reference"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps"
+)
+
+// Main runs the command line with args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := Root(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var ex exitError
+		if errors.As(err, &ex) {
+			return ex.code
+		}
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	return 0
+}
+
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// Root builds the command tree.
+func Root(stdout, stderr io.Writer) *cobra.Command {
+	v := newViper()
+	var cfgFile string
+	root := &cobra.Command{
+		Use:           "orchestrator",
+		Short:         "Saga orchestrator over Kafka with a Postgres outbox and inbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return loadFile(v, cfgFile)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&cfgFile, "config", "", "YAML configuration file")
+	pf := root.PersistentFlags()
+	pf.String("database-url", "", "Postgres URL (database.url)")
+	pf.String("brokers", "", "Kafka brokers, comma-separated (kafka.brokers)")
+	pf.String("log-level", "", "log level (log.level)")
+	pf.String("log-format", "", "log format (log.format)")
+	bind(v, pf.Lookup("database-url"), "database.url")
+	bind(v, pf.Lookup("brokers"), "kafka.brokers")
+	bind(v, pf.Lookup("log-level"), "log.level")
+	bind(v, pf.Lookup("log-format"), "log.format")
+
+	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
+	return root
+}
+
+func bind(v *viper.Viper, f *pflag.Flag, key string) {
+	_ = v.BindPFlag(key, f)
+}
+
+func newPool(ctx context.Context, v *viper.Viper) (*pgxpool.Pool, error) {
+	return newPoolOf(ctx, v, v.GetInt("database.max_conns"))
+}
+
+// newPoolOf returns a pool of at most maxConns connections to database.url.
+func newPoolOf(ctx context.Context, v *viper.Viper, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(v.GetString("database.url"))
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	cfg.MaxConns = int32(maxConns)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func registry(v *viper.Viper) (*saga.Registry, error) {
+	reg := saga.NewRegistry()
+	if err := steps.Register(reg); err != nil {
+		return nil, err
+	}
+	if err := applyOverrides(v, reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+func engineConfig(v *viper.Viper) saga.Config {
+	return saga.Config{
+		Schema: v.GetString("orchestrator.schema"), ReplyTopic: v.GetString("kafka.reply_topic"),
+		TopicPrefix: v.GetString("kafka.topic_prefix"), TimerInterval: v.GetDuration("orchestrator.timer_interval"),
+		TimerBatch: v.GetInt("orchestrator.timer_batch"), StartBatch: v.GetInt("orchestrator.start_batch"),
+	}
+}
+
+type metricSet struct {
+	reg       *prometheus.Registry
+	saga      *saga.Metrics
+	inbox     *inbox.Metrics
+	relay     *relay.Metrics
+	retention *retention.Metrics
+}
+
+func newMetrics() (*metricSet, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
+	m := &metricSet{reg: reg}
+	var err error
+	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	if m.retention, err = retention.NewMetrics(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func demoCmd(v *viper.Viper) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the place-order demo end to end (embedded broker unless --brokers) and check invariants",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			if asJSON && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			reg, err := registry(v)
+			if err != nil {
+				return err
+			}
+			ec := engineConfig(v)
+			cfg := demo.Config{
+				DatabaseURL: v.GetString("database.url"), FreshDatabase: v.GetString("demo.database"),
+				Brokers: brokers(v), Registry: reg, Engine: ec, Logger: log,
+				Mix: workload.Mix{
+					Orders: v.GetInt("demo.orders"), Seed: v.GetInt64("demo.seed"),
+					OutOfStockRate: v.GetFloat64("demo.out_of_stock_rate"), CouponTakenRate: v.GetFloat64("demo.coupon_taken_rate"),
+					DeclineRate: v.GetFloat64("demo.decline_rate"), LimitCents: v.GetInt64("participants.payment_limit_cents"),
+				},
+				ShippingFailRate: v.GetFloat64("demo.shipping_fail_rate"), PointsFailRate: v.GetFloat64("demo.points_fail_rate"),
+				Concurrency: v.GetInt("demo.concurrency"), Timeout: v.GetDuration("demo.timeout"),
+			}
+			if err := validateDemo(cfg); err != nil {
+				return err
+			}
+			sum, err := demo.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				if err := enc.Encode(sum); err != nil {
+					return err
+				}
+			} else {
+				printSummary(cmd.OutOrStdout(), sum)
+			}
+			if !sum.InvariantsOK || sum.NonTerminal > 0 {
+				return exitError{code: 2}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the readable summary")
+	f.Int("orders", 0, "orders to place (demo.orders)")
+	f.Int64("seed", 0, "seed of the orders (demo.seed)")
+	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
+	f.Float64("coupon-taken-rate", 0, "share of orders using a contested coupon (demo.coupon_taken_rate)")
+	f.Float64("decline-rate", 0, "share of orders over the payment limit (demo.decline_rate)")
+	f.Float64("shipping-fail-rate", 0, "transient failure chance per shipping attempt (demo.shipping_fail_rate)")
+	f.Float64("points-fail-rate", 0, "transient failure chance per points attempt (demo.points_fail_rate)")
+	f.Int("concurrency", 0, "concurrent saga starts (demo.concurrency)")
+	f.Duration("timeout", 0, "bound on the wait for terminal sagas (demo.timeout)")
+	f.String("database", "", "database the demo creates afresh (demo.database)")
+	for flag, key := range map[string]string{
+		"orders": "demo.orders", "seed": "demo.seed", "out-of-stock-rate": "demo.out_of_stock_rate",
+		"coupon-taken-rate": "demo.coupon_taken_rate", "decline-rate": "demo.decline_rate",
+		"shipping-fail-rate": "demo.shipping_fail_rate", "points-fail-rate": "demo.points_fail_rate",
+		"concurrency": "demo.concurrency", "timeout": "demo.timeout", "database": "demo.database",
+	} {
+		_ = v.BindPFlag(key, f.Lookup(flag))
+	}
+	return cmd
+}
+
+// preparer runs a process's prepare step (migrations, topics) inside its
+// run function, after the HTTP listener is up, and makes readiness report
+// the last prepare error until it succeeded.
+type preparer struct {
+	mu   sync.Mutex
+	done bool
+	last error
+}
+
+// ready wraps a readiness check: not ready (with the reason) until
+// prepared.
+func (p *preparer) ready(check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		p.mu.Lock()
+		done, last := p.done, p.last
+		p.mu.Unlock()
+		switch {
+		case done:
+			return check(ctx)
+		case last != nil:
+			return fmt.Errorf("starting: preparing schema and topics keeps failing: %w", kafkaHint(last))
+		}
+		return errors.New("starting: preparing schema and topics")
+	}
+}
+
+// then returns a run function that prepares (retrying) and then runs run.
+// A stop (ctx cancelled) while preparing is a clean stop.
+func (p *preparer) then(log *slog.Logger, what string, prepare, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := prepareWithRetry(ctx, log, what, func(ctx context.Context) error {
+			err := prepare(ctx)
+			p.mu.Lock()
+			p.done, p.last = err == nil, err
+			p.mu.Unlock()
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return run(ctx)
+	}
+}
+
+// kafkaHint adds what an EOF from a broker usually means.
+func kafkaHint(err error) error {
+	if errors.Is(err, io.EOF) || strings.HasSuffix(err.Error(), ": EOF") {
+		return fmt.Errorf("%w (the broker closed the connection: does it require TLS or SASL? check kafka.tls.* and kafka.sasl.*)", err)
+	}
+	return err
+}
+
+// prepareWithRetry runs prepare (migrations, topics) until it succeeds or
+// ctx ends, backing off from 200ms to 10s: a process started while Postgres
+// or the broker is down waits for them instead of exiting (and
+// crash-looping under a supervisor).
+func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepare func(context.Context) error) error {
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := prepare(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: prepare: %w", what, err)
+		}
+		log.Warn("prepare failed; retrying", slog.String("component", what), slog.Int("attempt", attempt),
+			slog.Duration("retry_in", wait), slog.String("error", err.Error()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: prepare: %w", what, err)
+		case <-t.C:
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
+func validateDemo(c demo.Config) error {
+	rate := func(name string, r float64) error {
+		if r < 0 || r > 1 {
+			return fmt.Errorf("%s %v must be between 0 and 1", name, r)
+		}
+		return nil
+	}
+	if c.Mix.Orders < 1 {
+		return fmt.Errorf("demo.orders %d must be at least 1", c.Mix.Orders)
+	}
+	return errors.Join(rate("demo.out_of_stock_rate", c.Mix.OutOfStockRate), rate("demo.coupon_taken_rate", c.Mix.CouponTakenRate),
+		rate("demo.decline_rate", c.Mix.DeclineRate), rate("demo.shipping_fail_rate", c.ShippingFailRate),
+		rate("demo.points_fail_rate", c.PointsFailRate))
+}
+
+func printSummary(w io.Writer, s demo.Summary) {
+	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
+	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
+	if s.InvariantsOK {
+		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
+		return
+	}
+	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))
+	for _, v := range s.Violations {
+		fmt.Fprintln(w, "  -", v)
+	}
+}
+
+func serveCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			acfg, err := apiConfig(v)
+			if err != nil {
+				return err
+			}
+			limits, err := httpLimits(v)
+			if err != nil {
+				return err
+			}
+			bs := brokers(v)
+			if len(bs) == 0 {
+				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for serve; `orchestrator dev-broker` runs one for development")
+			}
+			dialer, err := kafkaDialer(v)
+			if err != nil {
+				return err
+			}
+			reg, err := registry(v)
+			if err != nil {
+				return err
+			}
+			ms, err := newMetrics()
+			if err != nil {
+				return err
+			}
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			ec := engineConfig(v)
+			ec.Metrics = ms.saga
+			ms.saga.InitTypes(reg.Types()...)
+			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
+				Brokers: bs, Dialer: dialer, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
+				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
+				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: v.GetInt("orchestrator.inbox_batch")},
+				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch"), KeepSent: v.GetBool("relay.keep_sent")},
+			})
+			if err != nil {
+				return err
+			}
+			// Prepared inside run, with the HTTP listener up: /readyz says
+			// why the process is not ready yet (a broker refusing its
+			// credentials, Postgres away) instead of nothing answering.
+			prep := &preparer{}
+			// The HTTP API has its own small pool, and an engine over it, so
+			// that reads and starts cannot take the connections of the
+			// reply consumer and the timers.
+			apiPool, err := newPoolOf(ctx, v, v.GetInt("http.db_max_conns"))
+			if err != nil {
+				return err
+			}
+			defer apiPool.Close()
+			apiEC := ec
+			apiEC.Logger = log
+			apiEng, err := saga.NewEngine(apiPool, reg, &apiEC)
+			if err != nil {
+				return err
+			}
+			acfg.Gatherer, acfg.Logger = ms.reg, log.With(slog.String("component", "api"))
+			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
+			if acfg.ClientToken == "" && !acfg.ProtectReads {
+				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", v.GetString("http.addr")))
+			}
+			srv := api.New(apiEng, &acfg)
+			schema := svc.Engine().Outbox().Schema()
+			run, err := withRetention(v, pool, log, ms, []string{schema}, schema, svc.Run)
+			if err != nil {
+				return err
+			}
+			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), v.GetDuration("shutdown.timeout"))
+		},
+	}
+	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
+	_ = v.BindPFlag("http.addr", cmd.Flags().Lookup("addr"))
+	return cmd
+}
+
+// serveHTTP serves h on addr (none if addr is empty) while run runs. When
+// ctx ends (SIGTERM, SIGINT) the HTTP server stops accepting requests and
+// drains those in flight, run's context is cancelled so it stops taking
+// work and finishes what it holds (inbox batches commit, offsets commit),
+// and serveHTTP waits for both at most grace; past it, it returns an error
+// (the process exits 1 with the work that did not finish left to be
+// redone from the outbox and the consumer group's offsets).
+// The server has the limits lim (timeouts, header size, connections).
+func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim api.Limits, run func(context.Context) error, grace time.Duration) error {
+	if grace <= 0 {
+		return fmt.Errorf("shutdown.timeout %s must be positive", grace)
+	}
+	var hs *http.Server
+	srvDone := make(chan error, 1)
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("http.addr %s: %w", addr, err)
+		}
+		lim = lim.WithDefaults()
+		hs = api.NewHTTPServer(h, lim, log)
+		log.Info("HTTP listening", slog.String("addr", ln.Addr().String()), slog.Int("max_connections", lim.MaxConnections))
+		ln = api.LimitListener(ln, lim.MaxConnections)
+		go func() { srvDone <- hs.Serve(ln) }()
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- run(runCtx) }()
+	var runErr error
+	finished := false
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: no new work, finishing in-flight work", slog.Duration("timeout", grace))
+	case runErr = <-runDone:
+		finished = true
+	case err := <-srvDone:
+		runErr = fmt.Errorf("http server on %s: %w", addr, err)
+	}
+	cancel()
+	started := time.Now()
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	shutDone := make(chan struct{})
+	sctx, scancel := context.WithTimeout(context.Background(), grace)
+	defer scancel()
+	go func() {
+		defer close(shutDone)
+		if hs != nil {
+			_ = hs.Shutdown(sctx)
+		}
+	}()
+	if !finished {
+		select {
+		case err := <-runDone:
+			runErr = errors.Join(runErr, err)
+		case <-deadline.C:
+			return errors.Join(runErr, fmt.Errorf("shutdown.timeout %s passed before in-flight work finished; exiting anyway (unfinished work is redone after restart)", grace))
+		}
+	}
+	select {
+	case <-shutDone:
+	case <-deadline.C:
+	}
+	if runErr == nil {
+		log.Info("stopped", slog.Duration("shutdown", time.Since(started)))
+	}
+	return runErr
+}
+
+// withRetention returns run, or run beside a retention purger of schemas
+// (outbox and inbox) and orchSchema (saga history) when retention.enabled.
+func withRetention(v *viper.Viper, pool *pgxpool.Pool, log *slog.Logger, ms *metricSet, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
+	if !v.GetBool("retention.enabled") {
+		return run, nil
+	}
+	p, err := retention.New(pool, &retention.Config{
+		Schemas: schemas, OrchestratorSchema: orchSchema,
+		SentOutboxAfter: v.GetDuration("retention.sent_outbox_after"), InboxAfter: v.GetDuration("retention.inbox_after"),
+		FinishedSagaAfter: v.GetDuration("retention.finished_saga_after"), BatchSize: v.GetInt("retention.batch_size"),
+		Interval: v.GetDuration("retention.interval"), Logger: log.With(slog.String("component", "retention")), Metrics: ms.retention,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retention.*: %w", err)
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		retDone := make(chan error, 1)
+		go func() { retDone <- p.Run(ctx) }()
+		err := run(ctx)
+		cancel()
+		return errors.Join(err, <-retDone)
+	}, nil
+}
+
+func participantsCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "participants",
+		Short: "Run the five reference participants against Postgres and Kafka",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			bs := brokers(v)
+			if len(bs) == 0 {
+				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for participants")
+			}
+			dialer, err := kafkaDialer(v)
+			if err != nil {
+				return err
+			}
+			limits, err := httpLimits(v)
+			if err != nil {
+				return err
+			}
+			ms, err := newMetrics()
+			if err != nil {
+				return err
+			}
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			set, err := reference.New(pool, reference.Options{
+				Brokers: bs, Dialer: dialer, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
+				ReplyTopics:      []string{v.GetString("kafka.reply_topic")},
+				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
+				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
+				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
+				KeepSent: v.GetBool("relay.keep_sent"),
+			})
+			if err != nil {
+				return err
+			}
+			seed := workload.SchemasOf("", set)
+			stock, _ := cmd.Flags().GetInt("seed-stock")
+			prepare := func(ctx context.Context) error {
+				if err := set.Prepare(ctx); err != nil || stock <= 0 {
+					return err
+				}
+				items := map[string]int{}
+				for _, s := range strings.Split(v.GetString("participants.items"), ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						items[s] = stock
+					}
+				}
+				return workload.Seed(ctx, pool, seed, workload.Plan{Stock: items})
+			}
+			prep := &preparer{}
+			sets, err := set.Migrations()
+			if err != nil {
+				return err
+			}
+			var schemas []string
+			for _, p := range set.Participants() {
+				schemas = append(schemas, p.Schema())
+			}
+			run, err := withRetention(v, pool, log, ms, schemas, "", set.Run)
+			if err != nil {
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{\"status\":\"ok\"}\n") })
+			ready := prep.ready(orchestrator.Readiness(pool, bs, dialer, sets))
+			mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+				if err := ready(r.Context()); err != nil {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					_ = json.NewEncoder(w).Encode(map[string]string{"status": "not ready", "error": err.Error()})
+					return
+				}
+				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")
+			})
+			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
+			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
+			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, limits, prep.then(log, "participants", prepare, run), v.GetDuration("shutdown.timeout"))
+		},
+	}
+	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
+	cmd.Flags().String("items", "sku-apple,sku-pear,sku-plum,sku-fig", "items seeded by --seed-stock (participants.items)")
+	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
+	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
+	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
+	return cmd
+}
+
+func devBrokerCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev-broker",
+		Short: "Run the embedded in-memory Kafka-protocol broker alone (development without Docker)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			mech, _ := f.GetString("sasl-mechanism")
+			user, _ := f.GetString("sasl-user")
+			pass, _ := f.GetString("sasl-password")
+			cert, _ := f.GetString("tls-cert")
+			key, _ := f.GetString("tls-key")
+			b, err := devbroker.Start(devbroker.Config{
+				Addr: v.GetString("dev_broker.addr"), Partitions: v.GetInt("kafka.partitions"),
+				SASL:        devbroker.SASL{Mechanism: mech, User: user, Password: pass},
+				TLSCertFile: cert, TLSKeyFile: key,
+			})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			var how []string
+			if cert != "" {
+				how = append(how, "TLS")
+			}
+			if mech != "" {
+				how = append(how, "SASL "+strings.ToUpper(mech)+" as "+user)
+			}
+			if len(how) == 0 {
+				how = append(how, "plaintext")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (%s; in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","), strings.Join(how, ", "))
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().String("addr", "", "listen address (dev_broker.addr)")
+	_ = v.BindPFlag("dev_broker.addr", cmd.Flags().Lookup("addr"))
+	cmd.Flags().String("sasl-mechanism", "", "require SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with --sasl-user and --sasl-password)")
+	cmd.Flags().String("sasl-user", "", "the SASL user clients must authenticate as")
+	cmd.Flags().String("sasl-password", "", "the SASL user's password")
+	cmd.Flags().String("tls-cert", "", "speak TLS only, with this certificate (PEM; with --tls-key)")
+	cmd.Flags().String("tls-key", "", "the private key (PEM) of --tls-cert")
+	return cmd
+}
+
+func migrateCmd(v *viper.Viper) *cobra.Command {
+	var list, withParticipants bool
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply (or --list) the orchestrator's migrations (and the reference participants' with --participants)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pool, err := newPool(ctx, v)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			sets, err := migrations.Orchestrator(v.GetString("orchestrator.schema"))
+			if err != nil {
+				return err
+			}
+			if withParticipants {
+				set, err := reference.New(pool, reference.Options{SchemaPrefix: v.GetString("participants.schema_prefix")})
+				if err != nil {
+					return err
+				}
+				ps, err := set.Migrations()
+				if err != nil {
+					return err
+				}
+				sets = append(sets, ps...)
+			}
+			out := cmd.OutOrStdout()
+			if !list {
+				applied, err := migrations.Migrate(ctx, pool, sets...)
+				if err != nil {
+					return err
+				}
+				for _, a := range applied {
+					fmt.Fprintf(out, "applied %s/%s %03d_%s\n", a.Schema, a.Set, a.Version, a.Name)
+				}
+				if len(applied) == 0 {
+					fmt.Fprintln(out, "schema is up to date")
+				}
+				return nil
+			}
+			hist, err := migrations.History(ctx, pool, sets...)
+			if err != nil {
+				return err
+			}
+			done := map[string]time.Time{}
+			for _, a := range hist {
+				done[fmt.Sprintf("%s/%s/%d", a.Schema, a.Set, a.Version)] = a.AppliedAt
+			}
+			for _, s := range sets {
+				for _, m := range s.Migrations {
+					at, ok := done[fmt.Sprintf("%s/%s/%d", s.Schema, s.Name, m.Version)]
+					status := "pending"
+					if ok {
+						status = "applied " + at.Format(time.RFC3339)
+					}
+					fmt.Fprintf(out, "%-12s %-14s %03d_%-24s %s\n", s.Schema, s.Name, m.Version, m.Name, status)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&list, "list", false, "list migrations and whether they are applied")
+	cmd.Flags().BoolVar(&withParticipants, "participants", false, "include the reference participants' schemas")
+	return cmd
+}
+
+func configCmd(v *viper.Viper) *cobra.Command {
+	var eff bool
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Print every configuration key with its default (the README's reference), or with --effective the values in force",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if eff {
+				fmt.Fprintln(out, "| key | value |")
+				fmt.Fprintln(out, "| --- | --- |")
+				for _, k := range Keys {
+					fmt.Fprintf(out, "| `%s` | `%s` |\n", k.Name, effective(v, k.Name))
+				}
+				return nil
+			}
+			fmt.Fprintln(out, "| key | env | default | meaning |")
+			fmt.Fprintln(out, "| --- | --- | --- | --- |")
+			for _, k := range Keys {
+				env := "SAGAFLOW_" + strings.ToUpper(strings.ReplaceAll(k.Name, ".", "_"))
+				fmt.Fprintf(out, "| `%s` | `%s` | `%v` | %s |\n", k.Name, env, k.Default, k.Doc)
+			}
+			fmt.Fprintf(out, "\nPer step: %s\n", StepKeysDoc)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&eff, "effective", false, "print the values in force (defaults, file, environment, flags), secrets and the database password redacted")
+	return cmd
+}

@@ -1,0 +1,99 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sagaflow/sagaflow/internal/demo"
+)
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sagaflow.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// config --effective prints the values in force with the tokens and the
+// database password redacted, in either form of connection string.
+func TestConfigEffectiveRedactsSecrets(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, want string }{
+		{"host=db.internal user=orch password=s3cr3t-pw dbname=sagaflow", "host=db.internal user=orch password=xxxxx dbname=sagaflow"},
+		{"host=db.internal password='s3cr3t pw' sslmode=require", "host=db.internal password=xxxxx sslmode=require"},
+		{"postgres://orch:s3cr3t-pw@db.internal:5432/sagaflow?sslmode=disable", "postgres://orch:xxxxx@db.internal:5432/sagaflow?sslmode=disable"},
+	} {
+		cfg := writeConfig(t, "database:\n  url: \""+c.url+"\"\nhttp:\n  admin_token: admin-s3cr3t\n  client_token: client-s3cr3t\n  max_connections: 17\nkafka:\n  sasl:\n    password: kafka-s3cr3t\n")
+		out, stderr, code := runCLI(t, "config", "--effective", "--config", cfg)
+		if code != 0 {
+			t.Fatalf("config --effective: exit %d: %s", code, stderr)
+		}
+		for _, secret := range []string{"s3cr3t"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("config --effective prints a secret (%q):\n%s", secret, out)
+			}
+		}
+		for _, want := range []string{"| `http.admin_token` | `<redacted>` |", "| `http.client_token` | `<redacted>` |", "| `kafka.sasl.password` | `<redacted>` |", "| `http.max_connections` | `17` |",
+			"| `database.url` | `" + c.want + "` |", "| `http.db_max_conns` | `4` |", "| `http.max_data_bytes` | `65536` |"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("config --effective lacks %q:\n%s", want, out)
+			}
+		}
+	}
+	// unset tokens print empty
+	out, _, _ := runCLI(t, "config", "--effective")
+	if !strings.Contains(out, "| `http.client_token` | `` |") {
+		t.Errorf("an unset client token is not printed empty:\n%s", out)
+	}
+}
+
+func TestRedactConnectionStrings(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"host=h password=secret":                         "host=h password=xxxxx",
+		"password=secret host=h":                         "password=xxxxx host=h",
+		"host=h password = secret user=u":                "host=h password = xxxxx user=u",
+		`host=h password='it\'s secret' user=u`:          "host=h password=xxxxx user=u",
+		"host=h PASSWORD=secret":                         "host=h PASSWORD=xxxxx",
+		"host=h user=u":                                  "host=h user=u",
+		"postgres://u:secret@h/db":                       "postgres://u:xxxxx@h/db",
+		"postgresql://u@h/db?password=secret&x=1":        "postgresql://u@h/db?password=xxxxx&x=1",
+		"postgres://u@h/db?sslmode=disable":              "postgres://u@h/db?sslmode=disable",
+		"host=h password=":                               "host=h password=xxxxx",
+		"host=/var/run/postgresql password=a\\ b dbname": "host=/var/run/postgresql password=xxxxx dbname",
+	} {
+		got := demo.Redact(in)
+		if got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, "secret") {
+			t.Errorf("Redact(%q) keeps the password: %q", in, got)
+		}
+	}
+}
+
+// serve refuses HTTP settings that cannot work, before it connects to
+// anything.
+func TestServeRefusesBadHTTPSettings(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, says string }{
+		{"http:\n  protect_reads: true\n", "http.protect_reads and http.protect_metrics need http.client_token or http.admin_token"},
+		{"http:\n  protect_metrics: true\n", "need http.client_token or http.admin_token"},
+		{"http:\n  admin_token: same\n  client_token: same\n", "http.client_token must differ from http.admin_token"},
+		{"http:\n  max_data_bytes: 0\n", "http.max_data_bytes 0 must be at least 2"},
+		{"http:\n  db_max_conns: 0\n", "http.db_max_conns 0 must be at least 1"},
+		{"http:\n  write_timeout: 5s\n  handler_timeout: 20s\n", "http.write_timeout 5s must be longer than http.handler_timeout 20s"},
+		{"http:\n  read_timeout: 0s\n", "http.read_timeout"},
+		{"http:\n  max_connections: 0\n", "http.max_connections 0 must be at least 1"},
+		{"http:\n  max_header_bytes: 100\n", "http.max_header_bytes 100 must be at least 4096"},
+	} {
+		_, stderr, code := runCLI(t, "serve", "--config", writeConfig(t, c.yaml), "--brokers", "127.0.0.1:1", "--addr", "127.0.0.1:0")
+		if code != 1 || !strings.Contains(stderr, c.says) {
+			t.Errorf("serve with %q: exit %d, stderr %q; want 1 saying %q", c.yaml, code, stderr, c.says)
+		}
+	}
+}

@@ -1,0 +1,330 @@
+// Package demo runs the whole product in one process: an embedded
+// Kafka-protocol broker (unless brokers are given), the orchestrator
+// service and the five reference participants as separate component groups
+// that share nothing but Postgres and Kafka, a seeded place-order workload
+// with a failure mix, and the invariant check.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/reference"
+	"github.com/sagaflow/sagaflow/relay"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps"
+)
+
+// Config configures a demo run.
+type Config struct {
+	// DatabaseURL is the Postgres server to use. With FreshDatabase set, the
+	// demo creates (after dropping) the database FreshDatabase on that
+	// server and runs there; otherwise it uses DatabaseURL's database and
+	// the schemas under SchemaPrefix as they are.
+	DatabaseURL   string
+	FreshDatabase string
+	// Brokers: empty starts an embedded broker for the run.
+	Brokers []string
+	Mix     workload.Mix
+	// ShippingFailRate, PointsFailRate: transient failure chance per attempt.
+	ShippingFailRate, PointsFailRate float64
+	// Concurrency of saga starts.
+	Concurrency int
+	// Timeout bounds the wait for every saga to become terminal.
+	Timeout time.Duration
+	// Engine overrides (timer interval, topic names).
+	Engine   saga.Config
+	Registry *saga.Registry
+	Logger   *slog.Logger
+	// Registerer receives every component's metrics (nil: a private registry).
+	Registerer prometheus.Registerer
+	// OnReady is called, if set, once everything runs and before the orders
+	// are started, with the orchestrator service (to serve HTTP, say).
+	OnReady func(*orchestrator.Service)
+	// KeepSent: the relays keep published rows as sent history
+	// (relay.Config.KeepSent) instead of deleting them.
+	KeepSent bool
+}
+
+// Summary is the demo's result.
+type Summary struct {
+	Orders         int      `json:"orders"`
+	Completed      int      `json:"completed"`
+	Compensated    int      `json:"compensated"`
+	Failed         int      `json:"failed"`
+	NonTerminal    int      `json:"non_terminal"`
+	InvariantsOK   bool     `json:"invariants_ok"`
+	Violations     []string `json:"violations"`
+	ElapsedSeconds float64  `json:"elapsed_seconds"`
+	SagasPerSecond float64  `json:"sagas_per_second"`
+	Brokers        string   `json:"brokers"`
+	Database       string   `json:"database"`
+}
+
+// FreshDatabaseURL drops and creates database name on the server of base
+// and returns its URL.
+func FreshDatabaseURL(ctx context.Context, base, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", fmt.Errorf("connect to Postgres at %s: %w (is it running? pg_ctlcluster --skip-systemctl-redirect 15 main start)", redact(base), err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("drop database %s: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("database url %q must be a postgres:// URL to derive the demo database", redact(base))
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func redact(dsn string) string { return Redact(dsn) }
+
+// Redact hides the password of a Postgres connection string for printing:
+// the URL form's (postgres://user:secret@host/db, and a password query
+// parameter) and the keyword form's (host=h password=secret, quoted or
+// not) become xxxxx.
+func Redact(dsn string) string {
+	if p, err := url.Parse(dsn); err == nil && (p.Scheme == "postgres" || p.Scheme == "postgresql") {
+		if p.User != nil {
+			if _, has := p.User.Password(); has {
+				p.User = url.UserPassword(p.User.Username(), "xxxxx")
+			}
+		}
+		if q := p.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			p.RawQuery = q.Encode()
+		}
+		return p.String()
+	}
+	return redactKeywords(dsn)
+}
+
+// redactKeywords replaces the value of every password keyword of a
+// keyword/value connection string (libpq's syntax: key = value, values
+// single-quoted with backslash escapes or bare up to a space).
+func redactKeywords(dsn string) string {
+	var b strings.Builder
+	i := 0
+	for i < len(dsn) {
+		// copy the spaces and the key, up to and with the '='
+		start := i
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		keyStart := i
+		for i < len(dsn) && dsn[i] != '=' && !isSpace(dsn[i]) {
+			i++
+		}
+		key := dsn[keyStart:i]
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		if i >= len(dsn) || dsn[i] != '=' {
+			b.WriteString(dsn[start:i])
+			continue
+		}
+		i++
+		for i < len(dsn) && isSpace(dsn[i]) {
+			i++
+		}
+		b.WriteString(dsn[start:i])
+		valStart := i
+		if i < len(dsn) && dsn[i] == '\'' {
+			for i++; i < len(dsn) && dsn[i] != '\''; i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			i = min(i+1, len(dsn))
+		} else {
+			for i < len(dsn) && !isSpace(dsn[i]) {
+				if dsn[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i, len(dsn))
+		}
+		if strings.EqualFold(key, "password") {
+			b.WriteString("xxxxx")
+		} else {
+			b.WriteString(dsn[valStart:i])
+		}
+	}
+	return b.String()
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// Run runs the demo and returns its summary. An error means the demo could
+// not run; violated invariants are reported in the summary.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	started := time.Now()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Minute
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	dbURL := cfg.DatabaseURL
+	if cfg.FreshDatabase != "" {
+		var err error
+		if dbURL, err = FreshDatabaseURL(ctx, cfg.DatabaseURL, cfg.FreshDatabase); err != nil {
+			return Summary{}, err
+		}
+	}
+	brokers := cfg.Brokers
+	if len(brokers) == 0 {
+		b, err := devbroker.Start(devbroker.Config{Partitions: 8})
+		if err != nil {
+			return Summary{}, err
+		}
+		defer b.Close()
+		brokers = b.Addrs()
+		log.Info("embedded Kafka-protocol broker started", slog.String("addr", strings.Join(brokers, ",")))
+	}
+
+	// Two pools: the orchestrator and the participants share nothing but
+	// the Postgres server and the broker.
+	orchPool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return Summary{}, fmt.Errorf("orchestrator pool: %w", err)
+	}
+	defer orchPool.Close()
+	partPool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return Summary{}, fmt.Errorf("participants pool: %w", err)
+	}
+	defer partPool.Close()
+
+	registry := cfg.Registry
+	if registry == nil {
+		registry = saga.NewRegistry()
+		if err := steps.Register(registry); err != nil {
+			return Summary{}, err
+		}
+	}
+	sm, err := saga.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		return Summary{}, err
+	}
+	im, err := inbox.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		return Summary{}, err
+	}
+	rm, err := relay.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		return Summary{}, err
+	}
+	ec := cfg.Engine
+	ec.Metrics = sm
+	svc, err := orchestrator.New(orchPool, registry, &orchestrator.Config{
+		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
+		Inbox: inbox.Config{Metrics: im}, Relay: relay.Config{Metrics: rm, KeepSent: cfg.KeepSent},
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	parts, err := reference.New(partPool, reference.Options{
+		Brokers: brokers, ShippingFailRate: cfg.ShippingFailRate, PointsFailRate: cfg.PointsFailRate,
+		Seed: cfg.Mix.Seed, PaymentLimitCents: cfg.Mix.LimitCents, Logger: log.With(slog.String("component", "participants")),
+		InboxMetrics: im, RelayMetrics: rm, KeepSent: cfg.KeepSent,
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	if err := svc.Prepare(ctx); err != nil {
+		return Summary{}, fmt.Errorf("prepare orchestrator: %w", err)
+	}
+	if err := parts.Prepare(ctx); err != nil {
+		return Summary{}, fmt.Errorf("prepare participants: %w", err)
+	}
+	schemas := workload.SchemasOf(svc.Engine().Outbox().Schema(), parts)
+	plan := workload.NewPlan(cfg.Mix)
+	if err := workload.Seed(ctx, partPool, schemas, plan); err != nil {
+		return Summary{}, err
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- wrap("orchestrator", svc.Run(runCtx)) }()
+	go func() { errc <- wrap("participants", parts.Run(runCtx)) }()
+	if cfg.OnReady != nil {
+		cfg.OnReady(svc)
+	}
+
+	if _, err := workload.StartAll(ctx, svc.Engine(), plan, cfg.Concurrency); err != nil {
+		stop()
+		return Summary{}, errors.Join(err, <-errc, <-errc)
+	}
+	waitCtx, cancelWait := context.WithTimeout(ctx, cfg.Timeout)
+	left, werr := workload.WaitTerminal(waitCtx, orchPool, schemas.Orchestrator, 25*time.Millisecond)
+	cancelWait()
+	elapsed := time.Since(started)
+	if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+		stop()
+		return Summary{}, errors.Join(werr, <-errc, <-errc)
+	}
+	if left > 0 {
+		log.Warn("timed out waiting for sagas", slog.Int64("non_terminal", left))
+	}
+	rep, err := workload.Check(ctx, orchPool, schemas, plan.Stock, false)
+	stop()
+	runErr := errors.Join(<-errc, <-errc)
+	if err != nil {
+		return Summary{}, errors.Join(err, runErr)
+	}
+	if runErr != nil {
+		return Summary{}, runErr
+	}
+	sum := Summary{
+		Orders: len(plan.Orders), Completed: rep.Completed, Compensated: rep.Compensated, Failed: rep.Failed,
+		NonTerminal: rep.NonTerminal + (len(plan.Orders) - rep.Sagas), InvariantsOK: rep.OK() && rep.Sagas == len(plan.Orders),
+		Violations: rep.Violations, ElapsedSeconds: elapsed.Seconds(), Brokers: strings.Join(brokers, ","), Database: redact(dbURL),
+	}
+	if sum.Violations == nil {
+		sum.Violations = []string{}
+	}
+	if rep.Sagas != len(plan.Orders) {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("%d orders but %d sagas", len(plan.Orders), rep.Sagas))
+	}
+	if elapsed > 0 {
+		sum.SagasPerSecond = float64(len(plan.Orders)) / elapsed.Seconds()
+	}
+	return sum, nil
+}
+
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,66 @@
+// Package e2e holds end-to-end tests: the demo workload with orchestrator and
+// participants in separate component groups, and the real binary run as
+// separate OS processes (dev-broker, serve, participants) driven over HTTP.
+// Both run on real Postgres and the Kafka protocol (in-process kfake, or the
+// brokers in KAFKA_BROKERS).
+package e2e
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/internal/workload"
+)
+
+// TestDemoWorkloadSeparateGroups runs the demo workload: the orchestrator
+// service and the five reference participants run as component groups with
+// their own pools, sharing nothing but Postgres and the broker, and the
+// invariants are checked from the participants' own tables.
+func TestDemoWorkloadSeparateGroups(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 3*time.Minute)
+	dbURL := testkit.Database(t)
+	brokers := testkit.Brokers(t)
+	log := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	sum, err := demo.Run(ctx, demo.Config{
+		DatabaseURL: dbURL,
+		Brokers:     brokers,
+		Mix: workload.Mix{
+			Orders: 300, Seed: 7,
+			OutOfStockRate:  workload.OutOfStockRateDefault,
+			CouponTakenRate: workload.CouponTakenRateDefault,
+			DeclineRate:     workload.DeclineRateDefault,
+		},
+		ShippingFailRate: 0.2,
+		PointsFailRate:   0.2,
+		Concurrency:      8,
+		Timeout:          2 * time.Minute,
+		Logger:           log,
+	})
+	if err != nil {
+		t.Fatalf("demo.Run: %v", err)
+	}
+	t.Logf("demo: %+v", sum)
+	if sum.Orders != 300 {
+		t.Errorf("orders = %d, want 300", sum.Orders)
+	}
+	if sum.NonTerminal != 0 {
+		t.Errorf("%d sagas not terminal", sum.NonTerminal)
+	}
+	if !sum.InvariantsOK || len(sum.Violations) > 0 {
+		t.Errorf("invariants violated: %v", sum.Violations)
+	}
+	if sum.Completed == 0 || sum.Compensated == 0 {
+		t.Errorf("completed=%d compensated=%d: want both non-zero with the failure mix on", sum.Completed, sum.Compensated)
+	}
+	if got := sum.Completed + sum.Compensated + sum.Failed; got != sum.Orders {
+		t.Errorf("completed+compensated+failed = %d, want %d orders", got, sum.Orders)
+	}
+}

@@ -1,0 +1,270 @@
+package retention_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/migrations"
+)
+
+const wait = 30 * time.Second
+
+func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func exec(t *testing.T, pool *pgxpool.Pool, q string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func TestPurgeOnceDeletesOnlyExpiredRowsInBatches(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")), testkit.MustSets(t)(migrations.Participant("part")))
+	now := time.Now()
+	old, recent := now.Add(-48*time.Hour), now.Add(-time.Hour)
+
+	// Outbox: 7 old sent, 2 recent sent, 3 old unsent (one dead): only the
+	// 7 go.
+	for _, s := range []string{"orch", "part"} {
+		ob := pgx.Identifier{s, "outbox"}.Sanitize()
+		exec(t, pool, `INSERT INTO `+ob+` (topic, key, value, created_at, sent_at) SELECT 't', 'k', 'v', $1, $1 FROM generate_series(1, 7)`, old)
+		exec(t, pool, `INSERT INTO `+ob+` (topic, key, value, created_at, sent_at) SELECT 't', 'k', 'v', $1, $1 FROM generate_series(1, 2)`, recent)
+		exec(t, pool, `INSERT INTO `+ob+` (topic, key, value, created_at) SELECT 't', 'k', 'v', $1 FROM generate_series(1, 2)`, old)
+		exec(t, pool, `INSERT INTO `+ob+` (topic, key, value, created_at, dead_at) VALUES ('t', 'k', 'v', $1, $1)`, old)
+		ib := pgx.Identifier{s, "inbox"}.Sanitize()
+		exec(t, pool, `INSERT INTO `+ib+` (message_id, topic, received_at) SELECT gen_random_uuid(), 't', $1 FROM generate_series(1, 5)`, old)
+		exec(t, pool, `INSERT INTO `+ib+` (message_id, topic, received_at) SELECT gen_random_uuid(), 't', $1 FROM generate_series(1, 4)`, recent)
+	}
+	// Sagas: 3 old completed/compensated (2 journal rows each), one old
+	// failed, one old running, one recently completed.
+	type sg struct {
+		state    string
+		finished *time.Time
+	}
+	var keep []uuid.UUID
+	var gone []uuid.UUID
+	for i, s := range []sg{{"completed", &old}, {"compensated", &old}, {"completed", &old}, {"failed", &old}, {"running", nil}, {"completed", &recent}} {
+		id := uuid.New()
+		exec(t, pool, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, data, steps, version, created_at, updated_at, finished_at)
+			VALUES ($1, 'place-order', 1, 'a', $2, $3, '{}', '[]', 1, $4, $4, $5)`, id, id.String(), s.state, old.Add(-time.Minute), s.finished)
+		exec(t, pool, `INSERT INTO orch.journal (saga_id, at, event) VALUES ($1, $2, 'start'), ($1, $2, 'reply')`, id, old)
+		if i < 3 {
+			gone = append(gone, id)
+		} else {
+			keep = append(keep, id)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	m, err := retention.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retention.New(pool, &retention.Config{
+		Schemas: []string{"orch", "part"}, OrchestratorSchema: "orch",
+		SentOutboxAfter: 24 * time.Hour, InboxAfter: 24 * time.Hour, FinishedSagaAfter: 24 * time.Hour,
+		BatchSize: 2, Metrics: m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatalf("PurgeOnce: %v", err)
+	}
+	want := map[string]int64{"orch.outbox": 7, "part.outbox": 7, "orch.inbox": 5, "part.inbox": 5, "orch.sagas": 3, "orch.journal": 6}
+	for table, n := range want {
+		if got[table] != n {
+			t.Errorf("purged %s = %d, want %d (all %v)", table, got[table], n, got)
+		}
+		if v := testutil.ToFloat64(m.Purged(table)); v != float64(n) {
+			t.Errorf("sagaflow_retention_purged_total{table=%q} = %v, want %d", table, v, n)
+		}
+	}
+	for _, s := range []string{"orch", "part"} {
+		if n := count(t, pool, `SELECT count(*) FROM `+s+`.outbox WHERE sent_at IS NULL`); n != 3 {
+			t.Errorf("%s: %d unsent outbox rows left, want 3 (unsent and dead rows are never purged)", s, n)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM `+s+`.outbox`); n != 5 {
+			t.Errorf("%s: %d outbox rows left, want 5", s, n)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM `+s+`.inbox`); n != 4 {
+			t.Errorf("%s: %d inbox rows left, want the 4 inside the window", s, n)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.sagas WHERE id = ANY($1)`, keep); n != 3 {
+		t.Errorf("%d of the failed/running/recent sagas left, want 3", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.journal WHERE saga_id = ANY($1)`, keep); n != 6 {
+		t.Errorf("%d journal rows of kept sagas, want 6", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.journal WHERE saga_id = ANY($1)`, gone); n != 0 {
+		t.Errorf("%d journal rows of purged sagas left, want 0", n)
+	}
+	// A second cycle finds nothing.
+	again, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table, n := range again {
+		if n != 0 {
+			t.Errorf("second cycle purged %d from %s, want 0", n, table)
+		}
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	for _, tc := range []struct {
+		cfg  retention.Config
+		want string
+	}{
+		{retention.Config{}, "nothing to purge"},
+		{retention.Config{Schemas: []string{""}}, "Config.Schemas[0]"},
+		{retention.Config{Schemas: []string{"a"}, InboxAfter: -time.Second}, "Config.InboxAfter"},
+		{retention.Config{Schemas: []string{"a"}, BatchSize: -1}, "Config.BatchSize"},
+		{retention.Config{OrchestratorSchema: "a", Interval: -time.Second}, "Config.Interval"},
+	} {
+		_, err := retention.New(pool, &tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := retention.New(pool, &retention.Config{Schemas: []string{"a"}}); err != nil {
+		t.Errorf("New with defaults: %v", err)
+	}
+}
+
+// TestDedupeHoldsInsideWindow runs a real inbox consumer: a message whose
+// inbox row is inside the window survives retention and its redelivery is
+// still skipped as a duplicate; a message past the window is purged.
+func TestDedupeHoldsInsideWindow(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Participant("p")))
+	exec(t, pool, `CREATE TABLE effects (message_id uuid NOT NULL)`)
+	brokers := testkit.Brokers(t)
+	topic := testkit.Topic(t, brokers, "retention", 1)
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	t.Cleanup(func() { _ = w.Close() })
+	produce := func(ids ...uuid.UUID) {
+		t.Helper()
+		msgs := make([]kafka.Message, len(ids))
+		for i, id := range ids {
+			msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte("v"), Headers: []kafka.Header{{Key: message.HeaderMessageID, Value: []byte(id.String())}}}
+		}
+		if err := w.WriteMessages(testkit.Context(t, wait), msgs...); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	im, err := inbox.NewMetrics(prometheus.NewRegistry(), "sagaflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.New(pool, inbox.EachMessage(func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		var id string
+		for _, h := range m.Headers {
+			if h.Key == message.HeaderMessageID {
+				id = string(h.Value)
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES ($1)`, id)
+		return err
+	}), &inbox.Config{Brokers: brokers, GroupID: "g-" + testkit.RandomSuffix(4), Topics: []string{topic}, Schema: "p", Name: "ret", Metrics: im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var runErr error
+	go func() { defer wg.Done(); runErr = c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if runErr != nil {
+			t.Errorf("inbox Run: %v", runErr)
+		}
+	})
+
+	inside, outside := uuid.New(), uuid.New()
+	produce(inside, outside)
+	testkit.Eventually(t, wait, "both messages handled", func() (bool, error) {
+		return count(t, pool, `SELECT count(*) FROM effects`) == 2, nil
+	})
+	// inside was received 1h ago (window 2h), outside 3h ago.
+	exec(t, pool, `UPDATE p.inbox SET received_at = now() - interval '1 hour' WHERE message_id = $1`, inside)
+	exec(t, pool, `UPDATE p.inbox SET received_at = now() - interval '3 hours' WHERE message_id = $1`, outside)
+	p, err := retention.New(pool, &retention.Config{Schemas: []string{"p"}, InboxAfter: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["p.inbox"] != 1 {
+		t.Fatalf("purged %d inbox rows, want 1 (only the one past the window)", got["p.inbox"])
+	}
+	if n := count(t, pool, `SELECT count(*) FROM p.inbox WHERE message_id = $1`, inside); n != 1 {
+		t.Fatalf("inbox row inside the window was purged")
+	}
+
+	produce(inside) // a redelivery inside the window
+	testkit.Eventually(t, wait, "redelivery skipped as a duplicate", func() (bool, error) {
+		return testutil.ToFloat64(im.Duplicates("ret")) == 1, nil
+	})
+	if n := count(t, pool, `SELECT count(*) FROM effects WHERE message_id = $1`, inside); n != 1 {
+		t.Errorf("message inside the window handled %d times, want 1", n)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Participant("p")))
+	exec(t, pool, `INSERT INTO p.inbox (message_id, topic, received_at) VALUES (gen_random_uuid(), 't', now() - interval '10 days')`)
+	p, err := retention.New(pool, &retention.Config{Schemas: []string{"p"}, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	testkit.Eventually(t, wait, "Run purges the expired inbox row", func() (bool, error) {
+		return count(t, pool, `SELECT count(*) FROM p.inbox`) == 0, nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Run did not return after cancel")
+	}
+}
