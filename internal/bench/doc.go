@@ -43,4 +43,22 @@
 //
 // Sweep runs several concurrencies and Plot draws throughput and p99
 // latency against concurrency as a PNG with the standard library only.
+//
+// # Files
+//
+//   - bench.go: Run and the measured run (warm-up, baselines, the loop, the
+//     figures of the Result), the components run in this process;
+//   - config.go: Config, its defaults and their validation;
+//   - setup.go: a run's stack (fresh database, broker, pools, metrics, the
+//     orchestrator service and the participants);
+//   - loop.go: the workloads' start requests, the closed and open loops;
+//   - tracker.go: the completion tracker's polls of the saga table;
+//   - counters.go: latencies and percentiles, Postgres's transaction and
+//     WAL counters, this process's CPU time;
+//   - result.go: Result and ProcessCPU;
+//   - hops.go, consumers.go, roundtrips.go, hostcpu.go: the per-step hops,
+//     the per-consumer figures, the Postgres round trips, the host's CPU;
+//   - generic.go: the generic saga and its participants;
+//   - split.go, worker.go: split runs (the driver's side, the workers');
+//   - median.go: Median of repeated runs; plot.go, font.go: Plot.
 package bench
