@@ -89,6 +89,11 @@ func FreshDatabaseURL(ctx context.Context, base, name string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
+	return WithDatabase(base, name)
+}
+
+// WithDatabase is the URL base with its database replaced by name.
+func WithDatabase(base, name string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme == "" {
 		return "", fmt.Errorf("database url %q must be a postgres:// URL to derive the demo database", redact(base))
