@@ -1,0 +1,193 @@
+package sagatest_test
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/saga/sagatest"
+	"github.com/sagaflow/sagaflow/steps"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
+)
+
+func placeOrder() *saga.Def {
+	def, err := steps.PlaceOrder()
+	if err != nil {
+		panic(err)
+	}
+	return def
+}
+
+var order = steps.Order{OrderID: "order-1", Customer: "alice", SKU: "sku-apple", Qty: 2, Coupon: "SPRING", AmountCents: 2500}
+
+// The happy path of the reference place-order saga: every participant
+// succeeds, each step's output is merged into the saga's data and feeds the
+// next command.
+func Example() {
+	t := sagatest.PanicT{} // in a test: the *testing.T
+	h := sagatest.New(t, placeOrder(), sagatest.Data(order))
+	h.Start()
+
+	h.Expect(orderapi.StepReserveInventory, sagatest.Forward)
+	h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "res-1"})
+	h.Expect(orderapi.StepLockCoupon, sagatest.Forward)
+	h.Succeed(orderapi.LockCouponResult{DiscountCents: 500})
+	pay := h.Expect(orderapi.StepChargePayment, sagatest.Forward)
+	fmt.Printf("charge: %s\n", pay.Payload)
+	h.Succeed(orderapi.ChargePaymentResult{PaymentID: "pay-1"})
+	h.Expect(orderapi.StepCreateShipment, sagatest.Forward)
+	h.Succeed(orderapi.CreateShipmentResult{ShipmentID: "ship-1"})
+	points := h.Expect(orderapi.StepAwardPoints, sagatest.Forward)
+	fmt.Printf("points: %s\n", points.Payload)
+	h.Succeed(orderapi.AwardPointsResult{Balance: 20})
+	h.ExpectNoCommand()
+
+	var o steps.Order
+	h.DecodeData(&o)
+	fmt.Println(h.State(), o.ReservationID, o.PaymentID, o.ShipmentID, o.PointsBalance)
+	fmt.Println(strings.Join(h.Events(), "\n"))
+	// Output:
+	// charge: {"order_id":"order-1","customer":"alice","amount_cents":2000}
+	// points: {"order_id":"order-1","customer":"alice","points":20}
+	// completed res-1 pay-1 ship-1 20
+	// started reserve-inventory
+	// step succeeded reserve-inventory
+	// step succeeded lock-coupon
+	// step succeeded charge-payment
+	// step succeeded create-shipment
+	// step succeeded award-points
+}
+
+// trip is a small custom definition: three bookings before the pivot (the
+// payment), a notification after it.
+type trip struct {
+	Traveller string `json:"traveller"`
+}
+
+func tripDefinition() *saga.Def {
+	book := func(t trip) (any, error) { return map[string]string{"traveller": t.Traveller}, nil }
+	cancel := func(t trip) (any, error) { return map[string]string{"traveller": t.Traveller, "cancel": "yes"}, nil }
+	def, err := saga.Definition[trip]{
+		Name: "book-trip",
+		Steps: []saga.Step[trip]{
+			{Name: "book-flight", Participant: "airline", Kind: saga.Compensable, Command: book, Compensation: cancel},
+			{Name: "book-hotel", Participant: "hotel", Kind: saga.Compensable, Command: book, Compensation: cancel},
+			{Name: "book-car", Participant: "cars", Kind: saga.Compensable, Command: book, Compensation: cancel},
+			{Name: "charge", Participant: "payment", Kind: saga.Pivot, Command: book, Timeout: 30 * time.Second},
+			{Name: "send-itinerary", Participant: "mailer", Kind: saga.Retryable, Command: book},
+		},
+	}.Build()
+	if err != nil {
+		panic(err)
+	}
+	return def
+}
+
+// A failure before the pivot: the car cannot be booked, so what was booked
+// is undone in reverse order (the hotel, then the flight) and the saga ends
+// compensated. The failed step itself left nothing to undo.
+func Example_compensation() {
+	h := sagatest.New(sagatest.PanicT{}, tripDefinition(), sagatest.Data(trip{Traveller: "bob"}))
+	h.Start()
+	h.Expect("book-flight", sagatest.Forward)
+	h.Succeed(nil)
+	h.Expect("book-hotel", sagatest.Forward)
+	h.Advance(2 * time.Second)
+	h.Succeed(nil)
+	h.Expect("book-car", sagatest.Forward)
+	h.Advance(time.Second)
+	h.Fail("no cars left")
+
+	h.Expect("book-hotel", sagatest.Compensate)
+	h.Succeed(nil)
+	h.Expect("book-flight", sagatest.Compensate)
+	h.Succeed(nil)
+	h.ExpectNoCommand()
+	h.ExpectJournal(
+		"started book-flight",
+		"step succeeded book-flight",
+		"step succeeded book-hotel",
+		"step failed book-car",
+		"step compensated book-hotel",
+		"step compensated book-flight",
+	)
+	fmt.Println(h.State(), "after", h.Elapsed())
+	for _, s := range []string{"book-flight", "book-hotel", "book-car", "charge"} {
+		fmt.Printf("%-11s %s\n", s, h.Step(s).State)
+	}
+	fmt.Println(h.Step("book-car").LastError)
+	// Output:
+	// compensated after 3s
+	// book-flight compensated
+	// book-hotel  compensated
+	// book-car    failed
+	// charge      pending
+	// no cars left
+}
+
+// A timeout is not a failure: the outcome of the send is unknown, so after
+// the backoff the same action is re-sent (attempt 2). The participant was
+// only slow: its answer to the first send arrives after the re-send and is
+// taken (the participant's barrier runs the action once whatever the
+// attempt); the answer to the second, a duplicate, is journaled as a late
+// reply and ignored. Faults delay a saga, they do not cancel it.
+func Example_timeout() {
+	h := sagatest.New(sagatest.PanicT{}, placeOrder(), sagatest.Data(order))
+	h.Start()
+	first := h.Expect(orderapi.StepReserveInventory, sagatest.Forward)
+
+	h.FireNextTimer() // the step's 10s timeout passes without an answer
+	fmt.Printf("+%s %s: %s\n", h.Elapsed(), h.Last().Journal[0].Event, h.Last().Journal[0].Reason)
+	h.FireNextTimer() // the backoff ends
+	again := h.Expect(orderapi.StepReserveInventory, sagatest.Forward)
+	fmt.Printf("+%s re-sent as attempt %d, same payload: %t\n", h.Elapsed().Round(time.Millisecond), again.Attempt, string(again.Payload) == string(first.Payload))
+
+	h.Advance(time.Second)
+	h.AnswerEarlier(1, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
+	h.Expect(orderapi.StepLockCoupon, sagatest.Forward)
+	late := h.Reply(again, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
+	fmt.Println("duplicate ignored:", late.Late, h.Step(orderapi.StepReserveInventory).State)
+	fmt.Println(strings.Join(h.Events(), "\n"))
+	// Output:
+	// +10s timeout: no reply to attempt 1 within 10s
+	// +10.094s re-sent as attempt 2, same payload: true
+	// duplicate ignored: true succeeded
+	// started reserve-inventory
+	// timeout reserve-inventory
+	// command re-sent reserve-inventory
+	// step succeeded reserve-inventory
+	// late reply reserve-inventory
+}
+
+// A pivot that never gets a definite answer: the payment is re-sent after
+// each timeout until its deadline (10 minutes by default), then the saga is
+// failed for an operator. Nothing is compensated blindly: the charge may
+// have happened.
+func Example_pivotDeadline() {
+	h := sagatest.New(sagatest.PanicT{}, placeOrder(), sagatest.Data(order))
+	h.Start()
+	h.Expect(orderapi.StepReserveInventory, sagatest.Forward)
+	h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "res-1"})
+	h.Expect(orderapi.StepLockCoupon, sagatest.Forward)
+	h.Succeed(nil)
+	h.Expect(orderapi.StepChargePayment, sagatest.Forward)
+
+	h.TimeoutUntilGivenUp(orderapi.StepChargePayment)
+	pay := h.Step(orderapi.StepChargePayment)
+	fmt.Println(h.State(), "after", h.Elapsed(), "at the deadline:", h.Now().Equal(h.DeadlineOf(orderapi.StepChargePayment)))
+	fmt.Println("payment", pay.State, "after", pay.Attempts, "sends")
+	fmt.Println(h.Last().Journal[0].Reason)
+	h.ExpectNoCommand() // no compensation
+
+	// An operator who checked with the payment provider settles it.
+	if _, err := h.Operate(saga.Operator{Action: saga.ActionResolve, Actor: "carol", Reason: "refunded by hand", Outcome: saga.Compensated}); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(h.State())
+	// Output:
+	// failed after 10m0s at the deadline: true
+	// payment unknown after 28 sends
+	// no reply to attempt 28 before the step deadline 10m0s; pivot "charge-payment" got no definite answer within its deadline 10m0s (28 sends); not compensated blindly: an operator must resolve it
+	// compensated
+}
