@@ -47,4 +47,18 @@
 //
 // Every child runs in its own process group with a parent-death signal; the
 // harness kills every group when it returns, whatever the reason.
+//
+// # Files
+//
+//   - chaos.go: Run and one run's lifecycle (database, broker, schemas and
+//     stock, children, injection, quiescence, checks);
+//   - config.go: Config, its defaults and validation, the twin's Config;
+//   - result.go: Result, TwinResult and goodput, exit codes, the summary
+//     line;
+//   - children.go: the children's YAML, spawning them behind their proxies,
+//     waiting for the replicas;
+//   - proc.go, sysproc_*.go: one supervised child process;
+//   - driver.go: the saga starts over HTTP;
+//   - inject.go: the seeded fault injector;
+//   - check.go: quiescence and the checks on the databases.
 package chaos
