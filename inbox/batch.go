@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/message"
 )
 
 // batchSavepoint is the savepoint the Handler runs under; rolling back to
@@ -275,7 +277,7 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (rs 
 			rs, err = nil, &panicError{value: p, stack: stack()}
 		}
 	}()
-	rs, err = c.handler(ctx, tx, ms)
+	rs, err = c.handler(ctx, tx, toRecords(ms))
 	if err != nil {
 		return nil, err
 	}
@@ -292,4 +294,17 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (rs 
 		}
 	}
 	return rs, nil
+}
+
+// toRecords gives the handler the records without kafka-go's types.
+func toRecords(ms []kafka.Message) []message.Record {
+	out := make([]message.Record, len(ms))
+	for i, m := range ms {
+		hs := make([]message.Header, len(m.Headers))
+		for k, h := range m.Headers {
+			hs[k] = message.Header(h)
+		}
+		out[i] = message.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: hs, Time: m.Time}
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/message"
 )
@@ -82,14 +81,14 @@ type Result struct {
 // The Handler must not commit or roll back tx, nor leave a savepoint of its
 // own open. ctx is not cancelled when Run's context is, so that the batch
 // in flight can finish.
-type Handler func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]Result, error)
+type Handler func(ctx context.Context, tx pgx.Tx, rs []message.Record) ([]Result, error)
 
 // EachMessage builds a Handler from a function of one message. Each message
 // runs in a savepoint of its own: a permanent error (see Classify) rolls
 // back that message's writes and dead-letters it; any other error fails the
 // call (transient: the batch is retried).
-func EachMessage(f func(ctx context.Context, tx pgx.Tx, m kafka.Message) error) Handler {
-	return func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]Result, error) {
+func EachMessage(f func(ctx context.Context, tx pgx.Tx, r message.Record) error) Handler {
+	return func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]Result, error) {
 		out := make([]Result, len(ms))
 		for i, m := range ms {
 			sp, err := tx.Begin(ctx)
@@ -115,7 +114,7 @@ func EachMessage(f func(ctx context.Context, tx pgx.Tx, m kafka.Message) error) 
 	}
 }
 
-func callOne(ctx context.Context, tx pgx.Tx, m kafka.Message, f func(context.Context, pgx.Tx, kafka.Message) error) (err error) {
+func callOne(ctx context.Context, tx pgx.Tx, m message.Record, f func(context.Context, pgx.Tx, message.Record) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &panicError{value: p, stack: debug.Stack()}

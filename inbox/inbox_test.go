@@ -68,13 +68,19 @@ func (e *env) produce(t *testing.T, msgs ...kafka.Message) {
 }
 
 // writeEffect is the usual handler: one effects row per message.
-func writeEffect(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-	id, err := uuid.Parse(header(m, message.HeaderMessageID))
+func writeEffect(ctx context.Context, tx pgx.Tx, m message.Record) error {
+	id, err := uuid.Parse(rheader(m, message.HeaderMessageID))
 	if err != nil {
 		return inbox.Permanent(err)
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO effects (message_id, body) VALUES ($1, $2)`, id, string(m.Value))
 	return err
+}
+
+// rheader is the value of a handled record's header key.
+func rheader(r message.Record, key string) string {
+	v, _ := r.Header(key)
+	return v
 }
 
 func header(m kafka.Message, key string) string {
@@ -248,12 +254,12 @@ func TestTransientErrorRetriesWithoutSkipping(t *testing.T) {
 	target := uuid.New()
 	var mu sync.Mutex
 	calls := 0
-	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+	h := func(ctx context.Context, tx pgx.Tx, msg message.Record) error {
 		// The write happens before the failure: it must be rolled back.
 		if err := writeEffect(ctx, tx, msg); err != nil {
 			return err
 		}
-		if header(msg, message.HeaderMessageID) == target.String() {
+		if rheader(msg, message.HeaderMessageID) == target.String() {
 			mu.Lock()
 			defer mu.Unlock()
 			calls++
@@ -299,7 +305,7 @@ func TestPoisonMessagesGoToDLQAndPartitionMovesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMetrics(t)
-	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+	h := func(ctx context.Context, tx pgx.Tx, msg message.Record) error {
 		if err := writeEffect(ctx, tx, msg); err != nil {
 			return err
 		}
@@ -528,7 +534,7 @@ func TestCancelFinishesInFlightBatch(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	h := func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+	h := func(ctx context.Context, tx pgx.Tx, msg message.Record) error {
 		once.Do(func() {
 			close(entered)
 			<-release
@@ -602,7 +608,7 @@ func TestLanesKeepPerKeyOrderAndHandleOnce(t *testing.T) {
 		}
 	}
 	e.produce(t, msgs...)
-	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	h := func(ctx context.Context, tx pgx.Tx, m message.Record) error {
 		if err := writeEffect(ctx, tx, m); err != nil {
 			return err
 		}
@@ -658,7 +664,7 @@ func TestBatchHandlerFailureIsolatesThePoisonMessage(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var sizes []int
-	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 		mu.Lock()
 		sizes = append(sizes, len(ms))
 		mu.Unlock()

@@ -65,9 +65,9 @@ func (e *env) dlq(t *testing.T, maxMessageBytes int) func(n int) []kafka.Message
 // storeBody writes the record's value into a text column: Postgres refuses
 // a NUL (22021) or invalid UTF-8 (22021) there, which no decode step of this
 // handler foresaw.
-func storeBody(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+func storeBody(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 	for _, m := range ms {
-		id, err := uuid.Parse(header(m, message.HeaderMessageID))
+		id, err := uuid.Parse(rheader(m, message.HeaderMessageID))
 		if err != nil {
 			return nil, inbox.Permanent(err)
 		}
@@ -130,7 +130,7 @@ func TestMessageThatKeepsFailingIsIsolatedAfterAttempts(t *testing.T) {
 	read := e.dlq(t, 0)
 	m := newMetrics(t)
 	var calls atomic.Int32
-	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 		for _, msg := range ms {
 			if string(msg.Value) == "stuck" {
 				calls.Add(1)
@@ -167,7 +167,7 @@ func TestRetryLaterResultRetriesThenIsolates(t *testing.T) {
 	m := newMetrics(t)
 	var mu sync.Mutex
 	tries := map[string]int{}
-	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 		out, err := storeBody(ctx, tx, ms)
 		if err != nil {
 			return nil, err
@@ -215,7 +215,7 @@ func TestBadHeadersAndUnwritableDeadLettersNeverStall(t *testing.T) {
 	read := e.dlq(t, 40_000)
 	m := newMetrics(t)
 	var seen sync.Map
-	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 		out := make([]inbox.Result, len(ms))
 		for i, msg := range ms {
 			seen.Store(string(msg.Key), true)
@@ -223,7 +223,7 @@ func TestBadHeadersAndUnwritableDeadLettersNeverStall(t *testing.T) {
 				out[i] = inbox.Result{Outcome: inbox.DeadLetter, Reason: "refused by the handler: " + strings.Repeat("é", 5000)}
 				continue
 			}
-			if _, err := storeBody(ctx, tx, []kafka.Message{{Headers: msg.Headers, Value: []byte("ok")}}); err != nil {
+			if _, err := storeBody(ctx, tx, []message.Record{{Headers: msg.Headers, Value: []byte("ok")}}); err != nil {
 				return nil, err
 			}
 		}
@@ -368,7 +368,7 @@ func TestFullLanePausesItsPartitionNotTheOthers(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	h := func(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 		for _, msg := range ms {
 			if strings.HasPrefix(string(msg.Value), "slow") {
 				<-release

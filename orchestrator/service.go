@@ -141,7 +141,7 @@ func inboxDLQSuffix(c inbox.Config) string {
 
 // decodeReply decodes a reply record and checks its headers against the
 // body. Errors wrap message.ErrInvalid.
-func decodeReply(m kafka.Message) (message.Reply, error) {
+func decodeReply(m message.Record) (message.Reply, error) {
 	r, err := message.DecodeReply(m.Value)
 	if err != nil {
 		return r, err
@@ -166,7 +166,7 @@ func decodeReply(m kafka.Message) (message.Reply, error) {
 // is dead-lettered. A database error fails the call: the inbox rolls it back
 // and, for an error about a reply's content, splits the batch until that
 // reply stands alone and dead-letters it.
-func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 	out := make([]inbox.Result, len(ms))
 	rs := make([]message.Reply, 0, len(ms))
 	idx := make([]int, 0, len(ms))

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
@@ -27,7 +26,7 @@ var errDecline = errors.New("participant: batch declined; handle one by one")
 // whose handler panics is dead-lettered with the reason and the others are
 // applied; any other error fails the call, and the inbox decides by its
 // class (retry, or split the batch to isolate a command Postgres refuses).
-func (p *Participant) HandleCommands(ctx context.Context, tx pgx.Tx, ms []kafka.Message) ([]inbox.Result, error) {
+func (p *Participant) HandleCommands(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
 	err := p.HandleBatch(ctx, tx, ms)
 	if err == nil {
 		return make([]inbox.Result, len(ms)), nil
@@ -57,7 +56,7 @@ var errUntouched = fmt.Errorf("%w before any write", errDecline)
 // skip it, and the whole batch, handler writes included, is rolled back and
 // redone one by one. So at most one execution of a forward ever commits, and
 // a forward closed by its compensation is never executed, as in Execute.
-func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []kafka.Message) error {
+func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.Record) error {
 	cmds := make([]message.Command, len(ms))
 	for i, m := range ms {
 		cmd, err := message.DecodeCommand(m.Value)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
@@ -17,7 +16,7 @@ import (
 
 // inBatchTx runs HandleBatch in a transaction that commits on success and
 // rolls back on error, as the inbox's batch savepoint does.
-func inBatchTx(f *fixture, ms []kafka.Message) error {
+func inBatchTx(f *fixture, ms []message.Record) error {
 	return pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error { return f.p.HandleBatch(f.ctx, tx, ms) })
 }
 
@@ -31,7 +30,7 @@ func TestHandleBatchRecordsForwardsAndDeclinesEverythingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := command(uuid.New(), "reserve", message.Forward), command(uuid.New(), "reserve", message.Forward)
-	if err := inBatchTx(f, []kafka.Message{record(t, a, nil), record(t, b, nil)}); err != nil {
+	if err := inBatchTx(f, []message.Record{record(t, a, nil), record(t, b, nil)}); err != nil {
 		t.Fatalf("batch of two first-time forwards: %v", err)
 	}
 	var effects, barrier, replies int
@@ -55,7 +54,7 @@ func TestHandleBatchRecordsForwardsAndDeclinesEverythingElse(t *testing.T) {
 	}
 
 	// Each of these is declined (and rolled back), for the one-by-one path.
-	for name, ms := range map[string][]kafka.Message{
+	for name, ms := range map[string][]message.Record{
 		"a copy of an executed forward": {record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, copyOf(a), nil)},
 		"a compensation":                {record(t, command(uuid.New(), "reserve", message.Compensate), nil)},
 		"a handler failure":             {record(t, command(uuid.New(), "decline", message.Forward), nil)},
@@ -64,7 +63,7 @@ func TestHandleBatchRecordsForwardsAndDeclinesEverythingElse(t *testing.T) {
 	} {
 		if name == "two copies in one batch" {
 			c := command(uuid.New(), "reserve", message.Forward)
-			ms = []kafka.Message{record(t, c, nil), record(t, copyOf(c), nil)}
+			ms = []message.Record{record(t, c, nil), record(t, copyOf(c), nil)}
 		}
 		if err := inBatchTx(f, ms); err == nil {
 			t.Errorf("%s: HandleBatch = nil, want it declined", name)
@@ -144,7 +143,7 @@ func TestHandleForwardBatchRunsOneCallPerStep(t *testing.T) {
 		command(uuid.New(), "reserve", message.Forward), command(uuid.New(), "plain", message.Forward),
 		command(uuid.New(), "reserve", message.Forward), command(uuid.New(), "reserve", message.Forward),
 	}
-	ms := make([]kafka.Message, len(cmds))
+	ms := make([]message.Record, len(cmds))
 	for i, c := range cmds {
 		ms[i] = record(t, c, nil)
 	}
@@ -174,7 +173,7 @@ func TestHandleForwardBatchRunsOneCallPerStep(t *testing.T) {
 
 	// A non-Success result of a batch call declines the batch: nothing of it
 	// stays (the caller rolls back), and the one-by-one path is next.
-	if err := inBatchTx(f, []kafka.Message{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "decline", message.Forward), nil)}); err == nil {
+	if err := inBatchTx(f, []message.Record{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "decline", message.Forward), nil)}); err == nil {
 		t.Fatal("batch with a batch handler answering failure = nil, want it declined")
 	}
 	var effects int
@@ -198,7 +197,7 @@ func TestHandleBatchDeclinesAWrongResultCount(t *testing.T) {
 	if err := f.p.HandleForwardBatch("reserve", short); err != nil {
 		t.Fatal(err)
 	}
-	ms := []kafka.Message{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "reserve", message.Forward), nil)}
+	ms := []message.Record{record(t, command(uuid.New(), "reserve", message.Forward), nil), record(t, command(uuid.New(), "reserve", message.Forward), nil)}
 	err := inBatchTx(f, ms)
 	if err == nil || !strings.Contains(err.Error(), "1 results for 2 commands") {
 		t.Fatalf("HandleBatch = %v, want a decline naming 1 result for 2 commands", err)
@@ -216,7 +215,7 @@ func TestBatchReplyAndCopyAnswerCarryTheSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := command(uuid.New(), "order", message.Forward)
-	if err := inBatchTx(f, []kafka.Message{record(t, c, nil)}); err != nil {
+	if err := inBatchTx(f, []message.Record{record(t, c, nil)}); err != nil {
 		t.Fatalf("batch: %v", err)
 	}
 	if err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error { return f.p.HandleMessage(f.ctx, tx, record(t, copyOf(c), nil)) }); err != nil {

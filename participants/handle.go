@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -25,7 +24,7 @@ func (p *Participant) Migrations() ([]migrations.Set, error) {
 // message.ErrInvalid (undecodable record, headers contradicting the body,
 // unknown step) means the record belongs on the dead-letter topic; any other
 // error means tx must be rolled back and the record processed again.
-func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Record) error {
 	cmd, err := message.DecodeCommand(m.Value)
 	if err != nil {
 		return fmt.Errorf("participant %q: topic %s partition %d offset %d: %w", p.cfg.Name, m.Topic, m.Partition, m.Offset, err)

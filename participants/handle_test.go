@@ -7,21 +7,20 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
 )
 
-func record(t *testing.T, cmd message.Command, headers map[string]string) kafka.Message {
+func record(t *testing.T, cmd message.Command, headers map[string]string) message.Record {
 	t.Helper()
 	v, err := message.EncodeCommand(cmd)
 	if err != nil {
 		t.Fatalf("encode command: %v", err)
 	}
-	m := kafka.Message{Topic: "pt.commands", Key: []byte(cmd.AggregateID), Value: v}
+	m := message.Record{Topic: "pt.commands", Key: []byte(cmd.AggregateID), Value: v}
 	for k, h := range headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(h)})
+		m.Headers = append(m.Headers, message.Header{Key: k, Value: []byte(h)})
 	}
 	return m
 }
@@ -80,7 +79,7 @@ func TestHandleMessageRejectsInvalidRecords(t *testing.T) {
 	unknown := command(uuid.New(), "unknown", message.Forward)
 	elsewhere := command(uuid.New(), "reserve", message.Forward)
 	elsewhere.ReplyTo = "attacker.topic" // a legal topic name, not a configured reply topic
-	cases := map[string]kafka.Message{
+	cases := map[string]message.Record{
 		"reply_to not a reply topic": record(t, elsewhere, nil),
 		"garbage":                    {Topic: "pt.commands", Value: []byte("not json")},
 		"missing field":              {Topic: "pt.commands", Value: []byte(`{"message_id":"` + uuid.NewString() + `"}`)},

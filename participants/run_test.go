@@ -71,8 +71,11 @@ func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	toRecord := func(c message.Command) kafka.Message {
-		m := record(t, c, message.Headers(c.MessageID, c.SagaID))
-		m.Topic = ""
+		r := record(t, c, message.Headers(c.MessageID, c.SagaID))
+		m := kafka.Message{Key: r.Key, Value: r.Value}
+		for _, h := range r.Headers {
+			m.Headers = append(m.Headers, kafka.Header(h))
+		}
 		return m
 	}
 	// One key: all three land on one partition in this order, so the second

@@ -185,7 +185,7 @@ func TestDedupeHoldsInsideWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(pool, inbox.EachMessage(func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	c, err := inbox.New(pool, inbox.EachMessage(func(ctx context.Context, tx pgx.Tx, m message.Record) error {
 		var id string
 		for _, h := range m.Headers {
 			if h.Key == message.HeaderMessageID {

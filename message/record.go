@@ -1,0 +1,29 @@
+package message
+
+import "time"
+
+// Record is one Kafka record as a consumer hands it to a handler: where it
+// came from, its key, value and headers, and its timestamp. The inbox's
+// handlers, the participant SDK and the orchestrator's reply handler take
+// it, so none of their signatures depends on a Kafka client's types.
+type Record struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	// Time is the record's timestamp (its producer's, or the broker's).
+	Time time.Time
+}
+
+// Header returns the value of the first header named key, and whether
+// there is one.
+func (r Record) Header(key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
