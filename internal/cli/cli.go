@@ -30,7 +30,6 @@ import (
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/workload"
@@ -158,79 +157,6 @@ func newMetrics() (*metricSet, error) {
 	return m, nil
 }
 
-func demoCmd(v *viper.Viper) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Run the place-order demo end to end (embedded broker unless --brokers) and check invariants",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logger(v)
-			if err != nil {
-				return err
-			}
-			if asJSON && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
-				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
-			reg, err := registry(v)
-			if err != nil {
-				return err
-			}
-			ec := engineConfig(v)
-			cfg := demo.Config{
-				DatabaseURL: v.GetString("database.url"), FreshDatabase: v.GetString("demo.database"),
-				Brokers: brokers(v), Registry: reg, Engine: ec, Logger: log,
-				Mix: workload.Mix{
-					Orders: v.GetInt("demo.orders"), Seed: v.GetInt64("demo.seed"),
-					OutOfStockRate: v.GetFloat64("demo.out_of_stock_rate"), CouponTakenRate: v.GetFloat64("demo.coupon_taken_rate"),
-					DeclineRate: v.GetFloat64("demo.decline_rate"), LimitCents: v.GetInt64("participants.payment_limit_cents"),
-				},
-				ShippingFailRate: v.GetFloat64("demo.shipping_fail_rate"), PointsFailRate: v.GetFloat64("demo.points_fail_rate"),
-				Concurrency: v.GetInt("demo.concurrency"), Timeout: v.GetDuration("demo.timeout"),
-			}
-			if err := validateDemo(cfg); err != nil {
-				return err
-			}
-			sum, err := demo.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				if err := enc.Encode(sum); err != nil {
-					return err
-				}
-			} else {
-				printSummary(cmd.OutOrStdout(), sum)
-			}
-			if !sum.InvariantsOK || sum.NonTerminal > 0 {
-				return exitError{code: 2}
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the readable summary")
-	f.Int("orders", 0, "orders to place (demo.orders)")
-	f.Int64("seed", 0, "seed of the orders (demo.seed)")
-	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
-	f.Float64("coupon-taken-rate", 0, "share of orders using a contested coupon (demo.coupon_taken_rate)")
-	f.Float64("decline-rate", 0, "share of orders over the payment limit (demo.decline_rate)")
-	f.Float64("shipping-fail-rate", 0, "transient failure chance per shipping attempt (demo.shipping_fail_rate)")
-	f.Float64("points-fail-rate", 0, "transient failure chance per points attempt (demo.points_fail_rate)")
-	f.Int("concurrency", 0, "concurrent saga starts (demo.concurrency)")
-	f.Duration("timeout", 0, "bound on the wait for terminal sagas (demo.timeout)")
-	f.String("database", "", "database the demo creates afresh (demo.database)")
-	for flag, key := range map[string]string{
-		"orders": "demo.orders", "seed": "demo.seed", "out-of-stock-rate": "demo.out_of_stock_rate",
-		"coupon-taken-rate": "demo.coupon_taken_rate", "decline-rate": "demo.decline_rate",
-		"shipping-fail-rate": "demo.shipping_fail_rate", "points-fail-rate": "demo.points_fail_rate",
-		"concurrency": "demo.concurrency", "timeout": "demo.timeout", "database": "demo.database",
-	} {
-		_ = v.BindPFlag(key, f.Lookup(flag))
-	}
-	return cmd
-}
-
 // preparer runs a process's prepare step (migrations, topics) inside its
 // run function, after the HTTP listener is up, and makes readiness report
 // the last prepare error until it succeeded.
@@ -310,34 +236,6 @@ func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepar
 		case <-t.C:
 		}
 		wait = min(wait*2, 10*time.Second)
-	}
-}
-
-func validateDemo(c demo.Config) error {
-	rate := func(name string, r float64) error {
-		if r < 0 || r > 1 {
-			return fmt.Errorf("%s %v must be between 0 and 1", name, r)
-		}
-		return nil
-	}
-	if c.Mix.Orders < 1 {
-		return fmt.Errorf("demo.orders %d must be at least 1", c.Mix.Orders)
-	}
-	return errors.Join(rate("demo.out_of_stock_rate", c.Mix.OutOfStockRate), rate("demo.coupon_taken_rate", c.Mix.CouponTakenRate),
-		rate("demo.decline_rate", c.Mix.DeclineRate), rate("demo.shipping_fail_rate", c.ShippingFailRate),
-		rate("demo.points_fail_rate", c.PointsFailRate))
-}
-
-func printSummary(w io.Writer, s demo.Summary) {
-	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
-	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
-	if s.InvariantsOK {
-		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
-		return
-	}
-	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))
-	for _, v := range s.Violations {
-		fmt.Fprintln(w, "  -", v)
 	}
 }
 

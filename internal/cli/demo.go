@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// probeTimeout bounds the look for a Postgres at the default address.
+const probeTimeout = 2 * time.Second
+
+func demoCmd(v *viper.Viper) *cobra.Command {
+	var asJSON, embedded, ui bool
+	var uiAddr string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the place-order demo end to end (embedded broker unless --brokers; a throwaway Postgres unless one answers) and check invariants",
+		Long: "Run the place-order demo end to end and check its invariants. Without --brokers an embedded broker is started. " +
+			"With --embedded-postgres, or when database.url is not configured (SAGAFLOW_DATABASE_URL, --database-url, a config file) " +
+			"and no Postgres answers at its default address, a throwaway Postgres is started from the machine's server binaries " +
+			"(initdb and postgres; fsync off) and removed when the demo ends.",
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			ctx := cmd.Context()
+			log, err := logger(v)
+			if err != nil {
+				return err
+			}
+			if asJSON && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
+				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			reg, err := registry(v)
+			if err != nil {
+				return err
+			}
+			ec := engineConfig(v)
+			cfg := demo.Config{
+				DatabaseURL: v.GetString("database.url"), FreshDatabase: v.GetString("demo.database"),
+				Brokers: brokers(v), Registry: reg, Engine: ec, Logger: log,
+				Mix: workload.Mix{
+					Orders: v.GetInt("demo.orders"), Seed: v.GetInt64("demo.seed"),
+					OutOfStockRate: v.GetFloat64("demo.out_of_stock_rate"), CouponTakenRate: v.GetFloat64("demo.coupon_taken_rate"),
+					DeclineRate: v.GetFloat64("demo.decline_rate"), LimitCents: v.GetInt64("participants.payment_limit_cents"),
+				},
+				ShippingFailRate: v.GetFloat64("demo.shipping_fail_rate"), PointsFailRate: v.GetFloat64("demo.points_fail_rate"),
+				Concurrency: v.GetInt("demo.concurrency"), Timeout: v.GetDuration("demo.timeout"),
+			}
+			if err := validateDemo(cfg); err != nil {
+				return err
+			}
+			use, reason := demo.UseEmbedded(embedded, databaseConfigured(cmd, v), func() error {
+				return demo.Probe(ctx, cfg.DatabaseURL, probeTimeout)
+			})
+			if use {
+				log.Info("starting a throwaway Postgres", slog.String("reason", reason))
+				pg, err := demo.StartEmbeddedPostgres(ctx, demo.EmbeddedOptions{Logger: log})
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, pg.Stop()) }()
+				cfg.DatabaseURL = pg.URL()
+			}
+			sum, err := demo.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				if err := enc.Encode(sum); err != nil {
+					return err
+				}
+			} else {
+				printSummary(cmd.OutOrStdout(), sum)
+			}
+			if ui {
+				dbURL := cfg.DatabaseURL
+				if cfg.FreshDatabase != "" {
+					if dbURL, err = demo.WithDatabase(dbURL, cfg.FreshDatabase); err != nil {
+						return err
+					}
+				}
+				// With --json, stdout stays one JSON object: the URL goes
+				// to stderr.
+				out := cmd.OutOrStdout()
+				if asJSON {
+					out = cmd.ErrOrStderr()
+				}
+				if err := serveDemoUI(ctx, out, log, uiAddr, dbURL, reg, ec); err != nil {
+					return err
+				}
+			}
+			if !sum.InvariantsOK || sum.NonTerminal > 0 {
+				return exitError{code: 2}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the readable summary")
+	f.BoolVar(&embedded, "embedded-postgres", false, "run on a throwaway Postgres (started from the machine's initdb and postgres, removed on exit) even if database.url is set")
+	f.BoolVar(&ui, "ui", false, "after the summary, keep the status page on the demo's sagas open (its URL is printed) until Ctrl-C")
+	f.StringVar(&uiAddr, "ui-addr", "127.0.0.1:0", "listen address of the status page with --ui (port 0: a free one)")
+	f.Int("orders", 0, "orders to place (demo.orders)")
+	f.Int64("seed", 0, "seed of the orders (demo.seed)")
+	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
+	f.Float64("coupon-taken-rate", 0, "share of orders using a contested coupon (demo.coupon_taken_rate)")
+	f.Float64("decline-rate", 0, "share of orders over the payment limit (demo.decline_rate)")
+	f.Float64("shipping-fail-rate", 0, "transient failure chance per shipping attempt (demo.shipping_fail_rate)")
+	f.Float64("points-fail-rate", 0, "transient failure chance per points attempt (demo.points_fail_rate)")
+	f.Int("concurrency", 0, "concurrent saga starts (demo.concurrency)")
+	f.Duration("timeout", 0, "bound on the wait for terminal sagas (demo.timeout)")
+	f.String("database", "", "database the demo creates afresh (demo.database)")
+	for flag, key := range map[string]string{
+		"orders": "demo.orders", "seed": "demo.seed", "out-of-stock-rate": "demo.out_of_stock_rate",
+		"coupon-taken-rate": "demo.coupon_taken_rate", "decline-rate": "demo.decline_rate",
+		"shipping-fail-rate": "demo.shipping_fail_rate", "points-fail-rate": "demo.points_fail_rate",
+		"concurrency": "demo.concurrency", "timeout": "demo.timeout", "database": "demo.database",
+	} {
+		_ = v.BindPFlag(key, f.Lookup(flag))
+	}
+	return cmd
+}
+
+// databaseConfigured reports whether database.url was set by the user
+// (--database-url, SAGAFLOW_DATABASE_URL or the config file) rather than
+// left at its default.
+func databaseConfigured(cmd *cobra.Command, v *viper.Viper) bool {
+	if f := cmd.Flag("database-url"); f != nil && f.Changed {
+		return true
+	}
+	return os.Getenv("SAGAFLOW_DATABASE_URL") != "" || v.InConfig("database.url")
+}
+
+// serveDemoUI serves the HTTP API with its status page (/ui/) over the
+// demo's database on addr until ctx ends (Ctrl-C), after printing its URL
+// to out. Operator actions are disabled (no admin token); it listens on
+// the loopback address by default.
+func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbURL string, reg *saga.Registry, ec saga.Config) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("status page pool: %w", err)
+	}
+	defer pool.Close()
+	ec.Logger = log
+	eng, err := saga.NewEngine(pool, reg, &ec)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--ui-addr %s: %w", addr, err)
+	}
+	lim := api.Limits{}.WithDefaults()
+	hs := api.NewHTTPServer(api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))}), lim, log)
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(api.LimitListener(ln, lim.MaxConnections)) }()
+	fmt.Fprintf(out, "status page: http://%s/ui/ (Ctrl-C to stop)\n", ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		return fmt.Errorf("status page: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+func validateDemo(c demo.Config) error {
+	rate := func(name string, r float64) error {
+		if r < 0 || r > 1 {
+			return fmt.Errorf("%s %v must be between 0 and 1", name, r)
+		}
+		return nil
+	}
+	if c.Mix.Orders < 1 {
+		return fmt.Errorf("demo.orders %d must be at least 1", c.Mix.Orders)
+	}
+	return errors.Join(rate("demo.out_of_stock_rate", c.Mix.OutOfStockRate), rate("demo.coupon_taken_rate", c.Mix.CouponTakenRate),
+		rate("demo.decline_rate", c.Mix.DeclineRate), rate("demo.shipping_fail_rate", c.ShippingFailRate),
+		rate("demo.points_fail_rate", c.PointsFailRate))
+}
+
+func printSummary(w io.Writer, s demo.Summary) {
+	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
+	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
+	if s.InvariantsOK {
+		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
+		return
+	}
+	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))
+	for _, v := range s.Violations {
+		fmt.Fprintln(w, "  -", v)
+	}
+}
