@@ -22,7 +22,7 @@
 // costs one round trip to Postgres instead of two. Deleting is the default
 // because it is the cheaper write: marking rewrites the whole row, payload
 // included, and adds an index entry, where a delete only stamps the old
-// version; in the benchmark it took a sixth of the outbox's WAL.
+// version (measured: docs/perf/figures.md#relay-keep-sent).
 //
 // Producers notify only while the relay holds the outbox's listen lock
 // (see outbox.ListenOp), and the relay takes and releases that lock in the
@@ -42,8 +42,8 @@
 // when idle a new row still wakes the relay at once; and a wake-up costs
 // two round trips (claim, then the empty claim before the wait) instead of
 // the six of separate lock calls. (Holding the lock through busy periods,
-// or taking it only after one-row claims, both measured slower at 500
-// sagas/s.)
+// or taking it only after one-row claims, were both slower under load;
+// measured: docs/perf/figures.md#relay-listen-lock.)
 //
 // # Guarantees
 //

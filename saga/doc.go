@@ -132,8 +132,9 @@
 // entries) only when no indexed column changes and its page has room. A
 // step changes the wake-up time and the current step, so neither is indexed
 // on the saga table, and the table keeps half of each page free
-// (fillfactor 50). In the 3-step benchmark two thirds of saga updates are
-// HOT (the last, to a terminal state, changes indexed columns). Delayed re-sends are plain outbox
+// (fillfactor 50), so every update of a saga but the last (to a terminal
+// state, which changes indexed columns) can be HOT (measured:
+// docs/perf/figures.md#saga-fillfactor). Delayed re-sends are plain outbox
 // rows written when the backoff ends (rather than outbox rows with a future
 // available_at written at once): an operator's "retry now" then only moves
 // the saga's wake-up, and no stray delayed copy is left in the outbox.

@@ -14,9 +14,9 @@ import (
 
 // The step list is encoded and decoded on every reply the engine applies
 // (load, decide, write back), and with encoding/json that was the largest
-// single cost of the orchestrator's process in the place-order benchmark
-// (about a quarter of its CPU, half of it validating before decoding). These
-// two functions do the same without reflection. The format is the one
+// single cost of the orchestrator's process (measured:
+// docs/perf/figures.md#saga-steps-json). These two functions do the same
+// without reflection. The format is the one
 // encoding/json writes for []StepState (the struct tags are the contract;
 // the tests hold both directions to encoding/json), so rows written by
 // either decode with either. Unlike encoding/json, member names are matched

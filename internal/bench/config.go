@@ -34,9 +34,8 @@ const (
 	// cores more partitions cost more than they give: each partition is a
 	// fetch session of its own in every consumer (and a produce batch of its
 	// own), and at moderate load each fetch then brings one message, so
-	// every message pays for its own transaction. Measured at 500 sagas/s
-	// (generic, 3 steps): p99 810 ms with 8 partitions, 321 ms with 2,
-	// 217 ms with 1.
+	// every message pays for its own transaction (measured:
+	// docs/perf/figures.md#bench-partitions).
 	PartitionsDefault = 2
 	SeedDefault       = 1
 	// maxPlannedOrders bounds the place-order plan of a --duration run.

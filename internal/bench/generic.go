@@ -95,7 +95,8 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 		del := `DELETE FROM ` + pgx.Identifier{genericSchema(i), "effects"}.Sanitize() + ` WHERE saga_id = $1 AND step = $2`
 		fwd := func(ctx context.Context, tx pgx.Tx, c message.Command) (participants.Result, error) {
 			// pgtype.UUID: a uuid.UUID argument goes through driver.Valuer
-			// and text, which showed in the bench's CPU profile.
+			// and text, which showed in the bench's CPU profile
+			// (docs/perf/figures.md#bench-pg-uuids).
 			if _, err := tx.Exec(ctx, insert, pgtype.UUID{Bytes: c.SagaID, Valid: true}, c.Step); err != nil {
 				return participants.Result{}, fmt.Errorf("insert effect of saga %s step %s: %w", c.SagaID, c.Step, err)
 			}

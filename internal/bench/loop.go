@@ -174,7 +174,8 @@ loop:
 	}
 	// Only now does the tracker look for the ends: the schedule does not
 	// wait for them, the latencies come from the saga rows, and polls
-	// during the run took a tenth of Postgres's statement time at 500/s.
+	// during the run only take Postgres's time from the workload (measured:
+	// docs/perf/figures.md#bench-open-loop-tracking).
 	dones := make([]chan struct{}, len(ids))
 	for i, id := range ids {
 		dones[i] = make(chan struct{})

@@ -48,8 +48,9 @@ func (t *tracker) forget(id uuid.UUID) {
 }
 
 // pollCostPerID spaces the tracker's polls by the number of sagas watched:
-// when a poll looked up every watched id, polling every 5 ms at 1,024 in
-// flight took a sixth of Postgres's statement time away from the workload.
+// each poll costs Postgres a lookup per watched id, and frequent polls with
+// many in flight took a share of its statement time away from the workload
+// (measured: docs/perf/figures.md#bench-poll-cost-per-id).
 // At 1,024 the polls are 51 ms apart, which changes nothing for a closed
 // loop whose sagas take far longer; with few sagas watched it stays at the
 // tracker's interval.
@@ -58,10 +59,9 @@ const pollCostPerID = 50 * time.Microsecond
 // pollWindow bounds the ids one poll looks up to the oldest watched ones:
 // sagas end roughly in the order they started, so the oldest hold nearly
 // all the ends a poll can find, and a poll costs Postgres a lookup per id
-// (at 1,024 in flight, looking all of them up was 4.4 ms per poll and 8%
-// of a core in a place-order run). Every fullPollEvery-th poll looks all of
-// them up, so a saga that ends while younger ones block the window is found
-// all the same.
+// (measured: docs/perf/figures.md#bench-poll-window). Every
+// fullPollEvery-th poll looks all of them up, so a saga that ends while
+// younger ones block the window is found all the same.
 const (
 	pollWindow    = 256
 	fullPollEvery = 8
@@ -131,8 +131,9 @@ func (t *tracker) run(ctx context.Context) error {
 }
 
 // pgUUIDs converts ids for a uuid[] parameter: uuid.UUID elements go through
-// driver.Valuer and text, which took a tenth of the bench process's CPU in
-// the completion tracker's polls.
+// driver.Valuer and text, which showed in the bench process's CPU profile,
+// mostly in the completion tracker's polls (measured:
+// docs/perf/figures.md#bench-pg-uuids).
 func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
 	out := make([]pgtype.UUID, len(ids))
 	for i, id := range ids {
