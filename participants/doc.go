@@ -1,7 +1,8 @@
 // Package participants is the participant SDK: it turns a participant
 // service's step handlers into a process that honours the sagaflow wire
-// contract (see DESIGN.md, "The wire contract"). The reference participants
-// live in subfolders (participants/inventory and so on) and are built on it.
+// contract (see docs/DESIGN.md, "The wire contract"). The reference
+// participants live in subfolders (participants/inventory and so on) and
+// are built on it.
 //
 // # What the SDK owns
 //

@@ -1,6 +1,6 @@
 // Package faults holds the failure-window tests of sagaflow: one named test
-// per row of the failure-window table in DESIGN.md, the late and stray
-// reply tests, bad input on the reply and command topics, and the
+// per row of the failure-window table in docs/DESIGN.md, the late and
+// stray reply tests, bad input on the reply and command topics, and the
 // two-replica test. Each test runs the real pipeline in-process (Postgres,
 // the Kafka protocol, the orchestrator service and the reference
 // participants as separate component groups with their own pools), injects
