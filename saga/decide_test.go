@@ -13,6 +13,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/saga/sagatest"
 )
 
 var testT0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -77,7 +78,7 @@ func (h *harness) decide(ev saga.Event) (saga.Decision, error) {
 	if err != nil {
 		return d, err
 	}
-	checkDecision(h.t, h.def, prev, ev, d)
+	sagatest.CheckDecision(h.t, h.def, prev, ev, d)
 	h.in = d.Next
 	for _, o := range d.Send {
 		h.sent = append(h.sent, o.Command)
@@ -177,70 +178,6 @@ func (h *harness) stepStates() string {
 		s[i] = string(st.State)
 	}
 	return strings.Join(s, " ")
-}
-
-// checkDecision asserts what every decision must keep, whatever the event.
-func checkDecision(t testing.TB, def *saga.Def, prev saga.Instance, ev saga.Event, d saga.Decision) {
-	t.Helper()
-	next := d.Next
-	if d.Changed {
-		if next.Version != prev.Version+1 {
-			t.Fatalf("%s: changed, version %d -> %d, want +1", ev.Kind, prev.Version, next.Version)
-		}
-		if !next.UpdatedAt.Equal(ev.At) {
-			t.Fatalf("%s: UpdatedAt %s, want the event time %s", ev.Kind, next.UpdatedAt, ev.At)
-		}
-		if len(d.Journal) == 0 {
-			t.Fatalf("%s: a change without a journal entry", ev.Kind)
-		}
-	} else {
-		if !reflect.DeepEqual(next, prev) {
-			t.Fatalf("%s: unchanged decision altered the instance:\nprev %+v\nnext %+v", ev.Kind, prev, next)
-		}
-		if len(d.Send) != 0 {
-			t.Fatalf("%s: unchanged decision sends %d commands", ev.Kind, len(d.Send))
-		}
-	}
-	for _, j := range d.Journal {
-		if j.Ignored == d.Changed {
-			t.Fatalf("%s: journal entry %q ignored=%v but decision changed=%v", ev.Kind, j.Event, j.Ignored, d.Changed)
-		}
-		if j.SagaID != prev.ID || !j.At.Equal(ev.At) || j.From != prev.State || j.To != next.State {
-			t.Fatalf("%s: journal entry %+v: want saga %s at %s from %s to %s", ev.Kind, j, prev.ID, ev.At, prev.State, next.State)
-		}
-	}
-	if (d.Late || d.Illegal) && d.Changed {
-		t.Fatalf("%s: late=%v illegal=%v but changed", ev.Kind, d.Late, d.Illegal)
-	}
-	if next.Cursor >= 0 {
-		if term, wake := next.State.Terminal(), next.NextWakeup(); term != (wake == nil) {
-			t.Fatalf("%s: state %s with NextWakeup %v: want a wake-up iff not terminal", ev.Kind, next.State, wake)
-		}
-	}
-	for i, s := range next.Steps {
-		if s.DueAt != nil && (next.State.Terminal() || i != next.Cursor) {
-			t.Fatalf("%s: step %s (%s) has a due time but the saga is %s at cursor %d", ev.Kind, s.Name, s.State, next.State, next.Cursor)
-		}
-	}
-	for _, o := range d.Send {
-		c := o.Command
-		i, ok := def.StepIndex(c.Step)
-		if !ok {
-			t.Fatalf("command for unknown step %q", c.Step)
-		}
-		if o.Participant != def.Steps[i].Participant {
-			t.Fatalf("command for %s goes to %s, want %s", c.Step, o.Participant, def.Steps[i].Participant)
-		}
-		if want := prev.CommandID(c.Step, c.Action, c.Attempt); c.MessageID != want {
-			t.Fatalf("command %s/%s attempt %d has id %s, want CommandID %s", c.Step, c.Action, c.Attempt, c.MessageID, want)
-		}
-		if c.SagaID != prev.ID || c.SagaType != def.Name || c.AggregateID != prev.AggregateID || !c.SentAt.Equal(ev.At) || !json.Valid(c.Payload) {
-			t.Fatalf("command envelope %+v does not carry the saga's ids, the event time and a JSON payload", c)
-		}
-		if next.Steps[i].AwaitID != c.MessageID {
-			t.Fatalf("step %s awaits %s, but command %s was just sent", c.Step, next.Steps[i].AwaitID, c.MessageID)
-		}
-	}
 }
 
 type wantCmd struct {
