@@ -391,7 +391,7 @@ func withDeadline(d time.Duration) func(testing.TB) *saga.Def {
 func TestDecideTransitions(t *testing.T) {
 	t.Parallel()
 	rows := []decideRow{
-		// --- The DESIGN.md table: before the pivot (step b). ---
+		// --- The docs/DESIGN.md table: before the pivot (step b). ---
 		{name: "before pivot/success: next step", prep: toB, event: okEv("b"),
 			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
 			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded,
