@@ -79,7 +79,7 @@ type Summary struct {
 func FreshDatabaseURL(ctx context.Context, base, name string) (string, error) {
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		return "", fmt.Errorf("connect to Postgres at %s: %w (is it running? pg_ctlcluster --skip-systemctl-redirect 15 main start)", redact(base), err)
+		return "", fmt.Errorf("connect to Postgres at %s: %w (is it running? pg_ctlcluster --skip-systemctl-redirect 15 main start; or run the demo on a throwaway server: demo --embedded-postgres)", redact(base), err)
 	}
 	defer conn.Close(ctx)
 	ident := pgx.Identifier{name}.Sanitize()

@@ -38,6 +38,12 @@ const (
 	embeddedStopTimeout = 15 * time.Second
 	// embeddedUser is the server's superuser.
 	embeddedUser = "postgres"
+	// tempPrefix names the servers' temporary directories.
+	tempPrefix = "sagaflow-demo-pg-"
+	// staleAfter: a directory of ours this old with no server running in
+	// it was left by a demo that was killed (SIGKILL: its server was
+	// stopped by the kernel's parent-death signal, but nobody removed it).
+	staleAfter = 10 * time.Minute
 	// unprivilegedUser runs the server when the demo runs as root (initdb
 	// and postgres refuse to run as root).
 	unprivilegedUser = "nobody"
@@ -186,7 +192,8 @@ func StartEmbeddedPostgres(ctx context.Context, opts EmbeddedOptions) (*Embedded
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "sagaflow-demo-pg-")
+	sweepStale(log, os.TempDir())
+	dir, err := os.MkdirTemp("", tempPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("embedded postgres: %w", err)
 	}
@@ -364,6 +371,25 @@ func (p *EmbeddedPostgres) Stop() error {
 		}
 	})
 	return p.stopErr
+}
+
+// sweepStale removes the directories under parent of earlier demos that were killed
+// before they could remove them: older than staleAfter, no process in them.
+func sweepStale(log *slog.Logger, parent string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, tempPrefix+"*"))
+	for _, d := range dirs {
+		st, err := os.Stat(d)
+		if err != nil || !st.IsDir() || time.Since(st.ModTime()) < staleAfter {
+			continue
+		}
+		data := filepath.Join(d, "data")
+		if len(ServerProcesses(data)) > 0 {
+			continue
+		}
+		if err := os.RemoveAll(d); err == nil {
+			log.Info("removed the directory of a throwaway Postgres left by a killed demo", slog.String("dir", d))
+		}
+	}
 }
 
 // waitGone waits up to d for ServerProcesses(dataDir) to be none and

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,5 +162,32 @@ func TestEmbeddedPostgres(t *testing.T) {
 	}
 	if err := p.Stop(); err != nil {
 		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestSweepStale(t *testing.T) {
+	root := t.TempDir()
+	stale := filepath.Join(root, tempPrefix+"1")
+	fresh := filepath.Join(root, tempPrefix+"2")
+	other := filepath.Join(root, "someone-else")
+	for _, d := range []string{stale, fresh, other} {
+		if err := os.MkdirAll(filepath.Join(d, "data"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleAfter)
+	for _, d := range []string{stale, other} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepStale(slog.New(slog.DiscardHandler), root)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale %s not removed: %v", stale, err)
+	}
+	for _, d := range []string{fresh, other} {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("%s removed: %v", d, err)
+		}
 	}
 }
