@@ -14,6 +14,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/saga/sagatest"
+	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -471,4 +472,24 @@ func TestCheckDecisionCatchesBrokenDecisions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPackageDocExample is the package documentation's example, kept
+// compiling and passing.
+func TestPackageDocExample(t *testing.T) {
+	t.Parallel()
+	def, _ := steps.PlaceOrder()
+	h := sagatest.New(t, def, sagatest.Data(steps.Order{OrderID: "o-1", Customer: "alice", SKU: "apple", Qty: 1}))
+	h.Start()
+	h.Expect("reserve-inventory", sagatest.Forward)
+	h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "r-1"})
+	h.Expect("lock-coupon", sagatest.Forward)
+	h.Succeed(nil)
+	h.Expect("charge-payment", sagatest.Forward)
+	h.Fail("payment_declined")
+	h.Expect("lock-coupon", sagatest.Compensate)
+	h.Succeed(nil)
+	h.Expect("reserve-inventory", sagatest.Compensate)
+	h.Succeed(nil)
+	h.ExpectState(saga.Compensated)
 }
