@@ -94,7 +94,7 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		}
 	}
 	if w := prev.NextWakeup(); ev.Kind == saga.EventTimer && w != nil && !ev.At.Before(*w) && !d.Changed {
-		bad("a timer at or after the wake-up %s changed nothing (step %q is %s)", stamp(*w), prev.CurrentStep(), prev.Steps[prev.Cursor].State)
+		bad("a timer at or after the wake-up %s changed nothing (step %q)", stamp(*w), prev.CurrentStep())
 	}
 	pivotDone := def.Pivot >= 0 && def.Pivot < len(prev.Steps) && prev.Steps[def.Pivot].State == saga.StepSucceeded
 	if pivotDone && d.Changed && !resolve && (next.State == saga.Compensating || next.State == saga.Compensated) {

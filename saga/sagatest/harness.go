@@ -257,6 +257,21 @@ func (h *Harness) Expect(step string, action message.Action) message.Command {
 	return c
 }
 
+// ExpectSends asserts that the next commands sent and not yet expected
+// begin with one or more for step and action, and takes all of those (a
+// command and its re-sends, say after [Harness.Advance] over several
+// timeouts).
+func (h *Harness) ExpectSends(step string, action message.Action) []message.Command {
+	h.t.Helper()
+	first := h.Expect(step, action)
+	out := []message.Command{first}
+	for len(h.queue) > 0 && h.queue[0].Step == step && h.queue[0].Action == action {
+		out = append(out, h.queue[0])
+		h.queue = h.queue[1:]
+	}
+	return out
+}
+
 // ExpectNoCommand asserts that every command sent has been expected.
 func (h *Harness) ExpectNoCommand() {
 	h.t.Helper()
@@ -604,19 +619,4 @@ func (h *Harness) ExpectJournal(want ...string) {
 			strings.Join(lines(got), "\n\t"), strings.Join(want, "\n\t"))
 	}
 	h.matched = len(h.journal)
-}
-
-// ExpectSends asserts that the next commands sent and not yet expected
-// begin with one or more for step and action, and takes all of those (a
-// command and its re-sends, say after [Harness.Advance] over several
-// timeouts).
-func (h *Harness) ExpectSends(step string, action message.Action) []message.Command {
-	h.t.Helper()
-	first := h.Expect(step, action)
-	out := []message.Command{first}
-	for len(h.queue) > 0 && h.queue[0].Step == step && h.queue[0].Action == action {
-		out = append(out, h.queue[0])
-		h.queue = h.queue[1:]
-	}
-	return out
 }
