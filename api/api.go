@@ -134,9 +134,6 @@ func New(eng Engine, cfg *Config) *Server {
 	return s
 }
 
-// Mux exposes the router so other packages can add pages.
-func (s *Server) Mux() *http.ServeMux { return s.mux }
-
 // ServeHTTP sets the headers every answer carries and bounds the
 // request's handling by Config.HandlerTimeout. (No endpoint streams.)
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

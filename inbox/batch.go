@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"time"
 
 	"github.com/google/uuid"
@@ -182,7 +183,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	if len(forget) > 0 {
 		// A dead-lettered message leaves no inbox row: replayed once its
 		// cause is fixed, it is handled.
-		if _, err := tx.Exec(ctx, "DELETE FROM "+c.table+" WHERE message_id = ANY($1)", pgUUIDs(forget)); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+c.table+" WHERE message_id = ANY($1)", pgid.UUIDs(forget)); err != nil {
 			return res, fmt.Errorf("inbox: forget %d dead-lettered message ids: %w", len(forget), err)
 		}
 	}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,7 @@ func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topic
 	}
 	b := &pgx.Batch{}
 	b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
-		pgUUIDs(ids), topics).Query(func(rows pgx.Rows) error {
+		pgid.UUIDs(ids), topics).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id pgtype.UUID
 			if err := rows.Scan(&id); err != nil {
@@ -34,14 +35,4 @@ func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topic
 		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
 	}
 	return fresh, nil
-}
-
-// pgUUIDs converts ids for a uuid[] parameter without going through
-// driver.Valuer and text.
-func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
-	out := make([]pgtype.UUID, len(ids))
-	for i, id := range ids {
-		out[i] = pgtype.UUID{Bytes: id, Valid: true}
-	}
-	return out
 }

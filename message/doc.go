@@ -21,7 +21,7 @@
 // Every record carries the headers message-id and saga-id (equal to the
 // envelope's ids) and content-type: application/json. Consumers dedupe on
 // the message-id header, so it is required; saga-id may be left out, but
-// a header that is present must match the body ([CheckHeaders]). A record
+// a header that is present must match the body ([MatchRecordHeaders]). A record
 // that fails to decode or validate is not processed: it goes to
 // "<topic>.dlq" with the reason in the dlq-reason header (plus
 // dlq-original-topic and dlq-original-offset).

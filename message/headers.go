@@ -110,7 +110,7 @@ func CheckRecordHeadersLimits[H RecordHeader](hs []H, l HeaderLimits) error {
 	return nil
 }
 
-// MatchRecordHeaders is CheckHeaders on a record's headers as they come:
+// MatchRecordHeaders checks a record's headers as they come against the body:
 // every message-id and saga-id header present must carry the envelope's
 // id (compared as UUIDs, so case does not matter). Check the headers
 // with CheckRecordHeaders first.

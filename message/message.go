@@ -369,19 +369,6 @@ func failingField(b []byte, v any) string {
 	return ""
 }
 
-// CheckHeaders verifies that the record's headers, when present, agree with
-// the envelope's ids. Headers are optional on input (a participant written in
-// another language may omit them); when present they must match.
-func CheckHeaders(headers map[string]string, messageID, sagaID uuid.UUID) error {
-	if h, ok := headers[HeaderMessageID]; ok && !sameUUID(h, messageID) {
-		return &FieldError{Field: "header " + HeaderMessageID, Reason: fmt.Sprintf("is %s but body message_id is %s", quote(h, 64), messageID)}
-	}
-	if h, ok := headers[HeaderSagaID]; ok && !sameUUID(h, sagaID) {
-		return &FieldError{Field: "header " + HeaderSagaID, Reason: fmt.Sprintf("is %s but body saga_id is %s", quote(h, 64), sagaID)}
-	}
-	return nil
-}
-
 // sameUUID compares by value, so an upper-case header from another
 // language's UUID type still matches.
 func sameUUID(h string, id uuid.UUID) bool {

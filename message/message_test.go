@@ -368,7 +368,7 @@ func TestDecodeWireContract(t *testing.T) {
 	}
 }
 
-func TestCheckHeaders(t *testing.T) {
+func TestMatchRecordHeadersAgainstTheBody(t *testing.T) {
 	t.Parallel()
 	other := uuid.MustParse("11111111-2222-4333-8444-555555555555")
 	cases := []struct {
@@ -386,10 +386,14 @@ func TestCheckHeaders(t *testing.T) {
 		{"saga id empty", map[string]string{message.HeaderSagaID: ""}, []string{message.HeaderSagaID}},
 	}
 	for _, tc := range cases {
-		err := message.CheckHeaders(tc.headers, msgID, sagaID)
+		var hs []message.Header
+		for k, v := range tc.headers {
+			hs = append(hs, message.Header{Key: k, Value: []byte(v)})
+		}
+		err := message.MatchRecordHeaders(hs, msgID, sagaID)
 		if tc.names == nil {
 			if err != nil {
-				t.Errorf("%s: CheckHeaders = %v, want nil", tc.name, err)
+				t.Errorf("%s: MatchRecordHeaders = %v, want nil", tc.name, err)
 			}
 			continue
 		}

@@ -27,3 +27,10 @@ func (r Record) Header(key string) (string, bool) {
 	}
 	return "", false
 }
+
+// CommandSuffix ends every participant's command topic.
+const CommandSuffix = ".commands"
+
+// CommandTopic is the command topic of participant under prefix:
+// "<prefix><participant>.commands".
+func CommandTopic(prefix, participant string) string { return prefix + participant + CommandSuffix }

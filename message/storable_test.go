@@ -390,7 +390,7 @@ func TestErrorTextsAreSafe(t *testing.T) {
 	huge := strings.Repeat("\xff\x00é", 100000)
 	errs := []error{
 		(&message.FieldError{Field: huge, Reason: huge}),
-		message.CheckHeaders(map[string]string{message.HeaderMessageID: huge}, msgID, sagaID),
+		message.MatchRecordHeaders([]message.Header{{Key: message.HeaderMessageID, Value: []byte(huge)}}, msgID, sagaID),
 		message.CheckTopicName(huge),
 	}
 	_, err := message.DecodeReply(replyJSON(t, set("action", strings.Repeat("\u0000", 1000))))

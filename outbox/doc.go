@@ -19,7 +19,7 @@
 // [Outbox.DeleteSent] / [Outbox.MarkSent] on the way out; [Outbox.MarkFailed] (retry
 // later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
 // rest). [Outbox.Stats] reports pending depth, the age of the oldest
-// unsent row and dead rows; [Outbox.PurgeSent] deletes kept sent rows by age.
+// unsent row and dead rows; retention deletes kept sent rows by age.
 //
 // Guarantees: nothing enqueued in a committed transaction is lost; it is
 // published at least once (a crash between publish and mark re-publishes,

@@ -52,7 +52,7 @@ type Outbox struct {
 	schema  string
 	channel string
 
-	insertSQL, claimSQL, markSentSQL, deleteSentSQL, markFailedSQL, markDeadSQL, statsSQL, purgeSQL string
+	insertSQL, claimSQL, markSentSQL, deleteSentSQL, markFailedSQL, markDeadSQL, statsSQL string
 
 	// listenKey is the advisory lock (two-int key space) a relay holds
 	// while it waits for a NOTIFY; see Enqueue and ListenOp.
@@ -103,7 +103,6 @@ ORDER BY id LIMIT $1`
 	o.statsSQL = `SELECT count(*) FILTER (WHERE dead_at IS NULL),
   coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8,
   count(*) FILTER (WHERE dead_at IS NOT NULL) FROM ` + t + ` WHERE sent_at IS NULL`
-	o.purgeSQL = `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + ` WHERE sent_at < $1 LIMIT $2)`
 	return o, nil
 }
 
@@ -329,14 +328,4 @@ func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
 	}
 	s.OldestUnsent = time.Duration(age * float64(time.Second))
 	return s, nil
-}
-
-// PurgeSent deletes up to limit rows sent before cutoff and returns how many
-// it deleted. Call it in a loop for bounded batches.
-func (o *Outbox) PurgeSent(ctx context.Context, db DB, cutoff time.Time, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, o.purgeSQL, cutoff, limit)
-	if err != nil {
-		return 0, fmt.Errorf("outbox %s: purge sent rows: %w", o.schema, err)
-	}
-	return tag.RowsAffected(), nil
 }

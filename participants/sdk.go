@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 		c.Schema = c.Name
 	}
 	if c.CommandTopic == "" {
-		c.CommandTopic = c.Name + ".commands"
+		c.CommandTopic = message.CommandTopic("", c.Name)
 	}
 	if c.GroupID == "" {
 		c.GroupID = c.Name

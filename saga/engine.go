@@ -24,7 +24,7 @@ import (
 const (
 	SchemaDefault        = "sagaflow"
 	ReplyTopicDefault    = "saga.replies"
-	CommandSuffix        = ".commands"
+	CommandSuffix        = message.CommandSuffix
 	TimerIntervalDefault = 100 * time.Millisecond
 	TimerBatchDefault    = 200
 	GaugeIntervalDefault = 5 * time.Second
@@ -149,7 +149,7 @@ func (e *Engine) Registry() *Registry { return e.reg }
 
 // CommandTopic is the topic of participant's commands.
 func (e *Engine) CommandTopic(participant string) string {
-	return e.cfg.TopicPrefix + participant + CommandSuffix
+	return message.CommandTopic(e.cfg.TopicPrefix, participant)
 }
 
 // ReplyTopic is the topic replies are expected on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"math"
 	"time"
 
@@ -92,17 +93,6 @@ FROM ` + s.journal + ` WHERE saga_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`
 	return s
 }
 
-// pgUUIDs converts ids for a uuid[] parameter: pgx encodes pgtype.UUID
-// directly, while uuid.UUID goes through driver.Valuer and text, which
-// showed in CPU profiles.
-func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
-	out := make([]pgtype.UUID, len(ids))
-	for i, id := range ids {
-		out[i] = pgtype.UUID{Bytes: id, Valid: true}
-	}
-	return out
-}
-
 func currentStepName(in *Instance) string {
 	if in.Cursor >= 0 && in.Cursor < len(in.Steps) {
 		return in.Steps[in.Cursor].Name
@@ -154,7 +144,7 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 		states[i], currents[i], datas[i], stepss[i], versions[i], flags[i] = string(in.State), currentStepName(in), in.Data, js, in.Version, in.Flag
 		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
 	}
-	b.Queue(s.insertManySQL, pgUUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
+	b.Queue(s.insertManySQL, pgid.UUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
 		versions, flags, deadlines, created, updated, finished, secrets, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
 	return nil
 }
@@ -232,7 +222,7 @@ func (s *store) load(ctx context.Context, db DB, id uuid.UUID) (Instance, error)
 // loadMany loads the sagas of ids in one query; missing ids are absent
 // from the map.
 func (s *store) loadMany(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]Instance, error) {
-	rows, err := db.Query(ctx, s.loadManySQL, pgUUIDs(ids))
+	rows, err := db.Query(ctx, s.loadManySQL, pgid.UUIDs(ids))
 	if err != nil {
 		return nil, fmt.Errorf("load %d sagas: %w", len(ids), err)
 	}
@@ -270,7 +260,7 @@ func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, do
 		datas[i], stepss[i], versions[i] = in.Data, js, in.Version
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
-	b.Queue(s.updateManySQL, pgUUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished).
+	b.Queue(s.updateManySQL, pgid.UUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished).
 		Query(collectIDs(done, fmt.Sprintf("update %d sagas", n)))
 	return nil
 }
@@ -317,7 +307,7 @@ func (s *store) queueJournal(b *pgx.Batch, entries []JournalEntry) {
 			msgs[i] = pgtype.UUID{Bytes: *e.MessageID, Valid: true}
 		}
 	}
-	b.Queue(s.journalSQL, pgUUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored)
+	b.Queue(s.journalSQL, pgid.UUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored)
 }
 
 func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]JournalEntry, error) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"math"
 	"slices"
 	"syscall"
@@ -16,7 +17,7 @@ import (
 // latencies reads created_at -> finished_at of the completed sagas among
 // ids (milliseconds, sorted), their number and the last finish time.
 func latencies(ctx context.Context, pool *pgxpool.Pool, sagas string, ids []uuid.UUID) ([]float64, int, time.Time, error) {
-	rows, err := pool.Query(ctx, `SELECT created_at, finished_at FROM `+sagas+` WHERE id = ANY($1) AND state = 'completed' AND finished_at IS NOT NULL`, pgUUIDs(ids))
+	rows, err := pool.Query(ctx, `SELECT created_at, finished_at FROM `+sagas+` WHERE id = ANY($1) AND state = 'completed' AND finished_at IS NOT NULL`, pgid.UUIDs(ids))
 	if err != nil {
 		return nil, 0, time.Time{}, fmt.Errorf("bench: read latencies of %d sagas: %w", len(ids), err)
 	}

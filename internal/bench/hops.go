@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"strings"
 
 	"github.com/google/uuid"
@@ -73,7 +74,7 @@ func stepHops(ctx context.Context, pool *pgxpool.Pool, orchestrator string, part
 	if len(participants) == 0 || len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := pool.Query(ctx, stepHopsSQL(orchestrator, participants), pgUUIDs(ids))
+	rows, err := pool.Query(ctx, stepHopsSQL(orchestrator, participants), pgid.UUIDs(ids))
 	if err != nil {
 		return nil, fmt.Errorf("bench: per-step breakdown of %d sagas: %w", len(ids), err)
 	}

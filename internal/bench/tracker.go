@@ -3,13 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -105,7 +105,7 @@ func (t *tracker) run(ctx context.Context) error {
 			continue
 		}
 		t.polls.Add(1)
-		rows, err := t.pool.Query(ctx, t.q, pgUUIDs(ids))
+		rows, err := t.pool.Query(ctx, t.q, pgid.UUIDs(ids))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -128,16 +128,4 @@ func (t *tracker) run(ctx context.Context) error {
 		}
 		t.mu.Unlock()
 	}
-}
-
-// pgUUIDs converts ids for a uuid[] parameter: uuid.UUID elements go through
-// driver.Valuer and text, which showed in the bench process's CPU profile,
-// mostly in the completion tracker's polls (measured:
-// docs/perf/figures.md#bench-pg-uuids).
-func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
-	out := make([]pgtype.UUID, len(ids))
-	for i, id := range ids {
-		out[i] = pgtype.UUID{Bytes: id, Valid: true}
-	}
-	return out
 }

@@ -99,9 +99,6 @@ func checkLoopback(addr string) error {
 // Addr is the address clients should connect to (host:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Target is the address connections are forwarded to.
-func (p *Proxy) Target() string { return p.target }
-
 // Cut closes every open connection and refuses new ones (they are accepted
 // and closed at once, as a peer that went away) until Restore. Calling Cut
 // on a cut proxy closes nothing more and is not counted again.

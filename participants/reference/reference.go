@@ -16,6 +16,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/coupon"
@@ -79,7 +80,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 	for _, name := range Names {
 		p, err := participants.New(pool, &participants.Config{
 			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers, Dialer: opts.Dialer, ReplyTopics: opts.ReplyTopics,
-			CommandTopic:   opts.TopicPrefix + name + ".commands",
+			CommandTopic:   message.CommandTopic(opts.TopicPrefix, name),
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
 			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics, KeepSent: opts.KeepSent,
@@ -149,7 +150,7 @@ func (s *Set) Topics() []string {
 		t = append(t, participants.ReplyTopicDefault)
 	}
 	for _, name := range Names {
-		c := s.opts.TopicPrefix + name + ".commands"
+		c := message.CommandTopic(s.opts.TopicPrefix, name)
 		t = append(t, c, c+inbox.DLQSuffixDefault)
 	}
 	return t
