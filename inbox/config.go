@@ -19,10 +19,10 @@ const (
 	// byte is there); it bounds how often an idle partition is polled and,
 	// with kafka-go, how late a fetch answer may come: kafka-go asks the
 	// broker to wait three quarters of MaxWait and drops the connection at
-	// MaxWait (then waits 100 ms and reconnects). At 50 ms, a broker
-	// answering 12.5 ms late on a busy machine cut a hundred connections per
-	// place-order benchmark run; at 500 ms none, and an idle consumer polls a
-	// tenth as often.
+	// MaxWait (then waits 100 ms and reconnects), so a short MaxWait on a
+	// busy machine cuts connections (measured:
+	// docs/perf/figures.md#inbox-max-wait); an idle consumer also polls a
+	// tenth as often at 500 ms as at 50 ms.
 	MaxWaitDefault        = 500 * time.Millisecond
 	BackoffInitialDefault = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second

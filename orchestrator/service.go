@@ -207,11 +207,10 @@ const RepliesLanesDefault = 4
 
 // RepliesBatchDefault is the most replies applied in one transaction (the
 // reply consumer's inbox.Config.BatchSize when zero). Batches only fill up
-// when replies queue, and then a bigger batch spends less per reply: with
-// 100, the place-order benchmark's closed loop queued at the reply consumer
-// (every batch full) at about 580 sagas/s; with 500, about 800 on the same
-// box, with 1,000 about 700. Applying replies takes the saga rows' locks
-// only, so a longer transaction holds up nobody else.
+// when replies queue, and then a bigger batch spends less per reply
+// (measured: docs/perf/figures.md#orchestrator-replies-batch). Applying
+// replies takes the saga rows' locks only, so a longer transaction holds up
+// nobody else.
 const RepliesBatchDefault = 500
 
 // Run runs the selected components until ctx is cancelled. If one fails,

@@ -632,7 +632,7 @@ func configCmd(v *viper.Viper) *cobra.Command {
 	var eff bool
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Print every configuration key with its default (the README's reference), or with --effective the values in force",
+		Short: "Print every configuration key with its default (docs/configuration.md), or with --effective the values in force",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if eff {

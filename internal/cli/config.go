@@ -20,7 +20,7 @@ import (
 )
 
 // Key is one configuration key with its default and documentation; the
-// README's configuration reference is generated from this table
+// configuration reference (docs/configuration.md) is generated from this table
 // (`orchestrator config`).
 type Key struct {
 	Name    string
