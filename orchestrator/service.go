@@ -7,6 +7,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,14 +63,37 @@ type Service struct {
 	engine *saga.Engine
 	cfg    Config
 	log    *slog.Logger
+
+	replies *inbox.Consumer // nil unless Run.Replies
+	relay   *relay.Relay    // nil unless Run.Relay
 }
 
-// New builds the engine over reg. It does not touch Postgres or Kafka.
+// New builds the engine over reg, and the reply consumer and the relay it
+// will run, validating every configuration now. It does not touch Postgres
+// or Kafka. Fields of Config.Inbox and Config.Relay that the service sets
+// itself (brokers, dialer, group, topics, schema) must be left empty: New
+// says which instead of overwriting them.
 func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
 	c := *cfg
+	switch {
+	case len(c.Inbox.Brokers) > 0:
+		return nil, errors.New("orchestrator: Config.Inbox.Brokers is set; the service uses Config.Brokers: leave it empty")
+	case c.Inbox.Dialer != nil:
+		return nil, errors.New("orchestrator: Config.Inbox.Dialer is set; the service uses Config.Dialer: leave it nil")
+	case c.Inbox.GroupID != "":
+		return nil, errors.New("orchestrator: Config.Inbox.GroupID is set; the service uses Config.GroupID: leave it empty")
+	case len(c.Inbox.Topics) > 0:
+		return nil, errors.New("orchestrator: Config.Inbox.Topics is set; the service consumes the engine's reply topic (Config.Engine.ReplyTopic): leave it empty")
+	case c.Inbox.Schema != "":
+		return nil, errors.New("orchestrator: Config.Inbox.Schema is set; the service uses the engine's schema (Config.Engine.Schema): leave it empty")
+	case len(c.Relay.Brokers) > 0:
+		return nil, errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
+	case c.Relay.Dialer != nil:
+		return nil, errors.New("orchestrator: Config.Relay.Dialer is set; the service uses Config.Dialer: leave it nil")
+	}
 	if c.GroupID == "" {
 		c.GroupID = GroupIDDefault
 	}
@@ -93,7 +117,35 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{pool: pool, engine: eng, cfg: c, log: c.Logger}, nil
+	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger}
+	if c.Run.Replies || c.Run.Relay {
+		if len(c.Brokers) == 0 {
+			return nil, errors.New("orchestrator: Config.Brokers is empty (the reply consumer and the relay need them)")
+		}
+	}
+	if c.Run.Replies {
+		ic := c.Inbox
+		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
+		ic.Lanes = cmp.Or(ic.Lanes, RepliesLanesDefault)
+		ic.BatchSize = cmp.Or(ic.BatchSize, RepliesBatchDefault)
+		if ic.Logger == nil {
+			ic.Logger = c.Logger
+		}
+		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
+			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
+		}
+	}
+	if c.Run.Relay {
+		rc := c.Relay
+		rc.Brokers, rc.Dialer = c.Brokers, c.Dialer
+		if rc.Logger == nil {
+			rc.Logger = c.Logger
+		}
+		if s.relay, err = relay.New(pool, eng.Outbox(), &rc); err != nil {
+			return nil, fmt.Errorf("orchestrator: relay: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Engine is the service's saga engine (start, status, operator actions).
@@ -219,41 +271,11 @@ func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var comps []func(context.Context) error
-	if s.cfg.Run.Replies {
-		ic := s.cfg.Inbox
-		ic.Brokers, ic.GroupID, ic.Topics, ic.Schema = s.cfg.Brokers, s.cfg.GroupID, []string{s.engine.ReplyTopic()}, s.engine.Outbox().Schema()
-		if ic.Dialer == nil {
-			ic.Dialer = s.cfg.Dialer
-		}
-		if ic.Lanes == 0 {
-			ic.Lanes = RepliesLanesDefault
-		}
-		if ic.BatchSize == 0 {
-			ic.BatchSize = RepliesBatchDefault
-		}
-		if ic.Logger == nil {
-			ic.Logger = s.log
-		}
-		c, err := inbox.New(s.pool, s.HandleReplies, &ic)
-		if err != nil {
-			return err
-		}
-		comps = append(comps, c.Run)
+	if s.replies != nil {
+		comps = append(comps, s.replies.Run)
 	}
-	if s.cfg.Run.Relay {
-		rc := s.cfg.Relay
-		rc.Brokers = s.cfg.Brokers
-		if rc.Dialer == nil {
-			rc.Dialer = s.cfg.Dialer
-		}
-		if rc.Logger == nil {
-			rc.Logger = s.log
-		}
-		r, err := relay.New(s.pool, s.engine.Outbox(), &rc)
-		if err != nil {
-			return err
-		}
-		comps = append(comps, r.Run)
+	if s.relay != nil {
+		comps = append(comps, s.relay.Run)
 	}
 	if s.cfg.Run.Timers {
 		comps = append(comps, s.engine.RunTimers)
