@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 )
 
@@ -241,15 +241,7 @@ func (c *Consumer) session(ctx context.Context, w *kafka.Writer, closing *sync.W
 // backoff returns the wait before retry attempt (1-based): exponential from
 // BackoffInitial, capped at BackoffMax, with jitter in [d/2, d].
 func (c *Consumer) backoff(attempt int) time.Duration {
-	d := c.cfg.BackoffInitial
-	for i := 1; i < attempt && d < c.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.BackoffMax)
-	if half := d / 2; half > 0 {
-		d = half + rand.N(half+1)
-	}
-	return d
+	return backoff.Jitter(backoff.Exponential(c.cfg.BackoffInitial, c.cfg.BackoffMax, attempt))
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -326,7 +327,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 	// The lock is taken and released in the round trip of a claim (op).
 	listening := false
 	op := outbox.ListenTry
-	var pause time.Duration
+	outages := 0 // in a row, for the pause after each
 	// published: rows Kafka acknowledged that are not deleted (or marked)
 	// yet; the next claim records them in the same round trip. The empty
 	// claim before the relay waits records the last ones, and so does the
@@ -356,14 +357,15 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		switch {
 		case errors.As(err, &outage):
 			op = outbox.ListenKeep
-			pause = nextPause(pause, r.cfg.RetryBackoff)
+			outages++
+			pause := backoff.Exponential(r.cfg.RetryBackoff, MaxRetryBackoff, outages)
 			r.log.Error("relay: publish failed for the whole batch; backing off", "error", err, "rows", outage.rows, "retry_in", pause)
 			sleep(ctx, pause)
 			continue
 		case err != nil:
 			return err
 		}
-		pause = 0
+		outages = 0
 		if rows := n.rows; rows > 0 {
 			switch {
 			case listening && rows > 1:
@@ -407,23 +409,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 	return nil
 }
 
-func nextPause(prev, first time.Duration) time.Duration {
-	if prev == 0 {
-		return min(first, MaxRetryBackoff)
-	}
-	return min(prev*2, MaxRetryBackoff)
-}
-
 // rowBackoff is the delay after the (attempts+1)-th failed publish of a row.
 func (r *Relay) rowBackoff(attempts int) time.Duration {
-	d := r.cfg.RetryBackoff
-	for range attempts {
-		if d >= MaxRetryBackoff {
-			break
-		}
-		d *= 2
-	}
-	return min(d, MaxRetryBackoff)
+	return backoff.Exponential(r.cfg.RetryBackoff, MaxRetryBackoff, attempts+1)
 }
 
 // crashError is the error of the afterPublish test hook.

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -607,7 +608,7 @@ func (e *Engine) RunTimers(ctx context.Context) error {
 	tick := time.NewTicker(e.cfg.TimerInterval)
 	defer tick.Stop()
 	lastGauge := time.Time{}
-	backoff := e.cfg.TimerInterval
+	failures := 0 // in a row
 	for {
 		n, err := e.FireDue(ctx, e.cfg.TimerBatch)
 		if ctx.Err() != nil {
@@ -616,10 +617,10 @@ func (e *Engine) RunTimers(ctx context.Context) error {
 		wait := e.cfg.TimerInterval
 		if err != nil {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "timer batch failed; retrying", slog.String("error", err.Error()))
-			backoff = min(backoff*2, 10*time.Second)
-			wait = backoff
+			failures++
+			wait = backoff.Exponential(e.cfg.TimerInterval, 10*time.Second, failures+1)
 		} else {
-			backoff = e.cfg.TimerInterval
+			failures = 0
 			if n >= e.cfg.TimerBatch {
 				wait = 0
 			}

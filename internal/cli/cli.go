@@ -30,6 +30,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/workload"
@@ -217,7 +218,6 @@ func kafkaHint(err error) error {
 // or the broker is down waits for them instead of exiting (and
 // crash-looping under a supervisor).
 func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepare func(context.Context) error) error {
-	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := prepare(ctx)
 		if err == nil {
@@ -226,6 +226,7 @@ func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepar
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: prepare: %w", what, err)
 		}
+		wait := backoff.Exponential(200*time.Millisecond, 10*time.Second, attempt)
 		log.Warn("prepare failed; retrying", slog.String("component", what), slog.Int("attempt", attempt),
 			slog.Duration("retry_in", wait), slog.String("error", err.Error()))
 		t := time.NewTimer(wait)
@@ -235,7 +236,6 @@ func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepar
 			return fmt.Errorf("%s: prepare: %w", what, err)
 		case <-t.C:
 		}
-		wait = min(wait*2, 10*time.Second)
 	}
 }
 
