@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/internal/pgid"
 )
 
 //go:embed sql
@@ -26,8 +28,7 @@ const lockKey int64 = 0x5a6a_f10e_0001
 
 var (
 	fileRE   = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.up\.sql$`)
-	identRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-	errIdent = errors.New("schema name must match [a-z_][a-z0-9_]{0,62}")
+	errIdent = errors.New("schema name must match " + pgid.IdentifierPattern)
 )
 
 // Migration is one numbered SQL file of a set.
@@ -76,7 +77,7 @@ func sets(schema string, names ...string) ([]Set, error) {
 
 // FromFS reads NNN_name.up.sql files from the top of fsys into a Set.
 func FromFS(name, schema string, fsys fs.FS) (Set, error) {
-	if !identRE.MatchString(schema) {
+	if !pgid.ValidIdentifier(schema) {
 		return Set{}, fmt.Errorf("migration set %q: schema %q: %w", name, schema, errIdent)
 	}
 	entries, err := fs.ReadDir(fsys, ".")

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sagaflow/sagaflow/internal/pgid"
 )
 
 // DB is what the outbox needs from a connection, pool or transaction.
@@ -42,8 +43,6 @@ type Row struct {
 	CreatedAt time.Time
 }
 
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 // ErrEmptyTopic is returned by Enqueue for a message without a topic.
 var ErrEmptyTopic = errors.New("outbox: message has no topic")
 
@@ -70,8 +69,8 @@ const listenClass int32 = 0x5a6a0b0c
 // New returns the outbox stored in schema (created by the migrations'
 // messaging set).
 func New(schema string) (*Outbox, error) {
-	if !identRE.MatchString(schema) {
-		return nil, fmt.Errorf("outbox: schema %q must match [a-z_][a-z0-9_]{0,62}", schema)
+	if !pgid.ValidIdentifier(schema) {
+		return nil, fmt.Errorf("outbox: schema %q must match %s", schema, pgid.IdentifierPattern)
 	}
 	t := pgx.Identifier{schema, "outbox"}.Sanitize()
 	o := &Outbox{schema: schema, channel: schema + "_outbox"}
