@@ -205,9 +205,9 @@ func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
 	return p, nil
 }
 
-// ExplainList returns Postgres' plan (EXPLAIN, text) of the query List runs
-// for f, so tests and operators can check it reads an index.
-func (e *Engine) ExplainList(ctx context.Context, f Filter) (string, error) {
+// explainList returns Postgres' plan (EXPLAIN, text) of the query List runs
+// for f, so a test can check it reads an index.
+func (e *Engine) explainList(ctx context.Context, f Filter) (string, error) {
 	q, args, _, err := e.listQuery(f)
 	if err != nil {
 		return "", err
@@ -283,8 +283,8 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	return st, nil
 }
 
-// ExplainStats returns the plans of the saga queries Stats runs.
-func (e *Engine) ExplainStats(ctx context.Context) ([]string, error) {
+// explainStats returns the plans of the saga queries Stats runs.
+func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, q := range []struct {
 		sql  string
