@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -239,29 +240,51 @@ func prepareWithRetry(ctx context.Context, log *slog.Logger, what string, prepar
 	}
 }
 
+// process is what serve and participants both set up from the
+// configuration before anything else.
+type process struct {
+	log     *slog.Logger
+	brokers []string
+	dialer  *kafka.Dialer
+	limits  api.Limits
+	metrics *metricSet
+	pool    *pgxpool.Pool
+}
+
+// setupProcess reads the logger, the brokers (required: what names the
+// command in the error), the Kafka dialer and the HTTP limits, registers the
+// metrics and opens the pool (the caller closes it).
+func setupProcess(ctx context.Context, v *viper.Viper, what string) (*process, error) {
+	log, err := logger(v)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{log: log, brokers: brokers(v)}
+	if len(p.brokers) == 0 {
+		return nil, fmt.Errorf("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for %s", what)
+	}
+	if p.dialer, err = kafkaDialer(v); err != nil {
+		return nil, err
+	}
+	if p.limits, err = httpLimits(v); err != nil {
+		return nil, err
+	}
+	if p.metrics, err = newMetrics(); err != nil {
+		return nil, err
+	}
+	if p.pool, err = newPool(ctx, v); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func serveCmd(v *viper.Viper) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log, err := logger(v)
-			if err != nil {
-				return err
-			}
 			acfg, err := apiConfig(v)
-			if err != nil {
-				return err
-			}
-			limits, err := httpLimits(v)
-			if err != nil {
-				return err
-			}
-			bs := brokers(v)
-			if len(bs) == 0 {
-				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for serve; `orchestrator dev-broker` runs one for development")
-			}
-			dialer, err := kafkaDialer(v)
 			if err != nil {
 				return err
 			}
@@ -269,15 +292,12 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, err := newMetrics()
+			p, err := setupProcess(ctx, v, "serve; `orchestrator dev-broker` runs one for development")
 			if err != nil {
 				return err
 			}
-			pool, err := newPool(ctx, v)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer p.pool.Close()
+			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
 			ec := engineConfig(v)
 			ec.Metrics = ms.saga
 			ms.saga.InitTypes(reg.Types()...)
@@ -429,31 +449,12 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 		Short: "Run the five reference participants against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log, err := logger(v)
+			p, err := setupProcess(ctx, v, "participants")
 			if err != nil {
 				return err
 			}
-			bs := brokers(v)
-			if len(bs) == 0 {
-				return errors.New("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for participants")
-			}
-			dialer, err := kafkaDialer(v)
-			if err != nil {
-				return err
-			}
-			limits, err := httpLimits(v)
-			if err != nil {
-				return err
-			}
-			ms, err := newMetrics()
-			if err != nil {
-				return err
-			}
-			pool, err := newPool(ctx, v)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
+			defer p.pool.Close()
+			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
 			set, err := reference.New(pool, reference.Options{
 				Brokers: bs, Dialer: dialer, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
 				ReplyTopics:      []string{v.GetString("kafka.reply_topic")},
