@@ -97,12 +97,38 @@ type Config struct {
 	// BatchSize is the maximum number of messages per transaction; default
 	// BatchSizeDefault.
 	BatchSize int
-	// MaxWait is kafka-go's fetch MaxWait; default MaxWaitDefault.
-	MaxWait time.Duration
 	// BatchBytes bounds the bytes (keys, values and headers) of one batch;
 	// a single larger message still makes a batch of one. Default
 	// BatchBytesDefault.
 	BatchBytes int
+	// Dialer, if set, is used for every connection to the brokers (TLS,
+	// SASL); nil uses kafka-go's default dialer.
+	Dialer *kafka.Dialer
+	// Lanes is the number of batches processed concurrently, each in its
+	// own transaction. A partition always belongs to the same lane, so the
+	// order within a partition (and so per key) is kept; default
+	// LanesDefault (1: every batch one after another). Raise it when the
+	// handler's transactions do not contend for shared rows, e.g. the
+	// orchestrator's reply handler (one saga row per key): lanes let
+	// Postgres group the commits of concurrent batches. When transactions of
+	// different lanes lock the same rows in different order, they deadlock
+	// and are retried (correct, but slow).
+	Lanes int
+	// Logger receives the consumer's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics receives the consumer's metrics; nil keeps them on a private
+	// registry.
+	Metrics *Metrics
+	// Advanced holds the tuning knobs (fetching, queues, isolation, dead
+	// letters, backoff, consumer-group timers); their defaults suit most
+	// deployments. Its fields are promoted: cfg.SessionTimeout works.
+	Advanced
+}
+
+// Advanced are the inbox's tuning knobs. Zero fields take their defaults.
+type Advanced struct {
+	// MaxWait is kafka-go's fetch MaxWait; default MaxWaitDefault.
+	MaxWait time.Duration
 	// QueueMessages and QueueBytes bound what is fetched ahead for one
 	// partition and not yet handled. A partition whose queue is full stops
 	// fetching (it is paused) until its lane has taken some; other
@@ -133,19 +159,6 @@ type Config struct {
 	// Default DeadLetterBytesDefault (below Kafka's default
 	// message.max.bytes of 1 MiB).
 	DeadLetterBytes int
-	// Dialer, if set, is used for every connection to the brokers (TLS,
-	// SASL); nil uses kafka-go's default dialer.
-	Dialer *kafka.Dialer
-	// Lanes is the number of batches processed concurrently, each in its
-	// own transaction. A partition always belongs to the same lane, so the
-	// order within a partition (and so per key) is kept; default
-	// LanesDefault (1: every batch one after another). Raise it when the
-	// handler's transactions do not contend for shared rows, e.g. the
-	// orchestrator's reply handler (one saga row per key): lanes let
-	// Postgres group the commits of concurrent batches. When transactions of
-	// different lanes lock the same rows in different order, they deadlock
-	// and are retried (correct, but slow).
-	Lanes int
 	// BackoffInitial and BackoffMax bound the capped exponential backoff
 	// (with jitter) between retries of a batch that failed transiently;
 	// defaults BackoffInitialDefault and BackoffMaxDefault.
@@ -166,11 +179,6 @@ type Config struct {
 	StallTimeout time.Duration
 	// RestartAfterErrors: see RestartAfterErrorsDefault (the default).
 	RestartAfterErrors int
-	// Logger receives the consumer's logs; nil discards them.
-	Logger *slog.Logger
-	// Metrics receives the consumer's metrics; nil keeps them on a private
-	// registry.
-	Metrics *Metrics
 }
 
 func (c *Config) withDefaults() Config {

@@ -52,7 +52,7 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		return nil, errors.New("inbox: New: handler is nil")
 	}
 	if cfg == nil {
-		return nil, errors.New("inbox: New: Config is nil")
+		cfg = &Config{} // validate names what is missing
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -103,14 +103,13 @@ func newMetrics(t *testing.T) *inbox.Metrics {
 
 func (e *env) config(m *inbox.Metrics) *inbox.Config {
 	return &inbox.Config{
-		Brokers:        e.brokers,
-		GroupID:        e.group,
-		Topics:         []string{e.topic},
-		Schema:         "p",
-		Name:           "test",
-		BackoffInitial: 5 * time.Millisecond,
-		BackoffMax:     50 * time.Millisecond,
-		Metrics:        m,
+		Brokers:  e.brokers,
+		GroupID:  e.group,
+		Topics:   []string{e.topic},
+		Schema:   "p",
+		Name:     "test",
+		Metrics:  m,
+		Advanced: inbox.Advanced{BackoffInitial: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 	}
 }
 

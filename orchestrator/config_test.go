@@ -37,7 +37,7 @@ func TestNewValidatesAndNeverOverwrites(t *testing.T) {
 		{"inbox schema", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Schema: "s"}}, "Config.Inbox.Schema"},
 		{"relay brokers", orchestrator.Config{Brokers: b, Relay: relay.Config{Brokers: b}}, "Config.Relay.Brokers"},
 		{"no brokers", orchestrator.Config{}, "Config.Brokers is empty"},
-		{"bad inbox value", orchestrator.Config{Brokers: b, Inbox: inbox.Config{SessionTimeout: time.Millisecond}}, "SessionTimeout"},
+		{"bad inbox value", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Advanced: inbox.Advanced{SessionTimeout: time.Millisecond}}}, "SessionTimeout"},
 		{"bad relay value", orchestrator.Config{Brokers: b, Relay: relay.Config{BatchSize: -1}}, "BatchSize"},
 	} {
 		_, err := orchestrator.New(pool, reg, &tc.cfg)

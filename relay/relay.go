@@ -54,20 +54,28 @@ type Config struct {
 	Brokers []string
 	// Dialer, if set, makes the relay's Kafka connections (TLS, SASL: see
 	// kafkaclient.Security); nil dials plain TCP.
-	Dialer        *kafka.Dialer
-	BatchSize     int           // rows claimed and published per cycle; default 500
-	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
-	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default 2ms
-	Linger        time.Duration // pause after a partial batch before claiming again; default LingerDefault, negative: none
-	StatsInterval time.Duration // refresh of the outbox gauges; default 5s
-	MaxAttempts   int           // publish attempts of one row before it is parked dead; default 20
-	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
-	WriteTimeout  time.Duration // Kafka write timeout, also bounds each database call of a cycle; default 10s
+	Dialer       *kafka.Dialer
+	BatchSize    int           // rows claimed and published per cycle; default 500
+	MaxAttempts  int           // publish attempts of one row before it is parked dead; default 20
+	WriteTimeout time.Duration // Kafka write timeout, also bounds each database call of a cycle; default 10s
 	// KeepSent keeps published rows as sent history (marked with sent_at,
 	// purged by retention) instead of deleting them; default false: delete.
 	KeepSent bool
 	Logger   *slog.Logger // nil: discard
 	Metrics  *Metrics     // nil: no metrics
+	// Advanced holds the relay's tuning knobs (polling, linger, gauges,
+	// retry backoff); their defaults suit most deployments. Its fields are
+	// promoted: cfg.Linger works.
+	Advanced
+}
+
+// Advanced are the relay's tuning knobs. Zero fields take their defaults.
+type Advanced struct {
+	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
+	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default 2ms
+	Linger        time.Duration // pause after a partial batch before claiming again; default LingerDefault, negative: none
+	StatsInterval time.Duration // refresh of the outbox gauges; default 5s
+	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
 }
 
 func (c *Config) withDefaults() Config {

@@ -260,7 +260,7 @@ func TestPublishOnNotify(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
-	r := f.newRelay(t, relay.Config{PollInterval: time.Minute, KeepSent: true})
+	r := f.newRelay(t, relay.Config{Advanced: relay.Advanced{PollInterval: time.Minute}, KeepSent: true})
 	stop, _ := start(t, r)
 	waitLeader(t, r)
 
@@ -304,7 +304,7 @@ func TestListensAgainAfterEveryBurst(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
-	r := f.newRelay(t, relay.Config{PollInterval: time.Minute})
+	r := f.newRelay(t, relay.Config{Advanced: relay.Advanced{PollInterval: time.Minute}})
 	stop, _ := start(t, r)
 	waitLeader(t, r)
 
@@ -532,7 +532,7 @@ func TestPoisonRowDoesNotBlock(t *testing.T) {
 	poison := []outbox.Message{msg("bad topic", "k", "poison"), msg(strings.Repeat("x", 250), "k", "poison")}
 	f.enqueue(t, msg(f.topic, "k", "0"), poison[0], msg(f.topic, "k", "1"), poison[1], msg(f.topic, "k", "2"))
 
-	r := f.newRelay(t, relay.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond, KeepSent: true})
+	r := f.newRelay(t, relay.Config{MaxAttempts: 3, Advanced: relay.Advanced{RetryBackoff: time.Millisecond}, KeepSent: true})
 	start(t, r)
 	testkit.Eventually(t, 30*time.Second, "valid rows on Kafka", func() (bool, error) { return c.count() >= 3, nil })
 	for i, m := range c.snapshot() {
@@ -629,7 +629,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{relay.Config{}, "Brokers"},
 		{relay.Config{Brokers: []string{"x:1"}, BatchSize: -1}, "BatchSize"},
 		{relay.Config{Brokers: []string{"x:1"}, MaxAttempts: -2}, "MaxAttempts"},
-		{relay.Config{Brokers: []string{"x:1"}, PollInterval: -time.Second}, "PollInterval"},
+		{relay.Config{Brokers: []string{"x:1"}, Advanced: relay.Advanced{PollInterval: -time.Second}}, "PollInterval"},
 	} {
 		if _, err := relay.New(pool, ob, &tc.cfg); err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
 			t.Fatalf("New(%+v) = %v, want an error naming Config.%s", tc.cfg, err, tc.field)
@@ -657,7 +657,7 @@ func TestOversizedRowRefusedByBrokerDoesNotBlock(t *testing.T) {
 	c := consume(t, f.brokers, f.topic)
 	big := msg(f.topic, "k", strings.Repeat("x", 2<<20))
 	f.enqueue(t, msg(f.topic, "k", "0"), big, msg(f.topic, "k", "1"), msg(f.topic, "other", "2"))
-	r := f.newRelay(t, relay.Config{MaxAttempts: 2, RetryBackoff: time.Millisecond, KeepSent: true})
+	r := f.newRelay(t, relay.Config{MaxAttempts: 2, Advanced: relay.Advanced{RetryBackoff: time.Millisecond}, KeepSent: true})
 	start(t, r)
 	testkit.Eventually(t, 30*time.Second, "valid rows on Kafka", func() (bool, error) { return c.count() >= 3, nil })
 	testkit.Eventually(t, 30*time.Second, "oversized row parked dead", func() (bool, error) {

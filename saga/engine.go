@@ -52,15 +52,22 @@ type Config struct {
 	TimerBatch int
 	// GaugeInterval is how often the in-flight gauge is refreshed.
 	GaugeInterval time.Duration
+	Logger        *slog.Logger
+	Metrics       *Metrics
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Advanced holds the engine's tuning knobs (start group commit); their
+	// defaults suit most deployments. Its fields are promoted.
+	Advanced
+}
+
+// Advanced are the engine's tuning knobs. Zero fields take their defaults.
+type Advanced struct {
 	// StartBatch is the most concurrent Start calls committed in one
 	// transaction (group commit; default StartBatchDefault); 1 gives every
 	// Start its own transaction. StartLanes is how many such transactions
 	// run at once (default StartLanesDefault).
 	StartBatch, StartLanes int
-	Logger                 *slog.Logger
-	Metrics                *Metrics
-	// Now is the clock; default time.Now.
-	Now func() time.Time
 }
 
 var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{0,200}$`)
