@@ -100,6 +100,9 @@ func (s *syncBuffer) String() string {
 // context ends (Ctrl-C), then the throwaway server stopped and removed.
 func TestDemoEmbeddedUI(t *testing.T) {
 	if _, err := demo.FindPostgresBinaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs the Postgres server binaries for this test: %v", err)
+		}
 		t.Skip(err)
 	}
 	// A configured server that does not answer: --embedded-postgres wins.
