@@ -366,7 +366,7 @@ func timeline(v SagaView, now time.Time) ([]stepRow, string) {
 			fclass = "ok"
 		case saga.StepFailed:
 			fclass = "fail"
-		case saga.StepUnknown:
+		case saga.StepUnknown, saga.StepQuerying:
 			fclass = "unknown"
 		case saga.StepRetrying:
 			fclass = "retry"

@@ -17,10 +17,13 @@ type Action string
 const (
 	Forward    Action = "forward"
 	Compensate Action = "compensate"
+	// Query asks a participant what its barrier recorded for the step's
+	// forward; the answer's payload is a QueryAnswer (see query.go).
+	Query Action = "query"
 )
 
 // Valid reports whether a is one of the known actions.
-func (a Action) Valid() bool { return a == Forward || a == Compensate }
+func (a Action) Valid() bool { return a == Forward || a == Compensate || a == Query }
 
 // Outcome is a participant's answer to a command.
 type Outcome string
@@ -135,7 +138,7 @@ func (l Limits) command(c *Command, read bool) error {
 	case c.Step == "":
 		return missing("step")
 	case !c.Action.Valid():
-		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward or compensate", quote(string(c.Action), 64))}
+		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward, compensate or query", quote(string(c.Action), 64))}
 	case c.Attempt < 1:
 		return &FieldError{Field: "attempt", Reason: fmt.Sprintf("is %d, want >= 1", c.Attempt)}
 	case c.Attempt > MaxAttempt:
@@ -172,7 +175,7 @@ func (l Limits) reply(r *Reply, read bool) error {
 	case r.Step == "":
 		return missing("step")
 	case !r.Action.Valid():
-		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward or compensate", quote(string(r.Action), 64))}
+		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward, compensate or query", quote(string(r.Action), 64))}
 	case !r.Outcome.Valid():
 		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %s, want success, failure or retry", quote(string(r.Outcome), 64))}
 	}
@@ -182,7 +185,15 @@ func (l Limits) reply(r *Reply, read bool) error {
 	if err := text("reason", r.Reason, l.MaxReasonBytes, read); err != nil {
 		return err
 	}
-	return l.payload(r.Payload, read)
+	if err := l.payload(r.Payload, read); err != nil {
+		return err
+	}
+	if r.Action == Query && r.Outcome == Success {
+		if _, err := DecodeQueryAnswer(r.Payload); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // EncodeCommand validates and encodes c.

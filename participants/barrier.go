@@ -25,6 +25,10 @@ const (
 	// ReasonNoCompensation answers a compensate command for a step
 	// registered without a compensate handler.
 	ReasonNoCompensation = "step has no compensation"
+	// ReasonClosedByQuery is the reason recorded for a forward closed by a
+	// query that found nothing recorded; a late forward is answered failure
+	// with it.
+	ReasonClosedByQuery = "closed_by_query"
 	// ReasonInvalidPayloadPrefix starts the reason of a failure caused by a
 	// handler error wrapping message.ErrInvalid (a payload that does not fit).
 	ReasonInvalidPayloadPrefix = "invalid_payload: "
@@ -37,6 +41,8 @@ const outcomePending = "pending"
 // barrier holds the SQL of the barrier table of one schema.
 type barrier struct {
 	insertPending, insertClosed, record, read string
+	// closeByQuery closes a forward nothing was recorded for (a query).
+	closeByQuery string
 	// insertSuccess records successful forwards of a batch (HandleBatch).
 	insertSuccess string
 }
@@ -56,6 +62,9 @@ RETURNING payload::text`,
 SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)
 ON CONFLICT DO NOTHING
 RETURNING saga_id, step, payload::text`,
+		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
+VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
+ON CONFLICT DO NOTHING`,
 		read: `SELECT outcome, reason, payload::text, closed FROM ` + t + `
 WHERE saga_id = $1 AND step = $2 AND action = $3`,
 	}
@@ -101,6 +110,8 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 		} else {
 			res, err = p.compensate(ctx, tx, cmd, h.compensate)
 		}
+	case message.Query:
+		res, err = p.query(ctx, tx, cmd)
 	default:
 		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message %s: %w: action %q",
 			p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, message.ErrInvalid, cmd.Action)
@@ -155,8 +166,14 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 			return recorded{}, err
 		}
 		if rec.closed {
-			p.log(cmd).InfoContext(ctx, "forward refused: step already compensated")
-			return recorded{outcome: string(message.Failure), reason: ReasonCompensated}, nil
+			// Closed by its compensation (reason compensated) or by a
+			// query (closed_by_query): never executed.
+			p.log(cmd).InfoContext(ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
+			reason := rec.reason
+			if reason == "" {
+				reason = ReasonCompensated
+			}
+			return recorded{outcome: string(message.Failure), reason: reason}, nil
 		}
 		p.log(cmd).DebugContext(ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
 		return rec, nil

@@ -304,8 +304,11 @@ func (m *machine) flag(reason string) {
 func (m *machine) sentBy(i int, action message.Action, id uuid.UUID) bool {
 	s := m.in.Steps[i]
 	n := s.Attempts
-	if action == message.Compensate {
+	switch action {
+	case message.Compensate:
 		n = s.CompAttempts
+	case message.Query:
+		n = s.QueryAttempts
 	}
 	for k := n; k >= 1; k-- {
 		if m.in.CommandID(s.Name, action, k) == id {
@@ -330,13 +333,18 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 			m.in.ID, m.in.Type, r.MessageID, r.InReplyTo, r.Action, r.Step, ErrStrayReply)
 	}
 	s := &m.in.Steps[i]
+	if r.Action == message.Query {
+		return m.queryReply(i, r, base)
+	}
 	if m.in.State.Terminal() {
 		base.Reason = fmt.Sprintf("%s %s after the saga was %s", r.Action, r.Outcome, m.in.State)
 		return m.ignore(true, base)
 	}
 	switch r.Action {
 	case message.Forward:
-		if m.in.State != Running || m.in.Cursor != i || (s.State != StepRunning && s.State != StepRetrying) {
+		// A definite answer to any send is taken while the step is
+		// queried too: it is as good as the query's.
+		if m.in.State != Running || m.in.Cursor != i || (s.State != StepRunning && s.State != StepRetrying && s.State != StepQuerying) {
 			base.Reason = fmt.Sprintf("forward %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
 			return m.ignore(true, base)
 		}
@@ -458,25 +466,6 @@ func (m *machine) dueBy(i int, at time.Time) *time.Time {
 	return &at
 }
 
-// giveUp ends step i's forward without a definite answer. An earlier send
-// may still land, so before the pivot the saga compensates, this step too
-// (its barrier undoes a late forward or closes it); at the pivot the saga
-// is failed for an operator and nothing is compensated blindly.
-func (m *machine) giveUp(i int, why string) {
-	s := &m.in.Steps[i]
-	s.State, s.DueAt = StepUnknown, nil
-	if s.LastError == "" {
-		s.LastError = "gave up: " + why
-	} else {
-		s.LastError = "gave up: " + why + "; last: " + s.LastError
-	}
-	if i == m.def.Pivot {
-		m.fail(fmt.Sprintf("pivot %q %s; not compensated blindly: an operator must resolve it", s.Name, why))
-		return
-	}
-	m.compensateFrom(i)
-}
-
 // outOfTimeReason says why step i was given up at its deadline.
 func (m *machine) outOfTimeReason(i int) string {
 	return fmt.Sprintf("got no definite answer within its deadline %s (%d sends)", m.def.Steps[i].GiveUpAfter(), m.in.Steps[i].Attempts)
@@ -533,7 +522,7 @@ func (m *machine) timer() (Decision, error) {
 	s := &m.in.Steps[i]
 	if m.in.State == Running && m.in.DeadlineAt != nil && !m.at.Before(*m.in.DeadlineAt) && m.def.beforePivot(i) {
 		m.note(JournalEntry{Event: JournalDeadline, Step: s.Name, Reason: fmt.Sprintf("saga deadline %s passed before the pivot", m.in.DeadlineAt.Format(time.RFC3339Nano))})
-		if s.State == StepRunning || s.State == StepRetrying {
+		if s.State == StepRunning || s.State == StepRetrying || s.State == StepQuerying {
 			s.State, s.DueAt = StepUnknown, nil
 			s.LastError = "saga deadline passed"
 		}
@@ -562,6 +551,8 @@ func (m *machine) timer() (Decision, error) {
 		if err := m.sendForward(i); err != nil {
 			m.cannotSend(i, err)
 		}
+	case StepQuerying:
+		m.queryTimer(i)
 	case StepCompensating:
 		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Compensate), Reason: fmt.Sprintf("no reply to compensation attempt %d", s.CompAttempts)})
 		m.compensationRetry(i, fmt.Sprintf("compensation attempt %d timed out", s.CompAttempts))
@@ -608,6 +599,10 @@ func (m *machine) operator(op Operator) (Decision, error) {
 			if err := m.sendForward(i); err != nil {
 				m.cannotSend(i, err)
 			}
+		case StepQuerying:
+			entry.Action = string(message.Query)
+			m.note(entry)
+			m.sendQuery(i)
 		case StepCompensating, StepCompRetrying:
 			entry.Action = string(message.Compensate)
 			m.note(entry)
@@ -628,7 +623,7 @@ func (m *machine) operator(op Operator) (Decision, error) {
 		s := &m.in.Steps[i]
 		entry.Step = s.Name
 		m.note(entry)
-		if s.State == StepRunning || s.State == StepRetrying {
+		if s.State == StepRunning || s.State == StepRetrying || s.State == StepQuerying {
 			s.State, s.DueAt = StepUnknown, nil
 			s.LastError = "compensated by operator " + op.Actor
 		}
@@ -645,8 +640,16 @@ func (m *machine) operator(op Operator) (Decision, error) {
 		m.in.Flag = ""
 		at := m.at
 		m.in.FinishedAt = &at
+	case ActionQuery:
+		if err := m.operatorQuery(entry); err != nil {
+			return Decision{}, err
+		}
+	case ActionCheck:
+		if err := m.operatorCheck(entry); err != nil {
+			return Decision{}, err
+		}
 	default:
-		return refuse("unknown action; want retry, compensate or resolve")
+		return refuse("unknown action; want retry, compensate, resolve, query or check")
 	}
 	return m.finish()
 }

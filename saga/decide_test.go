@@ -22,11 +22,14 @@ var testRetry = saga.RetryPolicy{InitialInterval: time.Second, MaxInterval: 8 * 
 
 // pivotDefinition: a, b compensable (10s timeout), p pivot (20s), r1, r2
 // retryable (15s); every retry policy 1s..8s x2, 3 attempts; compensations
-// flagged after 2 attempts.
+// flagged after 2 attempts. Queries are off (QueryAttempts -1), so a
+// given-up step is abandoned at once, as the transition table's give-up
+// rows say; query_test.go drives the same saga with queries on.
 func pivotDefinition() saga.Definition[item] {
 	a, b, p, r1, r2 := compStep("a"), compStep("b"), pivotStep("p"), retryStep("r1"), retryStep("r2")
 	a.Timeout, b.Timeout, p.Timeout, r1.Timeout, r2.Timeout = 10*time.Second, 10*time.Second, 20*time.Second, 15*time.Second, 15*time.Second
 	a.Retry, b.Retry, p.Retry, r1.Retry, r2.Retry = testRetry, testRetry, testRetry, testRetry, testRetry
+	a.QueryAttempts, b.QueryAttempts, p.QueryAttempts = -1, -1, -1
 	return saga.Definition[item]{Name: "five", Version: 1, Steps: []saga.Step[item]{a, b, p, r1, r2}, CompensationFlagAfter: 2}
 }
 
@@ -35,6 +38,7 @@ func noPivotDefinition() saga.Definition[item] {
 	x, y, z := compStep("x"), compStep("y"), compStep("z")
 	x.Timeout, y.Timeout, z.Timeout = 5*time.Second, 5*time.Second, 5*time.Second
 	x.Retry, y.Retry, z.Retry = testRetry, testRetry, testRetry
+	x.QueryAttempts, y.QueryAttempts, z.QueryAttempts = -1, -1, -1
 	return saga.Definition[item]{Name: "three", Version: 1, Steps: []saga.Step[item]{x, y, z}, CompensationFlagAfter: 2}
 }
 

@@ -32,6 +32,7 @@ const (
 	RetryMaxAttemptsDefault   = 5  // before the pivot: retry answers before giving up
 	PivotMaxAttemptsDefault   = 10 // pivot: retry answers before failed
 	FlagAfterDefault          = 10 // after the pivot and for compensations: attempts before flagging
+	QueryAttemptsDefault      = 5  // query sends before a given-up step is given up for good
 	DefinitionVersionDefault  = 1
 	maxNameLen                = 100
 	retryJitterFraction       = 0.5
@@ -144,6 +145,14 @@ type Step[T any] struct {
 	// for the pivot) or StepDeadlineTimeouts x Timeout, whichever is longer.
 	// Steps after the pivot never give up and have no deadline.
 	Deadline time.Duration
+	// QueryAttempts (steps before and at the pivot): when the step is given
+	// up without a definite answer, the orchestrator first asks the
+	// participant what its barrier recorded (a query command), up to this
+	// many sends, and settles the step by the answer; only if no query is
+	// answered does the give-up go ahead. Zero: QueryAttemptsDefault;
+	// negative: never query (a participant that does not implement the
+	// query action).
+	QueryAttempts int
 }
 
 // Definition is a saga type defined in Go over data T.
@@ -172,6 +181,9 @@ type StepDef struct {
 	Deadline time.Duration
 	// CompRetry governs compensation re-sends (MaxAttempts = flag after).
 	CompRetry RetryPolicy
+	// QueryAttempts is how many query sends settle a given-up step before
+	// the give-up goes ahead; 0: none (queries disabled).
+	QueryAttempts int
 
 	command      func(data json.RawMessage) (json.RawMessage, error)
 	compensation func(data json.RawMessage) (json.RawMessage, error)
@@ -284,6 +296,9 @@ func (d Definition[T]) Build() (*Def, error) {
 		default:
 			return nil, bad(s.Name, "kind %q must be compensable, pivot or retryable", s.Kind)
 		}
+		if s.QueryAttempts > 1000 {
+			return nil, bad(s.Name, "query attempts %d: at most 1000 (negative disables queries)", s.QueryAttempts)
+		}
 		if s.Timeout < 0 || s.Deadline < 0 {
 			return nil, bad(s.Name, "timeout and deadline must not be negative")
 		}
@@ -319,6 +334,15 @@ func (d Definition[T]) Build() (*Def, error) {
 			Timeout: timeout, Retry: s.Retry.withDefaults(s.Kind), Deadline: s.Deadline,
 			CompRetry: RetryPolicy{InitialInterval: s.Retry.InitialInterval, MaxInterval: s.Retry.MaxInterval, Multiplier: s.Retry.Multiplier, MaxAttempts: flagAfter}.withDefaults(Retryable),
 			command:   payloadBuilder(s.Command),
+		}
+		switch {
+		case s.QueryAttempts == 0:
+			sd.QueryAttempts = QueryAttemptsDefault
+		case s.QueryAttempts > 0:
+			sd.QueryAttempts = s.QueryAttempts
+		}
+		if def.afterPivot(len(def.Steps)) {
+			sd.QueryAttempts = 0 // never given up, so never queried
 		}
 		if s.Compensation != nil {
 			sd.compensation = payloadBuilder(s.Compensation)

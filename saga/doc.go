@@ -41,9 +41,10 @@
 // pivot answered a business failure, or the pivot got no definite answer
 // within its retry answers or deadline). Terminal states absorb every event
 // but an audited operator resolve. A step is pending, running (command
-// sent), retrying (waiting for backoff), succeeded, failed, unknown (given
-// up without a definite answer), compensating, compensation_retrying or
-// compensated.
+// sent), retrying (waiting for backoff), succeeded, failed, querying (given
+// up without a definite answer: its participant is asked what its barrier
+// recorded), unknown (given up for good), compensating,
+// compensation_retrying or compensated.
 //
 // # Transition table (summary)
 //
@@ -57,8 +58,15 @@
 //	timeout (outcome   re-send the same action after  same                              same
 //	unknown)           the backoff (idempotent at
 //	                   the barrier)
-//	step deadline      give up (unknown): compensate  failed, nothing compensated       none (never given up)
-//	                   it too, then the done ones     (an operator resolves it)
+//	step deadline (or  query the participant (see     query the participant: done,      none (never given up)
+//	MaxAttempts retry  below); no answer to its       failed, closed, compensated
+//	answers)           queries: give up (unknown),    settle it; no answer: failed,
+//	                   compensate it too, then the    nothing compensated (an
+//	                   done ones                      operator resolves it)
+//	query answer       done: as success with the      same                              (not queried)
+//	                   recorded output; failed or
+//	                   closed: as failure;
+//	                   compensated: step undone
 //	saga deadline      compensate as for a give-up    no longer applies                 no longer applies
 //	earlier send:      taken (same barrier key)       taken                             taken
 //	success, failure

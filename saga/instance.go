@@ -52,7 +52,13 @@ const (
 	// answer (its deadline passed, or its retry answers reached
 	// Retry.MaxAttempts); before the pivot it is compensated, which the
 	// barrier makes safe whatever happened; at the pivot the saga is failed.
-	StepUnknown      StepStatus = "unknown"
+	StepUnknown StepStatus = "unknown"
+	// StepQuerying: the forward was given up without a definite answer and
+	// the participant is being asked (a query command) what its barrier
+	// recorded; the answer settles the step (done: succeeded; failed or
+	// closed: failed; compensated), and only if no query is answered does
+	// the give-up go ahead (StepUnknown).
+	StepQuerying     StepStatus = "querying"
 	StepCompensating StepStatus = "compensating"
 	StepCompRetrying StepStatus = "compensation_retrying"
 	StepCompensated  StepStatus = "compensated"
@@ -71,6 +77,12 @@ type StepState struct {
 	// by the step's deadline instead). Absent in rows written before it
 	// existed: zero.
 	RetryAnswers int `json:"retry_answers,omitempty"`
+	// QueryAttempts counts query sends after the forward was given up.
+	QueryAttempts int `json:"query_attempts,omitempty"`
+	// QueryUntil is the QueryAttempts count at which the current round of
+	// queries ends (it keeps counting across rounds, so every query send
+	// has an id of its own).
+	QueryUntil int `json:"query_until,omitempty"`
 	// AwaitID is the message id of the latest command sent for the step.
 	AwaitID uuid.UUID `json:"await_id,omitzero"`
 	// DueAt is when the active command times out (running, compensating) or
@@ -173,7 +185,21 @@ const (
 	ActionCompensate OperatorAction = "compensate"
 	// ActionResolve settles a failed saga with a supplied outcome.
 	ActionResolve OperatorAction = "resolve"
+	// ActionQuery asks the participant of the active step what its barrier
+	// recorded (a query command) and settles the step by the answer: for a
+	// failed saga whose pivot was given up without a definite answer (the
+	// saga runs again while the query is out), or a running step now.
+	ActionQuery OperatorAction = "query"
+	// ActionCheck sends a query for every step of a finished saga that was
+	// sent, to compare the participants' records with the saga's (the
+	// reconciler); the answers change nothing and journal each difference.
+	ActionCheck OperatorAction = "check"
 )
+
+// ActorReconciler is the actor of the transitions the orchestrator makes on
+// its own to settle unknown outcomes and reconcile (queries and their
+// answers).
+const ActorReconciler = "reconciler"
 
 // Operator carries an operator event's fields.
 type Operator struct {
@@ -228,6 +254,18 @@ type Decision struct {
 	Illegal bool
 	// Outcomes of steps settled by this event (for metrics).
 	Settled []SettledStep
+	// Differences found by a query answer that disagrees with the saga (a
+	// check of a finished saga; see ActionCheck).
+	Differences []Difference
+}
+
+// Difference is a disagreement between a saga and a participant's record,
+// found by a query answer.
+type Difference struct {
+	// Kind is a stable label, e.g. "participant_done_saga_compensated".
+	Kind   string `json:"kind"`
+	Step   string `json:"step"`
+	Detail string `json:"detail"`
 }
 
 // SettledStep reports a step action that received a definite answer.

@@ -46,7 +46,15 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		t.Helper()
 		t.Fatalf("sagatest: %s saga %s, %s: %s", def.Name, prev.ID, describeEvent(ev), fmt.Sprintf(format, args...))
 	}
-	resolve := ev.Kind == saga.EventOperator && ev.Operator != nil && ev.Operator.Action == saga.ActionResolve
+	op := saga.OperatorAction("")
+	if ev.Kind == saga.EventOperator && ev.Operator != nil {
+		op = ev.Operator.Action
+	}
+	// resolve settles a failed saga; a query re-opens a failed saga to
+	// settle its given-up step; a check of a finished saga sends queries
+	// and changes nothing else.
+	resolve := op == saga.ActionResolve || (op == saga.ActionQuery && prev.State == saga.Failed)
+	check := op == saga.ActionCheck
 	if d.Changed {
 		if next.Version != prev.Version+1 {
 			bad("the saga changed but its version went %d -> %d, want +1", prev.Version, next.Version)
@@ -77,10 +85,13 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 	if (d.Late || d.Illegal) && d.Changed {
 		bad("the event is late=%v illegal=%v but changed the saga", d.Late, d.Illegal)
 	}
-	if prev.State.Terminal() && d.Changed && !(resolve && prev.State == saga.Failed) {
+	if check && d.Changed && next.State != prev.State {
+		bad("a check moved the saga %s -> %s; it only sends queries", prev.State, next.State)
+	}
+	if prev.State.Terminal() && d.Changed && !(resolve && prev.State == saga.Failed) && !check {
 		bad("the saga was %s (terminal) and moved to %s: a terminal saga absorbs every event but an operator resolve of a failed one", prev.State, next.State)
 	}
-	if len(d.Send) > 1 {
+	if len(d.Send) > 1 && !check {
 		bad("%d commands sent by one decision, want at most one", len(d.Send))
 	}
 	if next.Cursor >= 0 {
@@ -117,10 +128,13 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 			bad("the %s command for step %q carries saga %s type %q aggregate %q sent at %s; want the saga's ids and the event time",
 				c.Action, c.Step, c.SagaID, c.SagaType, c.AggregateID, stamp(c.SentAt))
 		}
-		if !json.Valid(c.Payload) {
+		if len(c.Payload) > 0 && !json.Valid(c.Payload) || len(c.Payload) == 0 && c.Action != message.Query {
 			bad("the %s command for step %q has a payload that is not JSON: %.80q", c.Action, c.Step, c.Payload)
 		}
-		if next.Steps[i].AwaitID != c.MessageID {
+		if check && c.Action != message.Query {
+			bad("a check sent a %s command for step %q; it sends queries only", c.Action, c.Step)
+		}
+		if next.Steps[i].AwaitID != c.MessageID && !check {
 			bad("step %q awaits %s, but command %s was just sent for it", c.Step, next.Steps[i].AwaitID, c.MessageID)
 		}
 		switch c.Action {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/saga/sagatest"
 	"github.com/sagaflow/sagaflow/steps"
@@ -161,9 +162,10 @@ func Example_timeout() {
 }
 
 // A pivot that never gets a definite answer: the payment is re-sent after
-// each timeout until its deadline (10 minutes by default), then the saga is
-// failed for an operator. Nothing is compensated blindly: the charge may
-// have happened.
+// each timeout until its deadline (10 minutes by default). Then the
+// orchestrator asks the payment participant what its barrier recorded (a
+// query); here nobody answers that either, so the saga is failed for an
+// operator. Nothing is compensated blindly: the charge may have happened.
 func Example_pivotDeadline() {
 	h := sagatest.New(sagatest.PanicT{}, placeOrder(), sagatest.Data(order))
 	h.Start()
@@ -174,10 +176,11 @@ func Example_pivotDeadline() {
 	h.Expect(orderapi.StepChargePayment, sagatest.Forward)
 
 	h.TimeoutUntilGivenUp(orderapi.StepChargePayment)
+	fmt.Println(h.State(), "at the deadline:", h.Now().Equal(h.DeadlineOf(orderapi.StepChargePayment)), "payment", h.Step(orderapi.StepChargePayment).State)
+	h.Expect(orderapi.StepChargePayment, sagatest.Query)
+	h.QueriesUnanswered(orderapi.StepChargePayment)
 	pay := h.Step(orderapi.StepChargePayment)
-	fmt.Println(h.State(), "after", h.Elapsed(), "at the deadline:", h.Now().Equal(h.DeadlineOf(orderapi.StepChargePayment)))
-	fmt.Println("payment", pay.State, "after", pay.Attempts, "sends")
-	fmt.Println(h.Last().Journal[0].Reason)
+	fmt.Println(h.State(), "after", h.Elapsed().Round(time.Second), "payment", pay.State, "after", pay.Attempts, "sends and", pay.QueryAttempts, "queries")
 	h.ExpectNoCommand() // no compensation
 
 	// An operator who checked with the payment provider settles it.
@@ -186,8 +189,32 @@ func Example_pivotDeadline() {
 	}
 	fmt.Println(h.State())
 	// Output:
-	// failed after 10m0s at the deadline: true
-	// payment unknown after 28 sends
-	// no reply to attempt 28 before the step deadline 10m0s; pivot "charge-payment" got no definite answer within its deadline 10m0s (28 sends); not compensated blindly: an operator must resolve it
+	// running at the deadline: true payment querying
+	// failed after 10m52s payment unknown after 28 sends and 5 queries
 	// compensated
+}
+
+// The same pivot, but its participant recorded the charge: the query's
+// answer settles the step and the saga goes on forward, with nobody acting.
+func Example_pivotSettledByQuery() {
+	h := sagatest.New(sagatest.PanicT{}, placeOrder(), sagatest.Data(order))
+	h.Start()
+	h.Expect(orderapi.StepReserveInventory, sagatest.Forward)
+	h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "res-1"})
+	h.Expect(orderapi.StepLockCoupon, sagatest.Forward)
+	h.Succeed(nil)
+	h.Expect(orderapi.StepChargePayment, sagatest.Forward)
+	h.TimeoutUntilGivenUp(orderapi.StepChargePayment)
+
+	q := h.Expect(orderapi.StepChargePayment, sagatest.Query)
+	h.Reply(q, sagatest.Recorded(message.QueryDone, orderapi.ChargePaymentResult{PaymentID: "pay-7"}))
+	h.Expect(orderapi.StepCreateShipment, sagatest.Forward)
+	fmt.Println(h.State(), "payment", h.Step(orderapi.StepChargePayment).State, string(h.Step(orderapi.StepChargePayment).Output))
+	for _, e := range h.Journal()[len(h.Journal())-2:] {
+		fmt.Println(e.Event, e.Actor, e.Reason)
+	}
+	// Output:
+	// running payment succeeded {"payment_id":"pay-7"}
+	// querying participant reconciler got no definite answer within its deadline 10m0s (28 sends)
+	// query answered reconciler participant recorded done
 }

@@ -35,6 +35,7 @@ func (PanicT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, arg
 const (
 	Forward    = message.Forward
 	Compensate = message.Compensate
+	Query      = message.Query
 )
 
 // DefaultStart is where a harness's clock starts unless [StartAt] says
@@ -100,6 +101,21 @@ func Failed(reason string) Answer { return Answer{Outcome: message.Failure, Reas
 
 // RetryLater is a retry answer: not now, ask again.
 func RetryLater(reason string) Answer { return Answer{Outcome: message.Retry, Reason: reason} }
+
+// Recorded is the answer to a query: what the participant's barrier
+// recorded for the step's forward, and with [message.QueryDone] its output
+// (nil for none; encoded like [Answer.Payload]).
+func Recorded(state message.QueryState, output any) Answer {
+	a := message.QueryAnswer{State: state}
+	if output != nil {
+		b, err := encode(output)
+		if err != nil {
+			panic(fmt.Sprintf("sagatest: Recorded: output %T: %v", output, err))
+		}
+		a.Output = b
+	}
+	return Answer{Outcome: message.Success, Payload: a}
+}
 
 // Harness drives one saga of a definition through [saga.Decide]: it plays
 // the participants (scripted answers), the timer loop (a clock moved by the
@@ -522,6 +538,42 @@ func (h *Harness) TimeoutUntilGivenUp(step string) saga.Decision {
 		}
 		h.queue = kept
 	}
+	return d
+}
+
+// QueriesUnanswered lets every query of step (given up without a definite
+// answer, now asking its participant what it recorded) time out unanswered,
+// dropping them, until the give-up goes ahead: before the pivot the saga
+// compensates, that step included; at the pivot it is failed. It returns the
+// decision of the last timer.
+func (h *Harness) QueriesUnanswered(step string) saga.Decision {
+	h.t.Helper()
+	i := h.index(step)
+	querying := func() bool { return h.in.Cursor == i && h.in.Steps[i].State == saga.StepQuerying }
+	if !querying() {
+		h.fatalf("QueriesUnanswered(%q): the step is %s, not querying", step, h.in.Steps[i].State)
+	}
+	var d saga.Decision
+	for n := 0; querying(); n++ {
+		if n == maxTimers {
+			h.fatalf("QueriesUnanswered(%q): %d timer events and still querying", step, n)
+		}
+		kept := h.queue[:0:0]
+		for _, c := range h.queue {
+			if c.Step != step || c.Action != message.Query {
+				kept = append(kept, c)
+			}
+		}
+		h.queue = kept
+		d = h.FireNextTimer()
+	}
+	kept := h.queue[:0:0]
+	for _, c := range h.queue {
+		if c.Step != step || c.Action != message.Query {
+			kept = append(kept, c)
+		}
+	}
+	h.queue = kept
 	return d
 }
 

@@ -100,12 +100,35 @@ func TestPlaceOrder(t *testing.T) {
 				h.Expect(coupon, sagatest.Forward)
 			}
 			h.Retry("later")
-			// Given up with an unknown outcome: its own compensation first.
+			// Given up with an unknown outcome: the participant is asked
+			// first; it answers nothing, so its own compensation runs first.
+			h.Expect(coupon, sagatest.Query)
+			h.QueriesUnanswered(coupon)
 			h.Expect(coupon, sagatest.Compensate)
 			h.Succeed(nil)
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
 		}, saga.Compensated, "compensated compensated pending pending pending"},
+		{"a given-up step the participant recorded done goes on", func(t *testing.T, h *sagatest.Harness) {
+			h.Start()
+			h.Expect(reserve, sagatest.Forward)
+			h.Succeed(nil)
+			h.Expect(coupon, sagatest.Forward)
+			for range saga.RetryMaxAttemptsDefault - 1 {
+				h.Retry("later")
+				h.FireNextTimer()
+				h.Expect(coupon, sagatest.Forward)
+			}
+			h.Retry("later")
+			h.Expect(coupon, sagatest.Query)
+			h.Reply(h.Sent()[len(h.Sent())-1], sagatest.Recorded(message.QueryDone, nil))
+			h.Expect(orderapi.StepChargePayment, sagatest.Forward)
+			h.Succeed(orderapi.ChargePaymentResult{PaymentID: "pay-1"})
+			h.Expect(orderapi.StepCreateShipment, sagatest.Forward)
+			h.Succeed(orderapi.CreateShipmentResult{ShipmentID: "sh-1"})
+			h.Expect(orderapi.StepAwardPoints, sagatest.Forward)
+			h.Succeed(nil)
+		}, saga.Completed, "succeeded succeeded succeeded succeeded succeeded"},
 		{"coupon never answers: given up at the saga deadline", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -253,6 +276,11 @@ func TestTimeoutUntilGivenUpAtTheStepDeadline(t *testing.T) {
 	if !h.Now().Equal(h.DeadlineOf("book-flight")) || d.Journal[0].Event != saga.JournalTimeout {
 		t.Fatalf("given up at +%s by %q, want its deadline %s", h.Elapsed(), d.Journal[0].Event, h.DeadlineOf("book-flight"))
 	}
+	if got := h.Unexpected(); len(got) != 1 || got[0].Action != message.Query {
+		t.Fatalf("left to expect: %+v; want only the step's query", got)
+	}
+	h.Expect("book-flight", sagatest.Query)
+	h.QueriesUnanswered("book-flight")
 	if got := h.Unexpected(); len(got) != 1 || got[0].Action != message.Compensate {
 		t.Fatalf("left to expect: %+v; want only the step's compensation", got)
 	}
