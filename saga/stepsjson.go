@@ -55,6 +55,14 @@ func appendStep(dst []byte, st *StepState) ([]byte, error) {
 		dst = append(dst, `,"retry_answers":`...)
 		dst = strconv.AppendInt(dst, int64(st.RetryAnswers), 10)
 	}
+	if st.QueryAttempts != 0 {
+		dst = append(dst, `,"query_attempts":`...)
+		dst = strconv.AppendInt(dst, int64(st.QueryAttempts), 10)
+	}
+	if st.QueryUntil != 0 {
+		dst = append(dst, `,"query_until":`...)
+		dst = strconv.AppendInt(dst, int64(st.QueryUntil), 10)
+	}
 	if st.AwaitID != (uuid.UUID{}) {
 		dst = append(dst, `,"await_id":"`...)
 		dst = append(dst, st.AwaitID.String()...)
@@ -173,6 +181,10 @@ func decodeStepField(r *jsonlite.Reader, st *StepState, key []byte) error {
 		return intField(r, &st.CompAttempts)
 	case "retry_answers":
 		return intField(r, &st.RetryAnswers)
+	case "query_attempts":
+		return intField(r, &st.QueryAttempts)
+	case "query_until":
+		return intField(r, &st.QueryUntil)
 	case "due_at":
 		return timeField(r, &st.DueAt)
 	case "started_at":

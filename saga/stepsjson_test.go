@@ -29,7 +29,7 @@ func randomSteps(rng *rand.Rand) []StepState {
 	for i := range steps {
 		st := StepState{
 			Name: strs[rng.IntN(len(strs))], Kind: Kind(strs[rng.IntN(len(strs))]), State: StepStatus(strs[rng.IntN(len(strs))]),
-			Attempts: rng.IntN(1000) - 10, CompAttempts: rng.IntN(3), RetryAnswers: rng.IntN(4) * (rng.IntN(2)*2 - 1),
+			Attempts: rng.IntN(1000) - 10, CompAttempts: rng.IntN(3), RetryAnswers: rng.IntN(4) * (rng.IntN(2)*2 - 1), QueryAttempts: rng.IntN(3), QueryUntil: rng.IntN(2) * 5,
 			DueAt: tm(), StartedAt: tm(), FinishedAt: tm(), CompStartedAt: tm(), CompFinishedAt: tm(),
 			LastError: strs[rng.IntN(len(strs))], Output: outs[rng.IntN(len(outs))], CompensationNote: strs[rng.IntN(len(strs))],
 		}
