@@ -25,6 +25,8 @@ type DB interface {
 // store owns the SQL of the orchestrator's saga and journal tables.
 type store struct {
 	sagas, journal, timers string
+	// The reconciler's tables, and the engine's outbox (dead commands).
+	discrepancies, reconcileRuns, outbox string
 
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL                 string
@@ -39,6 +41,10 @@ func newStore(schema string) *store {
 		sagas:   pgx.Identifier{schema, "sagas"}.Sanitize(),
 		journal: pgx.Identifier{schema, "journal"}.Sanitize(),
 		timers:  pgx.Identifier{schema, "timers"}.Sanitize(),
+
+		discrepancies: pgx.Identifier{schema, "reconcile_discrepancies"}.Sanitize(),
+		reconcileRuns: pgx.Identifier{schema, "reconcile_runs"}.Sanitize(),
+		outbox:        pgx.Identifier{schema, "outbox"}.Sanitize(),
 	}
 	// Every write of a saga row also writes its timer row, in the same
 	// statement: inserted when the saga gets a wake-up time, moved only

@@ -1,0 +1,112 @@
+package faults_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
+)
+
+// The payment participant is down through the pivot's deadline and its
+// queries: the sagas that reached the pivot fail. Once it is back, a
+// reconciliation run finds them (failed_unknown_step), asks again through
+// the one door (actor reconciler), and the answers settle them with
+// nobody else acting; the next run finds nothing open. A sampled check of
+// the finished sagas then finds a participant record that disagrees.
+func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 6, seed: 42, override: quickPivot})
+	ctx := testkit.Context(t, 3*time.Minute)
+	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
+	e.runParticipants(e.participants(), orderapi.Payment)
+	e.startAll(ctx)
+	e.waitTerminal(settle)
+	failed := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'failed'`)
+	if failed == 0 {
+		t.Fatal("no saga failed at the pivot")
+	}
+	dry, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{DryRun: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.ByKind[saga.KindFailedUnknown] != failed || dry.Repaired != 0 || dry.Open != 0 {
+		t.Fatalf("dry run: %+v, want %d failed_unknown_step, nothing repaired or recorded", dry, failed)
+	}
+	// The payment participant comes back with every copy of the pivot
+	// and query waiting in its topic.
+	e.runParticipants(e.participants(), orderapi.Inventory, orderapi.Coupon, orderapi.Shipping, orderapi.Points)
+	testkit.Eventually(t, settle, "the payment participant answered its backlog", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Payment+`.outbox WHERE sent_at IS NULL`) == 0 &&
+			e.count(`SELECT count(*) FROM `+e.schemas.Payment+`.barrier WHERE action = 'forward'`) >= failed, nil
+	})
+	rep, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Differences < failed || rep.Repaired < failed {
+		t.Fatalf("first run: %d differences, %d repaired; want at least %d of each (the failed pivots): %+v", rep.Differences, rep.Repaired, failed, rep.List)
+	}
+	for _, d := range rep.List {
+		if d.Kind == saga.KindFailedUnknown && d.Repair != string(saga.ActionQuery) {
+			t.Fatalf("failed pivot not repaired by a query: %+v", d)
+		}
+	}
+	e.waitTerminal(settle)
+	if n := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'failed'`); n != 0 {
+		t.Fatalf("%d sagas still failed after the reconciler asked again", n)
+	}
+	if n := e.count(`SELECT count(DISTINCT saga_id) FROM `+e.schemas.Orchestrator+`.journal WHERE event = $1 AND actor = $2`, saga.JournalQueryAnswered, saga.ActorReconciler); n < failed {
+		t.Fatalf("%d sagas journaled a query answered by the reconciler, want %d", n, failed)
+	}
+	e.checkInvariants(false)
+	again, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Differences != 0 || again.Open != 0 {
+		t.Fatalf("second run: %d differences, %d open, want none: %+v", again.Differences, again.Open, again.List)
+	}
+
+	// Tamper with one participant's record of a completed saga: its
+	// inventory reservation row is gone, so the check answers closed.
+	var victim string
+	if err := e.check.QueryRow(ctx, `SELECT id::text FROM `+e.schemas.Orchestrator+`.sagas WHERE state = 'completed' LIMIT 1`).Scan(&victim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.check.Exec(ctx, `DELETE FROM `+e.schemas.Inventory+`.barrier WHERE saga_id = $1 AND step = $2`, victim, orderapi.StepReserveInventory); err != nil {
+		t.Fatal(err)
+	}
+	checks, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checks.Checked == 0 {
+		t.Fatalf("no finished saga was checked: %+v", checks)
+	}
+	testkit.Eventually(t, settle, "the check answers journaled", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event IN ($1, $2)`, saga.JournalCheckAgrees, saga.JournalDifference) >= checks.Checked, nil
+	})
+	found, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found.ByKind["participant_closed_step_succeeded"] != 1 || found.Open != 1 {
+		t.Fatalf("after the checks: %+v, want the one tampered record open", found)
+	}
+	open, err := e.engine.OpenDiscrepancies(ctx, 10)
+	if err != nil || len(open) != 1 || open[0].SagaID.String() != victim || open[0].Step != orderapi.StepReserveInventory {
+		t.Fatalf("open discrepancies %+v (%v), want the victim's reserve-inventory", open, err)
+	}
+	if err := e.engine.ResolveDiscrepancy(ctx, open[0].ID, "dana", "restored the reservation by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.engine.ResolveDiscrepancy(ctx, open[0].ID, "dana", "twice"); err == nil {
+		t.Fatal("a resolved discrepancy was resolved again")
+	}
+	if rest, _ := e.engine.OpenDiscrepancies(ctx, 10); len(rest) != 0 {
+		t.Fatalf("still open after the resolve: %+v", rest)
+	}
+}
