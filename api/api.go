@@ -89,6 +89,9 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
+	// ReconcileMetrics are updated by runs started with POST /reconcile/run
+	// (nil: none).
+	ReconcileMetrics *saga.ReconcileMetrics
 	// Ready reports readiness for /readyz; nil: always ready.
 	Ready  func(ctx context.Context) error
 	Logger *slog.Logger
@@ -123,6 +126,7 @@ func New(eng Engine, cfg *Config) *Server {
 	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
 	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
 	s.mux.HandleFunc("GET /stats", s.read(s.stats))
+	s.routeReconcile()
 	s.routePages()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
@@ -563,9 +567,9 @@ func plainText(v string, max int) bool {
 // door. A refused action writes nothing.
 func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
 	switch action {
-	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery, saga.ActionCheck:
 	default:
-		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate or resolve", echo(string(action)))}
+		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate, resolve, query or check", echo(string(action)))}
 	}
 	bad := func(field, msg string) (saga.Instance, *actionError) {
 		return saga.Instance{}, &actionError{status: http.StatusBadRequest, field: field, msg: msg}
@@ -604,9 +608,9 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 	}
 	action := saga.OperatorAction(r.PathValue("action"))
 	switch action {
-	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery, saga.ActionCheck:
 	default:
-		fail(w, http.StatusNotFound, "action", "unknown action %s; want retry, compensate or resolve", echo(string(action)))
+		fail(w, http.StatusNotFound, "action", "unknown action %s; want retry, compensate, resolve, query or check", echo(string(action)))
 		return
 	}
 	jp, field, err := ParseJournalPage(r.URL.Query())
