@@ -635,7 +635,7 @@ func configCmd(cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "config",
 		Annotations: map[string]string{unchecked: "true"},
-		Short: "Print every configuration key with its default (docs/configuration.md), or with --effective the values in force",
+		Short:       "Print every configuration key with its default (docs/configuration.md), or with --effective the values in force",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if eff {
