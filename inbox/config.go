@@ -181,8 +181,9 @@ type Advanced struct {
 	RestartAfterErrors int
 }
 
-func (c *Config) withDefaults() Config {
-	out := *c
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	out := c
 	out.Name = cmp.Or(out.Name, out.GroupID)
 	out.DLQSuffix = cmp.Or(out.DLQSuffix, DLQSuffixDefault)
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
@@ -210,6 +211,8 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
 func (c *Config) validate() error {
 	switch {
 	case len(c.Brokers) == 0:

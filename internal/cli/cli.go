@@ -330,7 +330,10 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
 			}
-			srv := api.New(apiEng, &acfg)
+			srv, err := api.New(apiEng, &acfg)
+			if err != nil {
+				return err
+			}
 			schema := svc.Engine().Outbox().Schema()
 			run, err := withRetention(cfg.Retention, pool, log, ms, []string{schema}, schema, svc.Run)
 			if err != nil {

@@ -166,7 +166,11 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 		return fmt.Errorf("--ui-addr %s: %w", addr, err)
 	}
 	lim := api.Limits{}.WithDefaults()
-	hs := api.NewHTTPServer(api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))}), lim, log)
+	srv, err := api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))})
+	if err != nil {
+		return err
+	}
+	hs := api.NewHTTPServer(srv, lim, log)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(api.LimitListener(ln, lim.MaxConnections)) }()
 	fmt.Fprintf(out, "status page: http://%s/ui/ (Ctrl-C to stop)\n", ln.Addr())

@@ -338,8 +338,8 @@ func (c *Config) validate() error {
 	atLeast("http.max_header_bytes", h.MaxHeaderBytes, 4<<10)
 	atLeast("http.max_data_bytes", h.MaxDataBytes, 2) // the data is a JSON object
 	atLeast("http.db_max_conns", h.DBMaxConns, 1)
-	if err := h.limits().Validate(h.HandlerTimeout); err != nil && h.WriteTimeout > 0 && h.HandlerTimeout > 0 {
-		errs = append(errs, fmt.Errorf("config: %w", err))
+	if h.WriteTimeout > 0 && h.WriteTimeout <= h.HandlerTimeout {
+		bad("http.write_timeout", "must be longer than http.handler_timeout "+h.HandlerTimeout.String()+" (or a slow answer is cut off without its error)", h.WriteTimeout)
 	}
 	if h.ClientToken != "" && h.ClientToken == h.AdminToken {
 		errs = append(errs, errors.New("config: http.client_token: must differ from http.admin_token (a client could act as an operator)"))

@@ -133,7 +133,7 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		{"bad reply topic", map[string]any{"kafka.reply_topic": "no spaces"}, "config: kafka.reply_topic: must be a Kafka topic name"},
 		{"bad schema", map[string]any{"orchestrator.schema": "Bad-Schema"}, `config: orchestrator.schema: must match`},
 		{"empty group", map[string]any{"orchestrator.group_id": ""}, "config: orchestrator.group_id: must not be empty"},
-		{"write not above handler", map[string]any{"http.write_timeout": "5s"}, "http.write_timeout 5s must be longer than http.handler_timeout 20s"},
+		{"write not above handler", map[string]any{"http.write_timeout": "5s"}, "config: http.write_timeout: must be longer than http.handler_timeout 20s"},
 		{"step timeout", map[string]any{"sagas.place-order.steps.charge-payment.timeout": "soon"}, `config: sagas.place-order.steps.charge-payment.timeout: want a positive duration, got "soon"`},
 		{"step multiplier", map[string]any{"sagas.place-order.steps.charge-payment.retry.multiplier": 0.5}, `config: sagas.place-order.steps.charge-payment.retry.multiplier: must be at least 1, got "0.5"`},
 		{"step attempts", map[string]any{"sagas.place-order.steps.charge-payment.retry.max_attempts": 0}, `config: sagas.place-order.steps.charge-payment.retry.max_attempts: must be at least 1, got "0"`},
