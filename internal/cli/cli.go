@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
@@ -35,6 +33,7 @@ import (
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -137,34 +136,6 @@ func (c *Config) registry() (*saga.Registry, error) {
 	return reg, nil
 }
 
-type metricSet struct {
-	reg       *prometheus.Registry
-	saga      *saga.Metrics
-	inbox     *inbox.Metrics
-	relay     *relay.Metrics
-	retention *retention.Metrics
-}
-
-func newMetrics() (*metricSet, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
-	m := &metricSet{reg: reg}
-	var err error
-	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.retention, err = retention.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
 // preparer runs a process's prepare step (migrations, topics) inside its
 // run function, after the HTTP listener is up, and makes readiness report
 // the last prepare error until it succeeded.
@@ -253,7 +224,7 @@ type process struct {
 	brokers []string
 	dialer  *kafka.Dialer
 	limits  api.Limits
-	metrics *metricSet
+	metrics *metricset.Set
 	pool    *pgxpool.Pool
 }
 
@@ -269,7 +240,7 @@ func setupProcess(ctx context.Context, cfg *Config, what string) (*process, erro
 	if p.dialer, err = kafkaDialer(cfg.Kafka); err != nil {
 		return nil, err
 	}
-	if p.metrics, err = newMetrics(); err != nil {
+	if p.metrics, err = metricset.New(); err != nil {
 		return nil, err
 	}
 	if p.pool, err = newPool(ctx, cfg.Database, cfg.Database.MaxConns); err != nil {
@@ -296,13 +267,13 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			defer p.pool.Close()
 			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
 			ec := cfg.engine()
-			ec.Metrics = ms.saga
-			ms.saga.InitTypes(reg.Types()...)
+			ec.Metrics = ms.Saga
+			ms.Saga.InitTypes(reg.Types()...)
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 				Brokers: bs, Dialer: dialer, GroupID: cfg.Orchestrator.GroupID, Engine: ec, Logger: log,
 				Partitions: cfg.Kafka.Partitions, Replication: cfg.Kafka.Replication,
-				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: cfg.Orchestrator.InboxBatch},
-				Relay: relay.Config{Metrics: ms.relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent},
+				Inbox: inbox.Config{Metrics: ms.Inbox, BatchSize: cfg.Orchestrator.InboxBatch},
+				Relay: relay.Config{Metrics: ms.Relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent},
 			})
 			if err != nil {
 				return err
@@ -325,7 +296,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			acfg.Gatherer, acfg.Logger = ms.reg, log.With(slog.String("component", "api"))
+			acfg.Gatherer, acfg.Logger = ms.Registry, log.With(slog.String("component", "api"))
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
@@ -419,14 +390,14 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 
 // withRetention returns run, or run beside a retention purger of schemas
 // (outbox and inbox) and orchSchema (saga history) when retention.enabled.
-func withRetention(rc RetentionConfig, pool *pgxpool.Pool, log *slog.Logger, ms *metricSet, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
+func withRetention(rc RetentionConfig, pool *pgxpool.Pool, log *slog.Logger, ms *metricset.Set, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
 	if !rc.Enabled {
 		return run, nil
 	}
 	p, err := retention.New(pool, &retention.Config{
 		Schemas: schemas, OrchestratorSchema: orchSchema,
 		SentOutboxAfter: rc.SentOutboxAfter, InboxAfter: rc.InboxAfter, FinishedSagaAfter: rc.FinishedSagaAfter,
-		BatchSize: rc.BatchSize, Interval: rc.Interval, Logger: log.With(slog.String("component", "retention")), Metrics: ms.retention,
+		BatchSize: rc.BatchSize, Interval: rc.Interval, Logger: log.With(slog.String("component", "retention")), Metrics: ms.Retention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retention.*: %w", err)
@@ -460,7 +431,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				ReplyTopics:      []string{cfg.Kafka.ReplyTopic},
 				ShippingFailRate: pc.ShippingFailRate, PointsFailRate: pc.PointsFailRate,
 				Seed: pc.Seed, PaymentLimitCents: pc.PaymentLimitCents,
-				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
+				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
 				KeepSent: cfg.Relay.KeepSent,
 			})
 			if err != nil {
@@ -504,7 +475,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				}
 				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")
 			})
-			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
+			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.Registry, promhttp.HandlerOpts{Registry: ms.Registry}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
 			return serveHTTP(ctx, log, pc.HTTPAddr, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
 		},
