@@ -233,6 +233,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inbox: Config.BackoffInitial is %s, want > 0", c.BackoffInitial)
 	case c.BackoffMax < 0:
 		return fmt.Errorf("inbox: Config.BackoffMax is %s, want > 0", c.BackoffMax)
+	case cmp.Or(c.BackoffMax, BackoffMaxDefault) < cmp.Or(c.BackoffInitial, BackoffInitialDefault):
+		return fmt.Errorf("inbox: Config.BackoffMax (%s) is less than Config.BackoffInitial (%s)",
+			cmp.Or(c.BackoffMax, BackoffMaxDefault), cmp.Or(c.BackoffInitial, BackoffInitialDefault))
 	case c.SessionTimeout < 0 || (c.SessionTimeout > 0 && c.SessionTimeout < time.Second):
 		return fmt.Errorf("inbox: Config.SessionTimeout is %s, want at least 1s", c.SessionTimeout)
 	case c.HeartbeatInterval < 0:

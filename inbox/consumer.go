@@ -58,9 +58,6 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := cfg.WithDefaults()
-	if c.BackoffMax < c.BackoffInitial {
-		return nil, fmt.Errorf("inbox: Config.BackoffMax (%s) is less than Config.BackoffInitial (%s)", c.BackoffMax, c.BackoffInitial)
-	}
 	m := c.Metrics
 	if m == nil {
 		var err error

@@ -207,17 +207,11 @@ func (s *Service) Prepare(ctx context.Context) error {
 		return errors.New("orchestrator: no Kafka brokers configured")
 	}
 	topics := s.Topics()
+	suffix := s.cfg.Inbox.WithDefaults().DLQSuffix
 	for _, t := range s.Topics() {
-		topics = append(topics, t+inboxDLQSuffix(s.cfg.Inbox))
+		topics = append(topics, t+suffix)
 	}
 	return kafkaclient.EnsureTopicsWith(ctx, s.cfg.Dialer, s.cfg.Brokers, s.cfg.Partitions, s.cfg.Replication, topics...)
-}
-
-func inboxDLQSuffix(c inbox.Config) string {
-	if c.DLQSuffix != "" {
-		return c.DLQSuffix
-	}
-	return inbox.DLQSuffixDefault
 }
 
 // decodeReply decodes a reply record and checks its headers against the

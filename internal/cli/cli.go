@@ -481,7 +481,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
-	cmd.Flags().String("items", "sku-apple,sku-pear,sku-plum,sku-fig", "items seeded by --seed-stock (participants.items)")
+	cmd.Flags().String("items", "", "comma-separated items seeded by --seed-stock (participants.items)")
 	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
 	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
 	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
