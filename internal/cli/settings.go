@@ -207,7 +207,13 @@ func decodeKey(b binding, raw any) error {
 		want = "a string"
 	case *[]string:
 		var s string
-		s, err = cast.ToStringE(raw)
+		if list, ok := raw.([]any); ok { // a YAML list
+			var items []string
+			items, err = cast.ToStringSliceE(list)
+			s = strings.Join(items, ",")
+		} else {
+			s, err = cast.ToStringE(raw)
+		}
 		*p = kafkaclient.ParseBrokers(s)
 		want = "a comma-separated list"
 	case *bool:

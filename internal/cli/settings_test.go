@@ -70,6 +70,8 @@ kafka:
     enabled: true
 log:
   level: WARN
+participants:
+  http_addr: 127.0.0.1:0
 demo:
   orders: 7
 sagas:
@@ -97,6 +99,23 @@ sagas:
 		t.Errorf("file values not decoded: %+v", c)
 	case strings.Join(c.Kafka.Brokers, ",") != "b1:9092,b2:9092":
 		t.Errorf("brokers %v, want KAFKA_BROKERS when kafka.brokers is empty", c.Kafka.Brokers)
+	case c.Participants.HTTPAddr != "127.0.0.1:0":
+		t.Errorf("participants.http_addr = %q", c.Participants.HTTPAddr)
+	}
+	// kafka.brokers as a YAML list or a string, both over KAFKA_BROKERS.
+	for _, body := range []string{"kafka:\n  brokers: [k1:9092, k2:9092]\n", "kafka:\n  brokers: k1:9092,k2:9092\n"} {
+		v := newViper()
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(strings.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(c.Kafka.Brokers, ","); got != "k1:9092,k2:9092" {
+			t.Errorf("brokers from %q: %s", body, got)
+		}
 	}
 	want := []StepOverride{
 		{Type: "place-order", Step: "charge-payment", StepOverride: saga.StepOverride{Timeout: 3 * time.Second, Retry: saga.RetryPolicy{Multiplier: 1.5}}},
