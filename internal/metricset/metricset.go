@@ -21,15 +21,17 @@ const Namespace = "sagaflow"
 // Set is the metrics of every component of a process.
 type Set struct {
 	// Registry holds them all (nil when the Set was made by Register).
-	Registry  *prometheus.Registry
-	Saga      *saga.Metrics
-	Inbox     *inbox.Metrics
-	Relay     *relay.Metrics
+	Registry *prometheus.Registry
+	Saga     *saga.Metrics
+	Inbox    *inbox.Metrics
+	Relay    *relay.Metrics
+	// Retention is nil when the Set was made by Register.
 	Retention *retention.Metrics
 }
 
-// New returns the Set on a registry of its own, which also carries the Go
-// runtime and process collectors (what /metrics serves).
+// New returns the Set of a process on a registry of its own: the
+// pipeline's metrics (Register), retention's, and the Go runtime and
+// process collectors (what /metrics serves).
 func New() (*Set, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
@@ -42,11 +44,16 @@ func New() (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Retention, err = retention.NewMetrics(reg, Namespace); err != nil {
+		return nil, err
+	}
 	s.Registry = reg
 	return s, nil
 }
 
-// Register registers every component's metrics on reg.
+// Register registers the metrics of the pipeline (the engine, the inbox
+// consumers and the relays) on reg, which may hold others (retention's, the
+// runtime's) already.
 func Register(reg prometheus.Registerer) (*Set, error) {
 	s := &Set{}
 	var err error
@@ -57,9 +64,6 @@ func Register(reg prometheus.Registerer) (*Set, error) {
 		return nil, err
 	}
 	if s.Relay, err = relay.NewMetrics(reg, Namespace); err != nil {
-		return nil, err
-	}
-	if s.Retention, err = retention.NewMetrics(reg, Namespace); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagaflow/sagaflow/internal/metricset"
+	"github.com/sagaflow/sagaflow/internal/retention"
 )
 
 // New registers every component and the runtime collectors under the one
@@ -39,7 +40,16 @@ func TestNewAndRegister(t *testing.T) {
 	if _, err := metricset.Register(s.Registry); err == nil {
 		t.Fatal("registering the set twice on one registry: no error")
 	}
-	if _, err := metricset.Register(prometheus.NewRegistry()); err != nil {
-		t.Fatalf("Register on a fresh registry: %v", err)
+	// Register leaves retention's metrics to whoever registered them.
+	reg := prometheus.NewRegistry()
+	if _, err := retention.NewMetrics(reg, metricset.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := metricset.Register(reg)
+	if err != nil {
+		t.Fatalf("Register beside retention's metrics: %v", err)
+	}
+	if s2.Retention != nil || s2.Registry != nil {
+		t.Errorf("Register set Retention or Registry: %+v", s2)
 	}
 }
