@@ -7,6 +7,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -66,14 +67,16 @@ type StatsReader interface {
 	Stats(ctx context.Context, window time.Duration) (saga.Stats, error)
 }
 
-// Config configures the HTTP API.
+// Config configures the HTTP API. Zero fields take their defaults; nil is
+// a Config of zeros.
 type Config struct {
 	// AdminToken protects operator actions (Authorization: Bearer <token>)
 	// and opens everything else too. Empty: operator actions are disabled
 	// (403).
 	AdminToken string
 	// ClientToken, when set, is required (or the admin token) to start
-	// sagas, and opens the reads when they are protected.
+	// sagas, and opens the reads when they are protected. It must differ
+	// from AdminToken.
 	ClientToken string
 	// ProtectReads requires the client or the admin token for read-only
 	// endpoints and the status page, and for starts.
@@ -81,11 +84,11 @@ type Config struct {
 	// ProtectMetrics requires the client or the admin token for /metrics
 	// and /readyz (/healthz stays open).
 	ProtectMetrics bool
-	// MaxDataBytes bounds a saga's data in POST /sagas; 0:
-	// DefaultMaxDataBytes.
+	// MaxDataBytes bounds a saga's data in POST /sagas (at least 2: the
+	// data is a JSON object); default DefaultMaxDataBytes.
 	MaxDataBytes int
 	// HandlerTimeout bounds the handling of one request (its context's
-	// deadline); 0: HandlerTimeoutDefault.
+	// deadline); default HandlerTimeoutDefault.
 	HandlerTimeout time.Duration
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
@@ -93,8 +96,35 @@ type Config struct {
 	// (nil: none).
 	ReconcileMetrics *saga.ReconcileMetrics
 	// Ready reports readiness for /readyz; nil: always ready.
-	Ready  func(ctx context.Context) error
+	Ready func(ctx context.Context) error
+	// Logger receives the API's logs; nil discards them.
 	Logger *slog.Logger
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.MaxDataBytes = cmp.Or(c.MaxDataBytes, DefaultMaxDataBytes)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
+func (c Config) validate() error {
+	switch {
+	case c.MaxDataBytes < 0 || c.MaxDataBytes == 1:
+		return fmt.Errorf("api: Config.MaxDataBytes is %d, want at least 2 (the data is a JSON object)", c.MaxDataBytes)
+	case c.HandlerTimeout < 0:
+		return fmt.Errorf("api: Config.HandlerTimeout is %s, want > 0", c.HandlerTimeout)
+	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
+		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
+	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
+		return errors.New("api: Config.ProtectReads or Config.ProtectMetrics is set without Config.ClientToken or Config.AdminToken: nobody could pass")
+	}
+	return nil
 }
 
 // Server serves the API.
@@ -106,20 +136,17 @@ type Server struct {
 }
 
 // New returns the API over eng.
-func New(eng Engine, cfg *Config) *Server {
-	s := &Server{eng: eng, mux: http.NewServeMux()}
-	if cfg != nil {
-		s.cfg = *cfg
+func New(eng Engine, cfg *Config) (*Server, error) {
+	if eng == nil {
+		return nil, errors.New("api: New: engine is nil")
 	}
-	if s.cfg.Logger == nil {
-		s.cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg == nil {
+		cfg = &Config{}
 	}
-	if s.cfg.MaxDataBytes <= 0 {
-		s.cfg.MaxDataBytes = DefaultMaxDataBytes
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if s.cfg.HandlerTimeout <= 0 {
-		s.cfg.HandlerTimeout = HandlerTimeoutDefault
-	}
+	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
 	s.mux.HandleFunc("POST /sagas", s.starts(s.start))
 	s.mux.HandleFunc("GET /sagas", s.read(s.list))
@@ -135,7 +162,7 @@ func New(eng Engine, cfg *Config) *Server {
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle("GET /metrics", s.ops(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	}
-	return s
+	return s, nil
 }
 
 // ServeHTTP sets the headers every answer carries and bounds the

@@ -49,7 +49,7 @@ func setup(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(eng, &api.Config{AdminToken: token}))
+	srv := httptest.NewServer(newAPI(t, eng, &api.Config{AdminToken: token}))
 	t.Cleanup(srv.Close)
 	return &env{t: t, pool: pool, eng: eng, srv: srv}
 }
@@ -451,4 +451,14 @@ func TestOperatorActionsDisabledWithoutToken(t *testing.T) {
 	if in.State != saga.Running {
 		t.Fatalf("refused action changed the saga to %s", in.State)
 	}
+}
+
+// newAPI is api.New for a config the test expects to be accepted.
+func newAPI(tb testing.TB, eng api.Engine, cfg *api.Config) *api.Server {
+	tb.Helper()
+	s, err := api.New(eng, cfg)
+	if err != nil {
+		tb.Fatalf("api.New: %v", err)
+	}
+	return s
 }

@@ -34,7 +34,7 @@ func fuzzServer(f *testing.F) (http.Handler, *saga.Engine) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	return api.New(eng, &api.Config{AdminToken: adminToken}), eng
+	return newAPI(f, eng, &api.Config{AdminToken: adminToken}), eng
 }
 
 // serve runs one request through h in process and checks the answer's

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,20 +16,26 @@ import (
 type Limits struct {
 	// ReadHeaderTimeout bounds reading a request's headers, ReadTimeout
 	// its headers and body: a client that sends slowly is cut off.
+	// Defaults: the shorter of ReadHeaderTimeoutDefault and ReadTimeout,
+	// ReadTimeoutDefault.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	// WriteTimeout bounds a request from the end of its headers to the end
-	// of its answer; keep it above Config.HandlerTimeout.
+	// of its answer; keep it above Config.HandlerTimeout. Default
+	// WriteTimeoutDefault.
 	WriteTimeout time.Duration
-	// IdleTimeout closes keep-alive connections idle this long.
+	// IdleTimeout closes keep-alive connections idle this long; default
+	// IdleTimeoutDefault.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's line and headers; more answers
 	// 431. (http.Server's own bound, set to the same value, refuses far
 	// larger headers before reading them all; it allows some slack, so the
-	// handler NewHTTPServer returns checks the exact size.)
+	// handler NewHTTPServer returns checks the exact size.) Default
+	// MaxHeaderBytesDefault.
 	MaxHeaderBytes int
 	// MaxConnections bounds the connections open at once; further ones
-	// wait in the listen backlog until one closes.
+	// wait in the listen backlog until one closes. Default
+	// MaxConnectionsDefault.
 	MaxConnections int
 }
 
@@ -44,36 +51,34 @@ const (
 
 // WithDefaults returns l with its zero fields set to the defaults.
 func (l Limits) WithDefaults() Limits {
-	if l.ReadTimeout <= 0 {
-		l.ReadTimeout = ReadTimeoutDefault
-	}
-	if l.ReadHeaderTimeout <= 0 {
-		l.ReadHeaderTimeout = min(ReadHeaderTimeoutDefault, l.ReadTimeout)
-	}
-	if l.WriteTimeout <= 0 {
-		l.WriteTimeout = WriteTimeoutDefault
-	}
-	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = IdleTimeoutDefault
-	}
-	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = MaxHeaderBytesDefault
-	}
-	if l.MaxConnections <= 0 {
-		l.MaxConnections = MaxConnectionsDefault
-	}
+	l.ReadTimeout = cmp.Or(l.ReadTimeout, ReadTimeoutDefault)
+	l.ReadHeaderTimeout = cmp.Or(l.ReadHeaderTimeout, min(ReadHeaderTimeoutDefault, l.ReadTimeout))
+	l.WriteTimeout = cmp.Or(l.WriteTimeout, WriteTimeoutDefault)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, IdleTimeoutDefault)
+	l.MaxHeaderBytes = cmp.Or(l.MaxHeaderBytes, MaxHeaderBytesDefault)
+	l.MaxConnections = cmp.Or(l.MaxConnections, MaxConnectionsDefault)
 	return l
 }
 
-// Validate reports limits that cannot work together with handlerTimeout
-// (Config.HandlerTimeout; 0: its default).
+// Validate checks l as given (zero fields stand for their defaults) with
+// handlerTimeout (Config.HandlerTimeout; 0: its default); the error names
+// the field.
 func (l Limits) Validate(handlerTimeout time.Duration) error {
-	if handlerTimeout <= 0 {
-		handlerTimeout = HandlerTimeoutDefault
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": l.ReadHeaderTimeout, "ReadTimeout": l.ReadTimeout,
+		"WriteTimeout": l.WriteTimeout, "IdleTimeout": l.IdleTimeout} {
+		if d < 0 {
+			return fmt.Errorf("api: Limits.%s is %s, want > 0", name, d)
+		}
 	}
-	l = l.WithDefaults()
+	switch {
+	case l.MaxHeaderBytes < 0:
+		return fmt.Errorf("api: Limits.MaxHeaderBytes is %d, want > 0", l.MaxHeaderBytes)
+	case l.MaxConnections < 0:
+		return fmt.Errorf("api: Limits.MaxConnections is %d, want > 0", l.MaxConnections)
+	}
+	l, handlerTimeout = l.WithDefaults(), cmp.Or(handlerTimeout, HandlerTimeoutDefault)
 	if l.WriteTimeout <= handlerTimeout {
-		return fmt.Errorf("http.write_timeout %s must be longer than http.handler_timeout %s (or a slow answer is cut off without its error)", l.WriteTimeout, handlerTimeout)
+		return fmt.Errorf("api: Limits.WriteTimeout %s must be longer than Config.HandlerTimeout %s (or a slow answer is cut off without its error)", l.WriteTimeout, handlerTimeout)
 	}
 	return nil
 }

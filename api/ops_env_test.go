@@ -52,7 +52,7 @@ func newOpsEnv(t *testing.T, cfg *api.Config) *opsEnv {
 	if cfg == nil {
 		cfg = &api.Config{AdminToken: opsToken}
 	}
-	srv := httptest.NewServer(api.New(eng, cfg))
+	srv := httptest.NewServer(newAPI(t, eng, cfg))
 	t.Cleanup(srv.Close)
 	return &opsEnv{pool: pool, eng: eng, srv: srv, token: cfg.AdminToken, done: map[int64]bool{}}
 }

@@ -177,7 +177,7 @@ func TestStatusPageActionForms(t *testing.T) {
 	if st, page, _ := post(env.srv.URL, "resolve", f); st != http.StatusBadRequest || !strings.Contains(page, "reason is required") {
 		t.Fatalf("resolve without a reason: %d %q", st, page)
 	}
-	disabledSrv := httptest.NewServer(api.New(env.eng, &api.Config{}))
+	disabledSrv := httptest.NewServer(newAPI(t, env.eng, &api.Config{}))
 	defer disabledSrv.Close()
 	disabled := disabledSrv.URL
 	f.Set("reason", "x")

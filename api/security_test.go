@@ -35,7 +35,7 @@ func hardened(t *testing.T, env *opsEnv, cfg *api.Config, lim api.Limits) {
 	t.Helper()
 	env.srv.Close()
 	ts := httptest.NewUnstartedServer(nil)
-	ts.Config = api.NewHTTPServer(api.New(env.eng, cfg), lim, nil)
+	ts.Config = api.NewHTTPServer(newAPI(t, env.eng, cfg), lim, nil)
 	ts.Listener = api.LimitListener(ts.Listener, lim.MaxConnections)
 	ts.Start()
 	t.Cleanup(ts.Close)
@@ -147,7 +147,7 @@ func TestTokensForStartsReadsAndActions(t *testing.T) {
 func TestProtectMetricsAndReadyz(t *testing.T) {
 	t.Parallel()
 	env := newOpsEnv(t, nil)
-	srv := httptest.NewServer(api.New(env.eng, &api.Config{AdminToken: opsToken, ClientToken: clientToken, ProtectMetrics: true, Gatherer: prometheus.NewRegistry()}))
+	srv := httptest.NewServer(newAPI(t, env.eng, &api.Config{AdminToken: opsToken, ClientToken: clientToken, ProtectMetrics: true, Gatherer: prometheus.NewRegistry()}))
 	defer srv.Close()
 	for _, p := range []string{"/metrics", "/readyz"} {
 		if st, _, _ := call(t, srv.URL, "GET", p, ""); st != http.StatusUnauthorized {
@@ -162,7 +162,7 @@ func TestProtectMetricsAndReadyz(t *testing.T) {
 	if st, _, _ := call(t, srv.URL, "GET", "/healthz", ""); st != http.StatusOK {
 		t.Errorf("GET /healthz = %d, want 200 without a token", st)
 	}
-	open := httptest.NewServer(api.New(env.eng, &api.Config{Gatherer: prometheus.NewRegistry()}))
+	open := httptest.NewServer(newAPI(t, env.eng, &api.Config{Gatherer: prometheus.NewRegistry()}))
 	defer open.Close()
 	if st, _, _ := call(t, open.URL, "GET", "/metrics", ""); st != http.StatusOK {
 		t.Errorf("GET /metrics, not protected = %d, want 200", st)
@@ -211,7 +211,7 @@ func TestStartsAndActionsTakeJSONOnly(t *testing.T) {
 func TestSagaDataIsCapped(t *testing.T) {
 	t.Parallel()
 	env := newOpsEnv(t, nil)
-	srv := httptest.NewServer(api.New(env.eng, &api.Config{MaxDataBytes: 2048}))
+	srv := httptest.NewServer(newAPI(t, env.eng, &api.Config{MaxDataBytes: 2048}))
 	defer srv.Close()
 	withData := func(key string, pad int) string {
 		return fmt.Sprintf(`{"type": %q, "idempotency_key": %q, "aggregate_id": %q, "data": {"order_id": %q, "customer": "c%s", "sku": "s", "qty": 1}}`,
@@ -389,9 +389,9 @@ func TestLoginCookieHoldsASessionNotTheToken(t *testing.T) {
 	t.Parallel()
 	env := newOpsEnv(t, nil)
 	cfg := &api.Config{AdminToken: opsToken, ClientToken: clientToken, ProtectReads: true}
-	plain := httptest.NewServer(api.New(env.eng, cfg))
+	plain := httptest.NewServer(newAPI(t, env.eng, cfg))
 	defer plain.Close()
-	tls := httptest.NewTLSServer(api.New(env.eng, cfg))
+	tls := httptest.NewTLSServer(newAPI(t, env.eng, cfg))
 	defer tls.Close()
 	login := func(srv *httptest.Server, tok string) *http.Response {
 		t.Helper()
@@ -455,7 +455,7 @@ func TestLoginCookieHoldsASessionNotTheToken(t *testing.T) {
 	}
 	// another server with other tokens refuses the session
 	res := login(plain, clientToken)
-	other := httptest.NewServer(api.New(env.eng, &api.Config{AdminToken: "other-admin", ClientToken: "other-client", ProtectReads: true}))
+	other := httptest.NewServer(newAPI(t, env.eng, &api.Config{AdminToken: "other-admin", ClientToken: "other-client", ProtectReads: true}))
 	defer other.Close()
 	req, _ := http.NewRequest("GET", other.URL+"/ui/sagas", nil)
 	req.AddCookie(res.Cookies()[0])
@@ -532,7 +532,7 @@ func TestInternalErrorsDoNotShowTheDatabaseError(t *testing.T) {
 	env := newOpsEnv(t, nil)
 	id := env.start(t, "order-500")
 	var logs testkit.Output
-	srv := httptest.NewServer(api.New(env.eng, &api.Config{AdminToken: opsToken, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
+	srv := httptest.NewServer(newAPI(t, env.eng, &api.Config{AdminToken: opsToken, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
 	defer srv.Close()
 	if _, err := env.pool.Exec(context.Background(), `ALTER TABLE orch.sagas RENAME TO sagas_moved; ALTER TABLE orch.outbox RENAME TO outbox_moved`); err != nil {
 		t.Fatal(err)
@@ -568,7 +568,7 @@ func TestInternalErrorsDoNotShowTheDatabaseError(t *testing.T) {
 func TestHandlerTimeoutAnswers503(t *testing.T) {
 	t.Parallel()
 	env := newOpsEnv(t, nil)
-	srv := httptest.NewServer(api.New(env.eng, &api.Config{HandlerTimeout: time.Nanosecond}))
+	srv := httptest.NewServer(newAPI(t, env.eng, &api.Config{HandlerTimeout: time.Nanosecond}))
 	defer srv.Close()
 	st, _, body := call(t, srv.URL, "GET", "/sagas", "")
 	if st != http.StatusServiceUnavailable || !strings.Contains(body, "http.handler_timeout") || !strings.Contains(body, "request_id") {

@@ -21,7 +21,12 @@ const batchSavepoint = "sagaflow_inbox"
 
 // singleTries is how often a message standing alone is tried within one
 // attempt, after transient errors, before it is dead-lettered (a deadlock
-// or a serialization failure rarely strikes three times in a row).
+// or a serialization failure rarely strikes three times in a row). The
+// tries follow each other at once: the transaction is open and holds the
+// locks of the parts of the batch already applied, so waiting there would
+// make every other writer of those rows wait too. The waiting is done
+// before, between the attempts of the whole batch (IsolateAfter of them,
+// with backoff and no transaction open).
 const singleTries = 3
 
 // handlerError is a transient failure of the Handler itself (as opposed to
@@ -148,7 +153,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	}
 	results := make([]Result, len(items))
 	if len(ms) > 0 {
-		rs, err := c.apply(ctx, tx, ms, isolate)
+		rs, err := c.apply(ctx, tx, ms, toRecords(ms), isolate)
 		if err != nil {
 			return res, err
 		}
@@ -199,12 +204,12 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	return res, nil
 }
 
-// apply runs the Handler on ms under batchSavepoint (already set) and
-// returns a Result per message. A permanent error (and, with isolate, a
+// apply runs the Handler on ms (recs: the same messages as records) under
+// batchSavepoint (already set) and returns a Result per message. A permanent error (and, with isolate, a
 // transient one) splits ms in halves, each under a new savepoint, until the
 // failing message stands alone and is dead-lettered. Any returned error
 // means the transaction must be rolled back.
-func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, isolate bool) ([]Result, error) {
+func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, recs []message.Record, isolate bool) ([]Result, error) {
 	tries := 1
 	if isolate && len(ms) == 1 {
 		tries = singleTries
@@ -215,10 +220,9 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, iso
 			if _, err := tx.Exec(ctx, "SAVEPOINT "+batchSavepoint); err != nil {
 				return nil, fmt.Errorf("inbox: savepoint: %w", err)
 			}
-			time.Sleep(c.backoff(try - 1))
 		}
 		var rs []Result
-		rs, herr = c.call(ctx, tx, ms)
+		rs, herr = c.call(ctx, tx, ms, recs)
 		if herr == nil {
 			return rs, nil
 		}
@@ -256,11 +260,11 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, iso
 		"first_topic", ms[0].Topic, "first_partition", ms[0].Partition, "first_offset", ms[0].Offset, "err", herr)
 	mid := len(ms) / 2
 	out := make([]Result, 0, len(ms))
-	for _, part := range [][]kafka.Message{ms[:mid], ms[mid:]} {
+	for _, part := range [][2]int{{0, mid}, {mid, len(ms)}} {
 		if _, err := tx.Exec(ctx, "SAVEPOINT "+batchSavepoint); err != nil {
 			return nil, fmt.Errorf("inbox: savepoint: %w", err)
 		}
-		rs, err := c.apply(ctx, tx, part, isolate)
+		rs, err := c.apply(ctx, tx, ms[part[0]:part[1]], recs[part[0]:part[1]], isolate)
 		if err != nil {
 			return nil, err
 		}
@@ -272,13 +276,13 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, iso
 // call runs the Handler, turning a panic into a permanent error, a result
 // count that does not match into an error, and a RetryLater result into a
 // transient error.
-func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (rs []Result, err error) {
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message, recs []message.Record) (rs []Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rs, err = nil, &panicError{value: p, stack: stack()}
 		}
 	}()
-	rs, err = c.handler(ctx, tx, toRecords(ms))
+	rs, err = c.handler(ctx, tx, recs)
 	if err != nil {
 		return nil, err
 	}
@@ -297,15 +301,24 @@ func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message) (rs 
 	return rs, nil
 }
 
-// toRecords gives the handler the records without kafka-go's types.
+// toRecords gives the handler the records without kafka-go's types, once
+// per batch (its retries and splits reuse them). The headers of every
+// record share one allocation; each record's slice is capped at its own,
+// so a handler that appends to one cannot write into the next.
 func toRecords(ms []kafka.Message) []message.Record {
+	n := 0
+	for _, m := range ms {
+		n += len(m.Headers)
+	}
+	all := make([]message.Header, 0, n)
 	out := make([]message.Record, len(ms))
 	for i, m := range ms {
-		hs := make([]message.Header, len(m.Headers))
-		for k, h := range m.Headers {
-			hs[k] = message.Header(h)
+		from := len(all)
+		for _, h := range m.Headers {
+			all = append(all, message.Header(h))
 		}
-		out[i] = message.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: hs, Time: m.Time}
+		out[i] = message.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value,
+			Headers: all[from:len(all):len(all)], Time: m.Time}
 	}
 	return out
 }

@@ -181,8 +181,9 @@ type Advanced struct {
 	RestartAfterErrors int
 }
 
-func (c *Config) withDefaults() Config {
-	out := *c
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	out := c
 	out.Name = cmp.Or(out.Name, out.GroupID)
 	out.DLQSuffix = cmp.Or(out.DLQSuffix, DLQSuffixDefault)
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
@@ -210,6 +211,8 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
 func (c *Config) validate() error {
 	switch {
 	case len(c.Brokers) == 0:
@@ -230,6 +233,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inbox: Config.BackoffInitial is %s, want > 0", c.BackoffInitial)
 	case c.BackoffMax < 0:
 		return fmt.Errorf("inbox: Config.BackoffMax is %s, want > 0", c.BackoffMax)
+	case cmp.Or(c.BackoffMax, BackoffMaxDefault) < cmp.Or(c.BackoffInitial, BackoffInitialDefault):
+		return fmt.Errorf("inbox: Config.BackoffMax (%s) is less than Config.BackoffInitial (%s)",
+			cmp.Or(c.BackoffMax, BackoffMaxDefault), cmp.Or(c.BackoffInitial, BackoffInitialDefault))
 	case c.SessionTimeout < 0 || (c.SessionTimeout > 0 && c.SessionTimeout < time.Second):
 		return fmt.Errorf("inbox: Config.SessionTimeout is %s, want at least 1s", c.SessionTimeout)
 	case c.HeartbeatInterval < 0:

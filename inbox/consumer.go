@@ -57,10 +57,7 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := cfg.withDefaults()
-	if c.BackoffMax < c.BackoffInitial {
-		return nil, fmt.Errorf("inbox: Config.BackoffMax (%s) is less than Config.BackoffInitial (%s)", c.BackoffMax, c.BackoffInitial)
-	}
+	c := cfg.WithDefaults()
 	m := c.Metrics
 	if m == nil {
 		var err error

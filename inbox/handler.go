@@ -79,8 +79,9 @@ type Result struct {
 // cannot hold up the others.
 //
 // The Handler must not commit or roll back tx, nor leave a savepoint of its
-// own open. ctx is not cancelled when Run's context is, so that the batch
-// in flight can finish.
+// own open, nor change rs (a retry or a split within the batch's
+// transaction passes the same records again). ctx is not cancelled when
+// Run's context is, so that the batch in flight can finish.
 type Handler func(ctx context.Context, tx pgx.Tx, rs []message.Record) ([]Result, error)
 
 // EachMessage builds a Handler from a function of one message. Each message

@@ -39,6 +39,11 @@ func TestNewValidatesAndNeverOverwrites(t *testing.T) {
 		{"no brokers", orchestrator.Config{}, "Config.Brokers is empty"},
 		{"bad inbox value", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Advanced: inbox.Advanced{SessionTimeout: time.Millisecond}}}, "SessionTimeout"},
 		{"bad relay value", orchestrator.Config{Brokers: b, Relay: relay.Config{BatchSize: -1}}, "BatchSize"},
+		{"bad engine value", orchestrator.Config{Brokers: b, Engine: saga.Config{TimerBatch: -1}}, "Config.TimerBatch"},
+		{"bad inbox lanes", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Lanes: -1}}, "Config.Lanes"},
+		{"negative partitions", orchestrator.Config{Brokers: b, Partitions: -1}, "Config.Partitions"},
+		{"negative replication", orchestrator.Config{Brokers: b, Replication: -3}, "Config.Replication"},
+		{"nil-like zero config", orchestrator.Config{}, "Config.Brokers"},
 	} {
 		_, err := orchestrator.New(pool, reg, &tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -51,5 +56,25 @@ func TestNewValidatesAndNeverOverwrites(t *testing.T) {
 	// A service that runs neither consumer nor relay needs no brokers.
 	if _, err := orchestrator.New(pool, reg, &orchestrator.Config{Run: orchestrator.RunSet{Timers: true}}); err != nil {
 		t.Fatalf("timers only: %v", err)
+	}
+}
+
+// WithDefaults fills the service's zero fields and the embedded fields it
+// owns the defaults of, and keeps what is set.
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	d := orchestrator.Config{}.WithDefaults()
+	if d.GroupID != orchestrator.GroupIDDefault || d.Partitions != orchestrator.PartitionsDefault || d.Replication != orchestrator.ReplicationDefault ||
+		d.Run != orchestrator.DefaultRun || d.Logger == nil || d.Engine.Logger != d.Logger || d.Inbox.Logger != d.Logger || d.Relay.Logger != d.Logger ||
+		d.Inbox.Lanes != orchestrator.RepliesLanesDefault || d.Inbox.BatchSize != orchestrator.RepliesBatchDefault {
+		t.Errorf("zero fields not set to their defaults: %+v", d)
+	}
+	set := orchestrator.Config{GroupID: "g", Partitions: 2, Run: orchestrator.RunSet{Timers: true}, Inbox: inbox.Config{Lanes: 1, BatchSize: 9}}.WithDefaults()
+	if set.GroupID != "g" || set.Partitions != 2 || set.Run != (orchestrator.RunSet{Timers: true}) || set.Inbox.Lanes != 1 || set.Inbox.BatchSize != 9 {
+		t.Errorf("WithDefaults changed set fields: %+v", set)
+	}
+	reg := saga.NewRegistry()
+	if _, err := orchestrator.New(&pgxpool.Pool{}, reg, nil); err == nil || !strings.Contains(err.Error(), "Config.Brokers") {
+		t.Errorf("New with a nil config = %v, want an error naming Config.Brokers", err)
 	}
 }

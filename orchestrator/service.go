@@ -26,27 +26,101 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 )
 
-// GroupIDDefault is the consumer group of the reply consumer.
-const GroupIDDefault = "sagaflow-orchestrator"
+// Service defaults: New gives a zero Config field the matching value.
+const (
+	// GroupIDDefault is the consumer group of the reply consumer.
+	GroupIDDefault = "sagaflow-orchestrator"
+	// PartitionsDefault and ReplicationDefault shape the topics the
+	// service creates.
+	PartitionsDefault  = 8
+	ReplicationDefault = 1
+)
 
-// Config configures a Service.
+// Config configures a Service. Zero fields take their defaults; nil is a
+// Config of zeros.
 type Config struct {
+	// Brokers are the Kafka bootstrap brokers; required when Run has the
+	// reply consumer or the relay.
 	Brokers []string
 	// Dialer, if set, makes every Kafka connection of the service (TLS,
 	// SASL: see kafkaclient.Security); nil dials plain TCP.
 	Dialer *kafka.Dialer
-	// GroupID of the reply consumer; every replica uses the same.
+	// GroupID of the reply consumer; every replica uses the same. Default
+	// GroupIDDefault.
 	GroupID string
 	// Partitions and Replication for topics the service creates at start
-	// (reply topic, command topics of registered participants, their DLQs).
+	// (reply topic, command topics of registered participants, their
+	// DLQs); defaults PartitionsDefault and ReplicationDefault.
 	Partitions  int
 	Replication int
-	Engine      saga.Config
-	Inbox       inbox.Config
-	Relay       relay.Config
-	Logger      *slog.Logger
-	// Components run by Run; all true by default via DefaultRun.
+	// Engine configures the saga engine (its Logger defaults to Logger).
+	Engine saga.Config
+	// Inbox configures the reply consumer. The service sets its Brokers,
+	// Dialer, GroupID, Topics and Schema, which must be left empty; Lanes
+	// defaults to RepliesLanesDefault, BatchSize to RepliesBatchDefault,
+	// Logger to Logger.
+	Inbox inbox.Config
+	// Relay configures the relay of the engine's outbox. The service sets
+	// its Brokers and Dialer, which must be left empty; Logger defaults to
+	// Logger.
+	Relay relay.Config
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
+	// Components run by Run; all (DefaultRun) when zero.
 	Run RunSet
+}
+
+// WithDefaults returns c with its zero fields set to their defaults. The
+// embedded configs keep their own zeros (their constructors fill them),
+// but for the fields the service gives its reply consumer's defaults.
+func (c Config) WithDefaults() Config {
+	c.GroupID = cmp.Or(c.GroupID, GroupIDDefault)
+	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
+	c.Replication = cmp.Or(c.Replication, ReplicationDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Run = cmp.Or(c.Run, DefaultRun)
+	if c.Engine.Logger == nil {
+		c.Engine.Logger = c.Logger
+	}
+	c.Inbox.Lanes = cmp.Or(c.Inbox.Lanes, RepliesLanesDefault)
+	c.Inbox.BatchSize = cmp.Or(c.Inbox.BatchSize, RepliesBatchDefault)
+	if c.Inbox.Logger == nil {
+		c.Inbox.Logger = c.Logger
+	}
+	if c.Relay.Logger == nil {
+		c.Relay.Logger = c.Logger
+	}
+	return c
+}
+
+// validate checks c as given; the error names the field. The embedded
+// configs' own values are checked by their constructors in New.
+func (c Config) validate() error {
+	switch {
+	case len(c.Inbox.Brokers) > 0:
+		return errors.New("orchestrator: Config.Inbox.Brokers is set; the service uses Config.Brokers: leave it empty")
+	case c.Inbox.Dialer != nil:
+		return errors.New("orchestrator: Config.Inbox.Dialer is set; the service uses Config.Dialer: leave it nil")
+	case c.Inbox.GroupID != "":
+		return errors.New("orchestrator: Config.Inbox.GroupID is set; the service uses Config.GroupID: leave it empty")
+	case len(c.Inbox.Topics) > 0:
+		return errors.New("orchestrator: Config.Inbox.Topics is set; the service consumes the engine's reply topic (Config.Engine.ReplyTopic): leave it empty")
+	case c.Inbox.Schema != "":
+		return errors.New("orchestrator: Config.Inbox.Schema is set; the service uses the engine's schema (Config.Engine.Schema): leave it empty")
+	case len(c.Relay.Brokers) > 0:
+		return errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
+	case c.Relay.Dialer != nil:
+		return errors.New("orchestrator: Config.Relay.Dialer is set; the service uses Config.Dialer: leave it nil")
+	case c.Partitions < 0:
+		return fmt.Errorf("orchestrator: Config.Partitions is %d, want > 0", c.Partitions)
+	case c.Replication < 0:
+		return fmt.Errorf("orchestrator: Config.Replication is %d, want > 0", c.Replication)
+	case len(c.Brokers) == 0 && (c.Run == RunSet{} || c.Run.Replies || c.Run.Relay):
+		return errors.New("orchestrator: Config.Brokers is empty (the reply consumer and the relay need them)")
+	}
+	return nil
 }
 
 // RunSet picks what a process runs, so a deployment can split roles.
@@ -77,60 +151,18 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	c := *cfg
-	switch {
-	case len(c.Inbox.Brokers) > 0:
-		return nil, errors.New("orchestrator: Config.Inbox.Brokers is set; the service uses Config.Brokers: leave it empty")
-	case c.Inbox.Dialer != nil:
-		return nil, errors.New("orchestrator: Config.Inbox.Dialer is set; the service uses Config.Dialer: leave it nil")
-	case c.Inbox.GroupID != "":
-		return nil, errors.New("orchestrator: Config.Inbox.GroupID is set; the service uses Config.GroupID: leave it empty")
-	case len(c.Inbox.Topics) > 0:
-		return nil, errors.New("orchestrator: Config.Inbox.Topics is set; the service consumes the engine's reply topic (Config.Engine.ReplyTopic): leave it empty")
-	case c.Inbox.Schema != "":
-		return nil, errors.New("orchestrator: Config.Inbox.Schema is set; the service uses the engine's schema (Config.Engine.Schema): leave it empty")
-	case len(c.Relay.Brokers) > 0:
-		return nil, errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
-	case c.Relay.Dialer != nil:
-		return nil, errors.New("orchestrator: Config.Relay.Dialer is set; the service uses Config.Dialer: leave it nil")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if c.GroupID == "" {
-		c.GroupID = GroupIDDefault
-	}
-	if c.Partitions <= 0 {
-		c.Partitions = 8
-	}
-	if c.Replication <= 0 {
-		c.Replication = 1
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Run == (RunSet{}) {
-		c.Run = DefaultRun
-	}
-	ec := c.Engine
-	if ec.Logger == nil {
-		ec.Logger = c.Logger
-	}
-	eng, err := saga.NewEngine(pool, reg, &ec)
+	c := cfg.WithDefaults()
+	eng, err := saga.NewEngine(pool, reg, &c.Engine)
 	if err != nil {
 		return nil, err
 	}
 	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger}
-	if c.Run.Replies || c.Run.Relay {
-		if len(c.Brokers) == 0 {
-			return nil, errors.New("orchestrator: Config.Brokers is empty (the reply consumer and the relay need them)")
-		}
-	}
 	if c.Run.Replies {
 		ic := c.Inbox
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
-		ic.Lanes = cmp.Or(ic.Lanes, RepliesLanesDefault)
-		ic.BatchSize = cmp.Or(ic.BatchSize, RepliesBatchDefault)
-		if ic.Logger == nil {
-			ic.Logger = c.Logger
-		}
 		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
@@ -138,9 +170,6 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if c.Run.Relay {
 		rc := c.Relay
 		rc.Brokers, rc.Dialer = c.Brokers, c.Dialer
-		if rc.Logger == nil {
-			rc.Logger = c.Logger
-		}
 		if s.relay, err = relay.New(pool, eng.Outbox(), &rc); err != nil {
 			return nil, fmt.Errorf("orchestrator: relay: %w", err)
 		}
@@ -178,17 +207,11 @@ func (s *Service) Prepare(ctx context.Context) error {
 		return errors.New("orchestrator: no Kafka brokers configured")
 	}
 	topics := s.Topics()
+	suffix := s.cfg.Inbox.WithDefaults().DLQSuffix
 	for _, t := range s.Topics() {
-		topics = append(topics, t+inboxDLQSuffix(s.cfg.Inbox))
+		topics = append(topics, t+suffix)
 	}
 	return kafkaclient.EnsureTopicsWith(ctx, s.cfg.Dialer, s.cfg.Brokers, s.cfg.Partitions, s.cfg.Replication, topics...)
-}
-
-func inboxDLQSuffix(c inbox.Config) string {
-	if c.DLQSuffix != "" {
-		return c.DLQSuffix
-	}
-	return inbox.DLQSuffixDefault
 }
 
 // decodeReply decodes a reply record and checks its headers against the

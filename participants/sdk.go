@@ -1,14 +1,15 @@
 package participants
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"github.com/segmentio/kafka-go"
 	"log/slog"
 	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
@@ -16,38 +17,89 @@ import (
 	"github.com/sagaflow/sagaflow/relay"
 )
 
-// Config configures one participant service.
+// Config configures one participant service. Zero fields take their
+// defaults (most derive from Name); nil is a Config of zeros (refused:
+// Name is required).
 type Config struct {
-	// Name is the participant's stable external name. Commands arrive on
-	// "<Name>.commands" unless CommandTopic says otherwise.
+	// Name is the participant's stable external name; required. Commands
+	// arrive on "<Name>.commands" unless CommandTopic says otherwise.
 	Name string
 	// Schema is the Postgres schema of the SDK tables (outbox, inbox,
 	// barrier); default Name.
-	Schema  string
+	Schema string
+	// Brokers are the Kafka bootstrap brokers (Run needs them).
 	Brokers []string
 	// Dialer, if set, makes every Kafka connection (TLS, SASL: see
 	// kafkaclient.Security); nil dials plain TCP.
-	Dialer       *kafka.Dialer
-	CommandTopic string // default Name + ".commands"
+	Dialer *kafka.Dialer
+	// CommandTopic is the topic the commands arrive on; default
+	// "<Name>.commands".
+	CommandTopic string
 	// ReplyTopics are the topics a command's reply_to may name (the
 	// orchestrators' reply topics); a command naming any other is
 	// dead-lettered unexecuted, so nobody who can write a command makes
 	// the participant write to a topic of their choosing. Default
 	// [ReplyTopicDefault].
 	ReplyTopics []string
-	GroupID     string // default Name
-	// InboxBatchSize is the number of commands handled per transaction.
+	// GroupID is the consumer group of the command consumer; default Name.
+	GroupID string
+	// InboxBatchSize is the number of commands handled per transaction
+	// (inbox.Config.BatchSize; default inbox.BatchSizeDefault).
 	InboxBatchSize int
 	// InboxLanes is the number of command batches handled concurrently
-	// (inbox.Config.Lanes; default 1). Raise it only if the step handlers do
-	// not update shared rows, or concurrent batches deadlock and retry.
+	// (inbox.Config.Lanes; default inbox.LanesDefault, 1). Raise it only if
+	// the step handlers do not update shared rows, or concurrent batches
+	// deadlock and retry.
 	InboxLanes int
 	// KeepSent keeps published replies in the outbox as sent history
 	// (relay.Config.KeepSent); default false: they are deleted.
-	KeepSent     bool
-	Logger       *slog.Logger
+	KeepSent bool
+	// Logger receives the participant's logs; nil discards them.
+	Logger *slog.Logger
+	// InboxMetrics and RelayMetrics receive the consumer's and the relay's
+	// metrics; nil: see inbox.Config.Metrics and relay.Config.Metrics.
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, c.Name)
+	c.CommandTopic = cmp.Or(c.CommandTopic, message.CommandTopic("", c.Name))
+	c.GroupID = cmp.Or(c.GroupID, c.Name)
+	if len(c.ReplyTopics) == 0 {
+		c.ReplyTopics = []string{ReplyTopicDefault}
+	}
+	c.ReplyTopics = append([]string(nil), c.ReplyTopics...)
+	c.Brokers = append([]string(nil), c.Brokers...)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
+func (c *Config) validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("Config.Name is required")
+	case c.InboxBatchSize < 0:
+		return fmt.Errorf("Config.InboxBatchSize is %d, want > 0", c.InboxBatchSize)
+	case c.InboxLanes < 0:
+		return fmt.Errorf("Config.InboxLanes is %d, want > 0", c.InboxLanes)
+	}
+	if c.CommandTopic != "" {
+		if err := message.CheckTopicName(c.CommandTopic); err != nil {
+			return fmt.Errorf("Config.CommandTopic: %w", err)
+		}
+	}
+	for i, t := range c.ReplyTopics {
+		if err := message.CheckTopicName(t); err != nil {
+			return fmt.Errorf("Config.ReplyTopics[%d]: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // Participant runs the forward and compensate handlers of its steps behind
@@ -87,31 +139,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	if pool == nil {
 		return nil, errors.New("participants: New: pool is nil")
 	}
-	if cfg == nil || cfg.Name == "" {
-		return nil, errors.New("participants: New: Config.Name is required")
+	if cfg == nil {
+		cfg = &Config{} // validate names what is missing
 	}
-	c := *cfg
-	if c.Schema == "" {
-		c.Schema = c.Name
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("participants: New: %w", err)
 	}
-	if c.CommandTopic == "" {
-		c.CommandTopic = message.CommandTopic("", c.Name)
-	}
-	if c.GroupID == "" {
-		c.GroupID = c.Name
-	}
-	if len(c.ReplyTopics) == 0 {
-		c.ReplyTopics = []string{ReplyTopicDefault}
-	}
-	c.ReplyTopics = append([]string(nil), c.ReplyTopics...)
-	for i, t := range c.ReplyTopics {
-		if err := message.CheckTopicName(t); err != nil {
-			return nil, fmt.Errorf("participants: New: Config.ReplyTopics[%d]: %w", i, err)
-		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c := cfg.WithDefaults()
 	ob, err := outbox.New(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("participants: New: Config.Schema: %w", err)

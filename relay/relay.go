@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,15 +50,17 @@ const MaxMessageBytes = 64 << 20
 // larger than MaxMessageBytes.
 var ErrInvalidMessage = errors.New("relay: row cannot be published to Kafka")
 
-// Config configures one relay. Zero fields take the XxxDefault values.
+// Config configures one relay. Zero fields take the XxxDefault values; nil
+// is a Config of zeros (refused: Brokers is required).
 type Config struct {
+	// Brokers are the Kafka bootstrap brokers; required.
 	Brokers []string
 	// Dialer, if set, makes the relay's Kafka connections (TLS, SASL: see
 	// kafkaclient.Security); nil dials plain TCP.
 	Dialer       *kafka.Dialer
-	BatchSize    int           // rows claimed and published per cycle; default 500
-	MaxAttempts  int           // publish attempts of one row before it is parked dead; default 20
-	WriteTimeout time.Duration // Kafka write timeout, also bounds each database call of a cycle; default 10s
+	BatchSize    int           // rows claimed and published per cycle; default BatchSizeDefault
+	MaxAttempts  int           // publish attempts of one row before it is parked dead; default MaxAttemptsDefault
+	WriteTimeout time.Duration // Kafka write timeout, also bounds each database call of a cycle; default WriteTimeoutDefault
 	// KeepSent keeps published rows as sent history (marked with sent_at,
 	// purged by retention) instead of deleting them; default false: delete.
 	KeepSent bool
@@ -71,63 +74,55 @@ type Config struct {
 
 // Advanced are the relay's tuning knobs. Zero fields take their defaults.
 type Advanced struct {
-	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default 500ms
-	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default 2ms
+	PollInterval  time.Duration // fallback poll when no NOTIFY arrives, and lock retry of a standby; default PollIntervalDefault
+	BusyPoll      time.Duration // poll interval while producers are not notifying (the relay is busy); default BusyPollDefault
 	Linger        time.Duration // pause after a partial batch before claiming again; default LingerDefault, negative: none
-	StatsInterval time.Duration // refresh of the outbox gauges; default 5s
-	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at 1m; default 1s
+	StatsInterval time.Duration // refresh of the outbox gauges; default StatsIntervalDefault
+	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at MaxRetryBackoff; default RetryBackoffDefault
 }
 
-func (c *Config) withDefaults() Config {
-	out := *c
-	if out.BatchSize == 0 {
-		out.BatchSize = BatchSizeDefault
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Linger = cmp.Or(c.Linger, LingerDefault)
+	c.BusyPoll = cmp.Or(c.BusyPoll, BusyPollDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if out.PollInterval == 0 {
-		out.PollInterval = PollIntervalDefault
-	}
-	if out.Linger == 0 {
-		out.Linger = LingerDefault
-	}
-	if out.BusyPoll == 0 {
-		out.BusyPoll = BusyPollDefault
-	}
-	if out.StatsInterval == 0 {
-		out.StatsInterval = StatsIntervalDefault
-	}
-	if out.MaxAttempts == 0 {
-		out.MaxAttempts = MaxAttemptsDefault
-	}
-	if out.RetryBackoff == 0 {
-		out.RetryBackoff = RetryBackoffDefault
-	}
-	if out.WriteTimeout == 0 {
-		out.WriteTimeout = WriteTimeoutDefault
-	}
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
-	}
-	return out
+	c.Brokers = append([]string(nil), c.Brokers...)
+	return c
 }
 
-func (c *Config) validate() error {
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
+func (c Config) validate() error {
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("Config.Brokers is empty")
-	case c.BatchSize < 1:
-		return fmt.Errorf("Config.BatchSize is %d, want >= 1", c.BatchSize)
+	case c.BatchSize < 0:
+		return fmt.Errorf("Config.BatchSize is %d, want > 0", c.BatchSize)
 	case c.PollInterval < 0:
 		return fmt.Errorf("Config.PollInterval is %s, want > 0", c.PollInterval)
 	case c.BusyPoll < 0:
 		return fmt.Errorf("Config.BusyPoll is %s, want > 0", c.BusyPoll)
 	case c.StatsInterval < 0:
 		return fmt.Errorf("Config.StatsInterval is %s, want > 0", c.StatsInterval)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("Config.MaxAttempts is %d, want >= 1", c.MaxAttempts)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("Config.MaxAttempts is %d, want > 0", c.MaxAttempts)
 	case c.RetryBackoff < 0:
 		return fmt.Errorf("Config.RetryBackoff is %s, want > 0", c.RetryBackoff)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("Config.WriteTimeout is %s, want > 0", c.WriteTimeout)
+	}
+	for i, b := range c.Brokers {
+		if b == "" {
+			return fmt.Errorf("Config.Brokers[%d] is empty", i)
+		}
 	}
 	return nil
 }
@@ -161,12 +156,12 @@ func New(pool *pgxpool.Pool, ob *outbox.Outbox, cfg *Config) (*Relay, error) {
 		return nil, errors.New("relay: New: outbox is nil")
 	}
 	if cfg == nil {
-		cfg = &Config{}
+		cfg = &Config{} // validate names what is missing
 	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("relay %s: New: %w", ob.Schema(), err)
 	}
+	c := cfg.WithDefaults()
 	return &Relay{
 		pool:    pool,
 		ob:      ob,

@@ -630,6 +630,11 @@ func TestNewValidatesConfig(t *testing.T) {
 		{relay.Config{Brokers: []string{"x:1"}, BatchSize: -1}, "BatchSize"},
 		{relay.Config{Brokers: []string{"x:1"}, MaxAttempts: -2}, "MaxAttempts"},
 		{relay.Config{Brokers: []string{"x:1"}, Advanced: relay.Advanced{PollInterval: -time.Second}}, "PollInterval"},
+		{relay.Config{Brokers: []string{"x:1"}, Advanced: relay.Advanced{BusyPoll: -time.Second}}, "BusyPoll"},
+		{relay.Config{Brokers: []string{"x:1"}, Advanced: relay.Advanced{StatsInterval: -time.Second}}, "StatsInterval"},
+		{relay.Config{Brokers: []string{"x:1"}, Advanced: relay.Advanced{RetryBackoff: -time.Second}}, "RetryBackoff"},
+		{relay.Config{Brokers: []string{"x:1"}, WriteTimeout: -time.Second}, "WriteTimeout"},
+		{relay.Config{Brokers: []string{"x:1", ""}}, "Brokers[1]"},
 	} {
 		if _, err := relay.New(pool, ob, &tc.cfg); err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
 			t.Fatalf("New(%+v) = %v, want an error naming Config.%s", tc.cfg, err, tc.field)
@@ -637,6 +642,9 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 	if _, err := relay.New(pool, ob, &relay.Config{Brokers: []string{"x:1"}}); err != nil {
 		t.Fatalf("New with defaults: %v", err)
+	}
+	if _, err := relay.New(pool, ob, nil); err == nil || !strings.Contains(err.Error(), "Config.Brokers") {
+		t.Fatalf("New with a nil config = %v, want an error naming Config.Brokers", err)
 	}
 	if _, err := relay.NewMetrics(prometheus.NewRegistry(), "sagaflow"); err != nil {
 		t.Fatal(err)
@@ -717,4 +725,20 @@ func TestKafkaOutageBacksOffWithoutBurningAttempts(t *testing.T) {
 	})
 	c := consume(t, f.brokers, "outage-topic")
 	testkit.Eventually(t, 30*time.Second, "messages on Kafka", func() (bool, error) { return c.count() == 2, nil })
+}
+
+// WithDefaults fills every zero field and keeps what is set (a negative
+// Linger stays: no linger).
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	d := relay.Config{}.WithDefaults()
+	if d.BatchSize != relay.BatchSizeDefault || d.MaxAttempts != relay.MaxAttemptsDefault || d.WriteTimeout != relay.WriteTimeoutDefault ||
+		d.PollInterval != relay.PollIntervalDefault || d.BusyPoll != relay.BusyPollDefault || d.Linger != relay.LingerDefault ||
+		d.StatsInterval != relay.StatsIntervalDefault || d.RetryBackoff != relay.RetryBackoffDefault || d.Logger == nil {
+		t.Errorf("zero fields not set to their defaults: %+v", d)
+	}
+	set := relay.Config{BatchSize: 3, Advanced: relay.Advanced{Linger: -1}}.WithDefaults()
+	if set.BatchSize != 3 || set.Linger != -1 {
+		t.Errorf("WithDefaults changed set fields: %+v", set)
+	}
 }

@@ -2,6 +2,7 @@ package saga
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,11 +18,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/internal/backoff"
+	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
 
-// Engine defaults.
+// Engine defaults: NewEngine gives a zero Config field the matching value.
 const (
 	SchemaDefault        = "sagaflow"
 	ReplyTopicDefault    = "saga.replies"
@@ -38,22 +40,30 @@ const applySavepoint = "sagaflow_apply_replies"
 // ErrInvalidInput is wrapped by errors about a bad start request.
 var ErrInvalidInput = errors.New("invalid input")
 
-// Config configures an Engine.
+// Config configures an Engine. Zero fields take their defaults; nil is a
+// Config of zeros.
 type Config struct {
-	// Schema holds the saga, journal, outbox and inbox tables.
+	// Schema holds the saga, journal, outbox and inbox tables; default
+	// SchemaDefault.
 	Schema string
-	// ReplyTopic is where participants reply (the commands' reply_to).
+	// ReplyTopic is where participants reply (the commands' reply_to);
+	// default ReplyTopicDefault.
 	ReplyTopic string
-	// TopicPrefix is put before "<participant>.commands".
+	// TopicPrefix is put before "<participant>.commands"; default none.
 	TopicPrefix string
-	// TimerInterval is how often due timers are looked for.
+	// TimerInterval is how often due timers are looked for; default
+	// TimerIntervalDefault.
 	TimerInterval time.Duration
-	// TimerBatch is how many due sagas one timer transaction handles.
+	// TimerBatch is how many due sagas one timer transaction handles;
+	// default TimerBatchDefault.
 	TimerBatch int
-	// GaugeInterval is how often the in-flight gauge is refreshed.
+	// GaugeInterval is how often the in-flight gauge is refreshed; default
+	// GaugeIntervalDefault.
 	GaugeInterval time.Duration
-	Logger        *slog.Logger
-	Metrics       *Metrics
+	// Logger receives the engine's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics receives the engine's metrics; nil: none.
+	Metrics *Metrics
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Advanced holds the engine's tuning knobs (start group commit); their
@@ -72,28 +82,15 @@ type Advanced struct {
 
 var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{0,200}$`)
 
-func (c Config) withDefaults() Config {
-	if c.Schema == "" {
-		c.Schema = SchemaDefault
-	}
-	if c.ReplyTopic == "" {
-		c.ReplyTopic = ReplyTopicDefault
-	}
-	if c.TimerInterval <= 0 {
-		c.TimerInterval = TimerIntervalDefault
-	}
-	if c.TimerBatch <= 0 {
-		c.TimerBatch = TimerBatchDefault
-	}
-	if c.GaugeInterval <= 0 {
-		c.GaugeInterval = GaugeIntervalDefault
-	}
-	if c.StartBatch <= 0 {
-		c.StartBatch = StartBatchDefault
-	}
-	if c.StartLanes <= 0 {
-		c.StartLanes = StartLanesDefault
-	}
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, SchemaDefault)
+	c.ReplyTopic = cmp.Or(c.ReplyTopic, ReplyTopicDefault)
+	c.TimerInterval = cmp.Or(c.TimerInterval, TimerIntervalDefault)
+	c.TimerBatch = cmp.Or(c.TimerBatch, TimerBatchDefault)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
+	c.StartBatch = cmp.Or(c.StartBatch, StartBatchDefault)
+	c.StartLanes = cmp.Or(c.StartLanes, StartLanesDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,12 +100,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate checks c as given (zero fields stand for their defaults); the
+// error names the field.
 func (c Config) validate() error {
-	if !topicRE.MatchString(c.ReplyTopic) || c.ReplyTopic == "" {
+	switch {
+	case c.ReplyTopic != "" && !topicRE.MatchString(c.ReplyTopic):
 		return fmt.Errorf("saga engine: Config.ReplyTopic %q is not a valid topic name", c.ReplyTopic)
-	}
-	if !topicRE.MatchString(c.TopicPrefix) {
+	case !topicRE.MatchString(c.TopicPrefix):
 		return fmt.Errorf("saga engine: Config.TopicPrefix %q has characters a topic name cannot have", c.TopicPrefix)
+	case c.Schema != "" && !pgid.ValidIdentifier(c.Schema):
+		return fmt.Errorf("saga engine: Config.Schema %q must match %s", c.Schema, pgid.IdentifierPattern)
+	case c.TimerInterval < 0:
+		return fmt.Errorf("saga engine: Config.TimerInterval is %s, want > 0", c.TimerInterval)
+	case c.TimerBatch < 0:
+		return fmt.Errorf("saga engine: Config.TimerBatch is %d, want > 0", c.TimerBatch)
+	case c.GaugeInterval < 0:
+		return fmt.Errorf("saga engine: Config.GaugeInterval is %s, want > 0", c.GaugeInterval)
+	case c.StartBatch < 0:
+		return fmt.Errorf("saga engine: Config.StartBatch is %d, want > 0", c.StartBatch)
+	case c.StartLanes < 0:
+		return fmt.Errorf("saga engine: Config.StartLanes is %d, want > 0", c.StartLanes)
 	}
 	return nil
 }
@@ -136,10 +147,10 @@ func NewEngine(pool *pgxpool.Pool, reg *Registry, cfg *Config) (*Engine, error) 
 	if cfg != nil {
 		c = *cfg
 	}
-	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	c = c.WithDefaults()
 	ob, err := outbox.New(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("saga engine: %w", err)

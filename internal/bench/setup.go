@@ -14,6 +14,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -79,11 +80,11 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 		return nil, fmt.Errorf("bench: read synchronous_commit: %w", err)
 	}
 
-	m, err := newMetrics()
+	m, err := metricset.New()
 	if err != nil {
 		return nil, err
 	}
-	st.reg = m.reg
+	st.reg = m.Registry
 	if st.parts, err = newParticipants(st.partPool, st.brokers, c, m); err != nil {
 		return nil, err
 	}
@@ -128,33 +129,9 @@ func (st *stack) close() {
 	}
 }
 
-// metrics are the Prometheus metrics of one process's components.
-type metrics struct {
-	saga  *saga.Metrics
-	inbox *inbox.Metrics
-	relay *relay.Metrics
-	reg   *prometheus.Registry
-}
-
-func newMetrics() (metrics, error) {
-	reg := prometheus.NewRegistry()
-	m := metrics{reg: reg}
-	var err error
-	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
-		return m, err
-	}
-	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
-		return m, err
-	}
-	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
-		return m, err
-	}
-	return m, nil
-}
-
 // newService builds the orchestrator service of c.Saga over pool; it does
 // not touch Postgres or Kafka.
-func newService(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*orchestrator.Service, error) {
+func newService(pool *pgxpool.Pool, brokers []string, c Config, m *metricset.Set) (*orchestrator.Service, error) {
 	reg := saga.NewRegistry()
 	switch c.Saga {
 	case SagaGeneric:
@@ -171,12 +148,12 @@ func newService(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*orc
 		}
 	}
 	ec := c.Engine
-	ec.Metrics = m.saga
+	ec.Metrics = m.Saga
 	return orchestrator.New(pool, reg, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: c.Logger.With(slog.String("component", "orchestrator")),
 		Partitions: c.Partitions,
-		Inbox:      inbox.Config{Metrics: m.inbox, Lanes: c.Lanes},
-		Relay:      relay.Config{Metrics: m.relay},
+		Inbox:      inbox.Config{Metrics: m.Inbox, Lanes: c.Lanes},
+		Relay:      relay.Config{Metrics: m.Relay},
 	})
 }
 
@@ -193,8 +170,8 @@ type participantSet struct {
 
 // newParticipants builds the participants of c.Saga over pool; it does not
 // touch Postgres or Kafka.
-func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) (*participantSet, error) {
-	po := partOptions{Lanes: c.Lanes, BatchForward: c.BatchForward, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.inbox, RelayMetrics: m.relay}
+func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m *metricset.Set) (*participantSet, error) {
+	po := partOptions{Lanes: c.Lanes, BatchForward: c.BatchForward, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.Inbox, RelayMetrics: m.Relay}
 	switch c.Saga {
 	case SagaGeneric:
 		gs, err := newGenericSet(pool, c.Steps, po)
@@ -221,7 +198,7 @@ func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m metrics) 
 		return &participantSet{prepare: prepare, run: func(ctx context.Context) error { return runParticipants(ctx, gs) }, schemas: schemas}, nil
 	case SagaPlaceOrder:
 		set, err := reference.New(pool, reference.Options{
-			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: m.inbox, RelayMetrics: m.relay,
+			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: m.Inbox, RelayMetrics: m.Relay,
 			Partitions: c.Partitions,
 		})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
+	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -137,7 +138,7 @@ func RunWorker(ctx context.Context, w WorkerConfig, log *slog.Logger, parent io.
 			cancel()
 		}()
 	}
-	m, err := newMetrics()
+	m, err := metricset.New()
 	if err != nil {
 		return err
 	}

@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/internal/bench"
 )
 
-func benchCmd(v *viper.Viper) *cobra.Command {
+func benchCmd(c *Config) *cobra.Command {
 	var (
 		cfg                   bench.Config
 		asJSON                bool
@@ -43,15 +42,9 @@ StartTx), the completion tracker, the counters and the embedded broker. CPU per
 saga is then the sum over the three processes (listed in the result).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logger(v)
-			if err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
-				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
-			cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Stderr = v.GetString("database.url"), brokers(v), log, cmd.ErrOrStderr()
-			cfg.Engine = engineConfig(v)
+			log := quietLogger(cmd, c.Log, true)
+			cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Stderr = c.Database.URL, c.Kafka.Brokers, log, cmd.ErrOrStderr()
+			cfg.Engine = c.engine()
 			if replot != "" {
 				b, err := os.ReadFile(replot)
 				if err != nil {

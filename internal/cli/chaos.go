@@ -4,19 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/internal/chaos"
 )
 
 // chaosCmd runs the fault harness (package chaos).
-func chaosCmd(v *viper.Viper) *cobra.Command {
+func chaosCmd(c *Config) *cobra.Command {
 	var (
 		asJSON                  bool
 		seed                    int64
@@ -69,16 +66,10 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 			if minGoodput > 0 && !twin && twinCompleted == 0 {
 				return errors.New("--min-goodput needs goodput: drop --twin=false or give --twin-completed")
 			}
-			log, err := logger(v)
-			if err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
-				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
+			log := quietLogger(cmd, c.Log, true)
 			res, err := chaos.Run(cmd.Context(), chaos.Config{
-				Seed: seed, Sagas: sagas, Duration: duration, DatabaseURL: v.GetString("database.url"), Database: database,
-				Brokers: brokers(v), KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
+				Seed: seed, Sagas: sagas, Duration: duration, DatabaseURL: c.Database.URL, Database: database,
+				Brokers: c.Kafka.Brokers, KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
 				FaultEvery: faultEvery, Faults: faults, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
 				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted,
 			})

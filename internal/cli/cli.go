@@ -1,7 +1,9 @@
 // Package cli is the orchestrator command line: demo, serve, participants,
 // dev-broker, migrate and config. Configuration comes from a YAML file
 // (--config), SAGAFLOW_* environment variables and flags, in rising order
-// of precedence; viper only fills the packages' Config structs.
+// of precedence. Load decodes them once into a Config before a command
+// runs; the commands read its fields and fill the packages' Config structs
+// from them, never viper.
 package cli
 
 import (
@@ -21,8 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
@@ -33,6 +33,7 @@ import (
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -68,13 +69,27 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 func Root(stdout, stderr io.Writer) *cobra.Command {
 	v := newViper()
 	var cfgFile string
+	cfg := &Config{}
 	root := &cobra.Command{
 		Use:           "orchestrator",
 		Short:         "Saga orchestrator over Kafka with a Postgres outbox and inbox",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return loadFile(v, cfgFile)
+			if err := loadFile(v, cfgFile); err != nil {
+				return err
+			}
+			load := Load
+			if cmd.Annotations[unchecked] != "" {
+				load = decode
+			}
+			c, err := load(v)
+			if err != nil {
+				return err
+			}
+			c.Database.URLConfigured = databaseConfigured(cmd, v)
+			*cfg = *c
+			return nil
 		},
 	}
 	root.SetOut(stdout)
@@ -90,7 +105,8 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-level"), "log.level")
 	bind(v, pf.Lookup("log-format"), "log.format")
 
-	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
+	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
+		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg))
 	return root
 }
 
@@ -98,13 +114,9 @@ func bind(v *viper.Viper, f *pflag.Flag, key string) {
 	_ = v.BindPFlag(key, f)
 }
 
-func newPool(ctx context.Context, v *viper.Viper) (*pgxpool.Pool, error) {
-	return newPoolOf(ctx, v, v.GetInt("database.max_conns"))
-}
-
-// newPoolOf returns a pool of at most maxConns connections to database.url.
-func newPoolOf(ctx context.Context, v *viper.Viper, maxConns int) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(v.GetString("database.url"))
+// newPool returns a pool of at most maxConns connections to database.url.
+func newPool(ctx context.Context, db DatabaseConfig, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
@@ -112,52 +124,16 @@ func newPoolOf(ctx context.Context, v *viper.Viper, maxConns int) (*pgxpool.Pool
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-func registry(v *viper.Viper) (*saga.Registry, error) {
+// registry holds the reference definitions with the per-step overrides.
+func (c *Config) registry() (*saga.Registry, error) {
 	reg := saga.NewRegistry()
 	if err := steps.Register(reg); err != nil {
 		return nil, err
 	}
-	if err := applyOverrides(v, reg); err != nil {
+	if err := c.applyOverrides(reg); err != nil {
 		return nil, err
 	}
 	return reg, nil
-}
-
-func engineConfig(v *viper.Viper) saga.Config {
-	return saga.Config{
-		Schema: v.GetString("orchestrator.schema"), ReplyTopic: v.GetString("kafka.reply_topic"),
-		TopicPrefix: v.GetString("kafka.topic_prefix"), TimerInterval: v.GetDuration("orchestrator.timer_interval"),
-		TimerBatch: v.GetInt("orchestrator.timer_batch"),
-		Advanced:   saga.Advanced{StartBatch: v.GetInt("orchestrator.start_batch")},
-	}
-}
-
-type metricSet struct {
-	reg       *prometheus.Registry
-	saga      *saga.Metrics
-	inbox     *inbox.Metrics
-	relay     *relay.Metrics
-	retention *retention.Metrics
-}
-
-func newMetrics() (*metricSet, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
-	m := &metricSet{reg: reg}
-	var err error
-	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.inbox, err = inbox.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.relay, err = relay.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	if m.retention, err = retention.NewMetrics(reg, "sagaflow"); err != nil {
-		return nil, err
-	}
-	return m, nil
 }
 
 // preparer runs a process's prepare step (migrations, topics) inside its
@@ -248,65 +224,56 @@ type process struct {
 	brokers []string
 	dialer  *kafka.Dialer
 	limits  api.Limits
-	metrics *metricSet
+	metrics *metricset.Set
 	pool    *pgxpool.Pool
 }
 
 // setupProcess reads the logger, the brokers (required: what names the
 // command in the error), the Kafka dialer and the HTTP limits, registers the
 // metrics and opens the pool (the caller closes it).
-func setupProcess(ctx context.Context, v *viper.Viper, what string) (*process, error) {
-	log, err := logger(v)
-	if err != nil {
-		return nil, err
-	}
-	p := &process{log: log, brokers: brokers(v)}
+func setupProcess(ctx context.Context, cfg *Config, what string) (*process, error) {
+	p := &process{log: cfg.Log.logger(), brokers: cfg.Kafka.Brokers, limits: cfg.HTTP.limits()}
 	if len(p.brokers) == 0 {
 		return nil, fmt.Errorf("kafka.brokers (or KAFKA_BROKERS, --brokers) is required for %s", what)
 	}
-	if p.dialer, err = kafkaDialer(v); err != nil {
+	var err error
+	if p.dialer, err = kafkaDialer(cfg.Kafka); err != nil {
 		return nil, err
 	}
-	if p.limits, err = httpLimits(v); err != nil {
+	if p.metrics, err = metricset.New(); err != nil {
 		return nil, err
 	}
-	if p.metrics, err = newMetrics(); err != nil {
-		return nil, err
-	}
-	if p.pool, err = newPool(ctx, v); err != nil {
+	if p.pool, err = newPool(ctx, cfg.Database, cfg.Database.MaxConns); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-func serveCmd(v *viper.Viper) *cobra.Command {
+func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			acfg, err := apiConfig(v)
+			acfg := cfg.HTTP.api()
+			reg, err := cfg.registry()
 			if err != nil {
 				return err
 			}
-			reg, err := registry(v)
-			if err != nil {
-				return err
-			}
-			p, err := setupProcess(ctx, v, "serve; `orchestrator dev-broker` runs one for development")
+			p, err := setupProcess(ctx, cfg, "serve; `orchestrator dev-broker` runs one for development")
 			if err != nil {
 				return err
 			}
 			defer p.pool.Close()
 			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
-			ec := engineConfig(v)
-			ec.Metrics = ms.saga
-			ms.saga.InitTypes(reg.Types()...)
+			ec := cfg.engine()
+			ec.Metrics = ms.Saga
+			ms.Saga.InitTypes(reg.Types()...)
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
-				Brokers: bs, Dialer: dialer, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
-				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
-				Inbox: inbox.Config{Metrics: ms.inbox, BatchSize: v.GetInt("orchestrator.inbox_batch")},
-				Relay: relay.Config{Metrics: ms.relay, BatchSize: v.GetInt("orchestrator.relay_batch"), KeepSent: v.GetBool("relay.keep_sent")},
+				Brokers: bs, Dialer: dialer, GroupID: cfg.Orchestrator.GroupID, Engine: ec, Logger: log,
+				Partitions: cfg.Kafka.Partitions, Replication: cfg.Kafka.Replication,
+				Inbox: inbox.Config{Metrics: ms.Inbox, BatchSize: cfg.Orchestrator.InboxBatch},
+				Relay: relay.Config{Metrics: ms.Relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent},
 			})
 			if err != nil {
 				return err
@@ -318,7 +285,7 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			// The HTTP API has its own small pool, and an engine over it, so
 			// that reads and starts cannot take the connections of the
 			// reply consumer and the timers.
-			apiPool, err := newPoolOf(ctx, v, v.GetInt("http.db_max_conns"))
+			apiPool, err := newPool(ctx, cfg.Database, cfg.HTTP.DBMaxConns)
 			if err != nil {
 				return err
 			}
@@ -329,18 +296,21 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			acfg.Gatherer, acfg.Logger = ms.reg, log.With(slog.String("component", "api"))
+			acfg.Gatherer, acfg.Logger = ms.Registry, log.With(slog.String("component", "api"))
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
-				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", v.GetString("http.addr")))
+				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
 			}
-			srv := api.New(apiEng, &acfg)
-			schema := svc.Engine().Outbox().Schema()
-			run, err := withRetention(v, pool, log, ms, []string{schema}, schema, svc.Run)
+			srv, err := api.New(apiEng, &acfg)
 			if err != nil {
 				return err
 			}
-			return serveHTTP(ctx, log, v.GetString("http.addr"), srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), v.GetDuration("shutdown.timeout"))
+			schema := svc.Engine().Outbox().Schema()
+			run, err := withRetention(cfg.Retention, pool, log, ms, []string{schema}, schema, svc.Run)
+			if err != nil {
+				return err
+			}
+			return serveHTTP(ctx, log, cfg.HTTP.Addr, srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), cfg.Shutdown.Timeout)
 		},
 	}
 	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
@@ -420,15 +390,14 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 
 // withRetention returns run, or run beside a retention purger of schemas
 // (outbox and inbox) and orchSchema (saga history) when retention.enabled.
-func withRetention(v *viper.Viper, pool *pgxpool.Pool, log *slog.Logger, ms *metricSet, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
-	if !v.GetBool("retention.enabled") {
+func withRetention(rc RetentionConfig, pool *pgxpool.Pool, log *slog.Logger, ms *metricset.Set, schemas []string, orchSchema string, run func(context.Context) error) (func(context.Context) error, error) {
+	if !rc.Enabled {
 		return run, nil
 	}
 	p, err := retention.New(pool, &retention.Config{
 		Schemas: schemas, OrchestratorSchema: orchSchema,
-		SentOutboxAfter: v.GetDuration("retention.sent_outbox_after"), InboxAfter: v.GetDuration("retention.inbox_after"),
-		FinishedSagaAfter: v.GetDuration("retention.finished_saga_after"), BatchSize: v.GetInt("retention.batch_size"),
-		Interval: v.GetDuration("retention.interval"), Logger: log.With(slog.String("component", "retention")), Metrics: ms.retention,
+		SentOutboxAfter: rc.SentOutboxAfter, InboxAfter: rc.InboxAfter, FinishedSagaAfter: rc.FinishedSagaAfter,
+		BatchSize: rc.BatchSize, Interval: rc.Interval, Logger: log.With(slog.String("component", "retention")), Metrics: ms.Retention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retention.*: %w", err)
@@ -444,25 +413,26 @@ func withRetention(v *viper.Viper, pool *pgxpool.Pool, log *slog.Logger, ms *met
 	}, nil
 }
 
-func participantsCmd(v *viper.Viper) *cobra.Command {
+func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "participants",
 		Short: "Run the five reference participants against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			p, err := setupProcess(ctx, v, "participants")
+			p, err := setupProcess(ctx, cfg, "participants")
 			if err != nil {
 				return err
 			}
 			defer p.pool.Close()
 			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
+			pc := cfg.Participants
 			set, err := reference.New(pool, reference.Options{
-				Brokers: bs, Dialer: dialer, TopicPrefix: v.GetString("kafka.topic_prefix"), SchemaPrefix: v.GetString("participants.schema_prefix"),
-				ReplyTopics:      []string{v.GetString("kafka.reply_topic")},
-				ShippingFailRate: v.GetFloat64("participants.shipping_fail_rate"), PointsFailRate: v.GetFloat64("participants.points_fail_rate"),
-				Seed: v.GetInt64("participants.seed"), PaymentLimitCents: v.GetInt64("participants.payment_limit_cents"),
-				Partitions: v.GetInt("kafka.partitions"), Logger: log, InboxMetrics: ms.inbox, RelayMetrics: ms.relay,
-				KeepSent: v.GetBool("relay.keep_sent"),
+				Brokers: bs, Dialer: dialer, TopicPrefix: cfg.Kafka.TopicPrefix, SchemaPrefix: pc.SchemaPrefix,
+				ReplyTopics:      []string{cfg.Kafka.ReplyTopic},
+				ShippingFailRate: pc.ShippingFailRate, PointsFailRate: pc.PointsFailRate,
+				Seed: pc.Seed, PaymentLimitCents: pc.PaymentLimitCents,
+				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
+				KeepSent: cfg.Relay.KeepSent,
 			})
 			if err != nil {
 				return err
@@ -474,7 +444,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 					return err
 				}
 				items := map[string]int{}
-				for _, s := range strings.Split(v.GetString("participants.items"), ",") {
+				for _, s := range strings.Split(pc.Items, ",") {
 					if s = strings.TrimSpace(s); s != "" {
 						items[s] = stock
 					}
@@ -490,7 +460,7 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 			for _, p := range set.Participants() {
 				schemas = append(schemas, p.Schema())
 			}
-			run, err := withRetention(v, pool, log, ms, schemas, "", set.Run)
+			run, err := withRetention(cfg.Retention, pool, log, ms, schemas, "", set.Run)
 			if err != nil {
 				return err
 			}
@@ -505,20 +475,20 @@ func participantsCmd(v *viper.Viper) *cobra.Command {
 				}
 				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")
 			})
-			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.reg, promhttp.HandlerOpts{Registry: ms.reg}))
+			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.Registry, promhttp.HandlerOpts{Registry: ms.Registry}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
-			return serveHTTP(ctx, log, v.GetString("participants.http_addr"), mux, limits, prep.then(log, "participants", prepare, run), v.GetDuration("shutdown.timeout"))
+			return serveHTTP(ctx, log, pc.HTTPAddr, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
-	cmd.Flags().String("items", "sku-apple,sku-pear,sku-plum,sku-fig", "items seeded by --seed-stock (participants.items)")
+	cmd.Flags().String("items", "", "comma-separated items seeded by --seed-stock (participants.items)")
 	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
 	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
 	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
 	return cmd
 }
 
-func devBrokerCmd(v *viper.Viper) *cobra.Command {
+func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev-broker",
 		Short: "Run the embedded in-memory Kafka-protocol broker alone (development without Docker)",
@@ -530,7 +500,7 @@ func devBrokerCmd(v *viper.Viper) *cobra.Command {
 			cert, _ := f.GetString("tls-cert")
 			key, _ := f.GetString("tls-key")
 			b, err := devbroker.Start(devbroker.Config{
-				Addr: v.GetString("dev_broker.addr"), Partitions: v.GetInt("kafka.partitions"),
+				Addr: cfg.DevBroker.Addr, Partitions: cfg.Kafka.Partitions,
 				SASL:        devbroker.SASL{Mechanism: mech, User: user, Password: pass},
 				TLSCertFile: cert, TLSKeyFile: key,
 			})
@@ -563,24 +533,24 @@ func devBrokerCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-func migrateCmd(v *viper.Viper) *cobra.Command {
+func migrateCmd(cfg *Config) *cobra.Command {
 	var list, withParticipants bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply (or --list) the orchestrator's migrations (and the reference participants' with --participants)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			pool, err := newPool(ctx, v)
+			pool, err := newPool(ctx, cfg.Database, cfg.Database.MaxConns)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			sets, err := migrations.Orchestrator(v.GetString("orchestrator.schema"))
+			sets, err := migrations.Orchestrator(cfg.Orchestrator.Schema)
 			if err != nil {
 				return err
 			}
 			if withParticipants {
-				set, err := reference.New(pool, reference.Options{SchemaPrefix: v.GetString("participants.schema_prefix")})
+				set, err := reference.New(pool, reference.Options{SchemaPrefix: cfg.Participants.SchemaPrefix})
 				if err != nil {
 					return err
 				}
@@ -630,18 +600,23 @@ func migrateCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-func configCmd(v *viper.Viper) *cobra.Command {
+// unchecked is the annotation of a command that runs with values Load
+// would refuse (only decoded).
+const unchecked = "sagaflow-config-unchecked"
+
+func configCmd(cfg *Config) *cobra.Command {
 	var eff bool
 	cmd := &cobra.Command{
-		Use:   "config",
-		Short: "Print every configuration key with its default (docs/configuration.md), or with --effective the values in force",
+		Use:         "config",
+		Annotations: map[string]string{unchecked: "true"},
+		Short:       "Print every configuration key with its default (docs/configuration.md), or with --effective the values in force",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if eff {
 				fmt.Fprintln(out, "| key | value |")
 				fmt.Fprintln(out, "| --- | --- |")
 				for _, k := range Keys {
-					fmt.Fprintf(out, "| `%s` | `%s` |\n", k.Name, effective(v, k.Name))
+					fmt.Fprintf(out, "| `%s` | `%s` |\n", k.Name, cfg.effective(k.Name))
 				}
 				return nil
 			}

@@ -2,9 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -12,8 +9,6 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/internal/demo"
-	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
@@ -75,6 +70,7 @@ var Keys = []Key{
 	{"participants.payment_limit_cents", int64(100_000), "Charges above this are declined."},
 	{"participants.seed", int64(1), "Seed of the transient failures."},
 	{"participants.http_addr", "", "Listen address of the participants process's /healthz, /readyz and /metrics; empty: no HTTP listener."},
+	{"participants.items", "sku-apple,sku-pear,sku-plum,sku-fig", "Comma-separated items whose stock `participants --seed-stock` sets at start."},
 	{"retention.enabled", true, "Run retention in `serve` (orchestrator outbox, inbox, finished sagas) and `participants` (their outboxes and inboxes)."},
 	{"retention.sent_outbox_after", retention.SentOutboxAfterDefault, "With `relay.keep_sent`: sent outbox rows older than this are deleted (unsent and dead rows never are)."},
 	{"retention.inbox_after", retention.InboxAfterDefault, "Inbox (dedupe) rows older than this are deleted; keep it longer than any redelivery (the consumed topics' Kafka retention)."},
@@ -97,62 +93,6 @@ var Keys = []Key{
 
 // secretKeys are the keys whose values `config --effective` never prints.
 var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "kafka.sasl.password": true}
-
-// effective is key's value as v has it, secrets redacted.
-func effective(v *viper.Viper, key string) string {
-	val := v.GetString(key)
-	switch {
-	case secretKeys[key] && val != "":
-		return "<redacted>"
-	case key == "database.url":
-		return demo.Redact(val)
-	}
-	return val
-}
-
-// httpLimits reads and checks the http.* server limits.
-func httpLimits(v *viper.Viper) (api.Limits, error) {
-	l := api.Limits{
-		ReadTimeout: v.GetDuration("http.read_timeout"), WriteTimeout: v.GetDuration("http.write_timeout"),
-		IdleTimeout: v.GetDuration("http.idle_timeout"), MaxHeaderBytes: v.GetInt("http.max_header_bytes"),
-		MaxConnections: v.GetInt("http.max_connections"),
-	}
-	for key, d := range map[string]time.Duration{"http.read_timeout": l.ReadTimeout, "http.write_timeout": l.WriteTimeout,
-		"http.idle_timeout": l.IdleTimeout, "http.handler_timeout": v.GetDuration("http.handler_timeout")} {
-		if d <= 0 {
-			return l, fmt.Errorf("%s %q must be a positive duration", key, v.GetString(key))
-		}
-	}
-	for key, n := range map[string]int{"http.max_header_bytes": l.MaxHeaderBytes, "http.max_connections": l.MaxConnections} {
-		if n < 1 {
-			return l, fmt.Errorf("%s %d must be at least 1", key, n)
-		}
-	}
-	if l.MaxHeaderBytes < 4<<10 {
-		return l, fmt.Errorf("http.max_header_bytes %d must be at least 4096", l.MaxHeaderBytes)
-	}
-	return l, l.Validate(v.GetDuration("http.handler_timeout"))
-}
-
-// apiConfig reads and checks the HTTP API's configuration.
-func apiConfig(v *viper.Viper) (api.Config, error) {
-	c := api.Config{
-		AdminToken: v.GetString("http.admin_token"), ClientToken: v.GetString("http.client_token"),
-		ProtectReads: v.GetBool("http.protect_reads"), ProtectMetrics: v.GetBool("http.protect_metrics"),
-		MaxDataBytes: v.GetInt("http.max_data_bytes"), HandlerTimeout: v.GetDuration("http.handler_timeout"),
-	}
-	switch {
-	case c.MaxDataBytes < 2:
-		return c, fmt.Errorf("http.max_data_bytes %d must be at least 2 (the data is a JSON object)", c.MaxDataBytes)
-	case v.GetInt("http.db_max_conns") < 1:
-		return c, fmt.Errorf("http.db_max_conns %d must be at least 1", v.GetInt("http.db_max_conns"))
-	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
-		return c, fmt.Errorf("http.client_token must differ from http.admin_token (a client could act as an operator)")
-	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
-		return c, fmt.Errorf("http.protect_reads and http.protect_metrics need http.client_token or http.admin_token: nobody could pass")
-	}
-	return c, nil
-}
 
 // StepKeysDoc documents the per-step overrides.
 const StepKeysDoc = "sagas.<type>.steps.<step>.timeout, .deadline, .retry.initial_interval, .retry.max_interval, .retry.multiplier, .retry.max_attempts: override a step's timeout and retry policy without recompiling (e.g. `sagas.place-order.steps.charge-payment.timeout: 3s`)."
@@ -179,101 +119,12 @@ func loadFile(v *viper.Viper, path string) error {
 	return nil
 }
 
-// kafkaSecurity reads kafka.tls.* and kafka.sasl.*.
-func kafkaSecurity(v *viper.Viper) kafkaclient.Security {
-	return kafkaclient.Security{
-		TLS: kafkaclient.TLSConfig{
-			Enabled: v.GetBool("kafka.tls.enabled"), CAFile: v.GetString("kafka.tls.ca_file"),
-			CertFile: v.GetString("kafka.tls.cert_file"), KeyFile: v.GetString("kafka.tls.key_file"),
-			ServerName: v.GetString("kafka.tls.server_name"), InsecureSkipVerify: v.GetBool("kafka.tls.insecure_skip_verify"),
-		},
-		SASL: kafkaclient.SASLConfig{
-			Mechanism: v.GetString("kafka.sasl.mechanism"), Username: v.GetString("kafka.sasl.username"),
-			Password: v.GetString("kafka.sasl.password"),
-		},
-	}
-}
-
 // kafkaDialer builds the dialer of every Kafka client of the process from
 // kafka.tls.* and kafka.sasl.* (nil: plain TCP).
-func kafkaDialer(v *viper.Viper) (*kafka.Dialer, error) {
-	d, err := kafkaSecurity(v).Dialer()
+func kafkaDialer(k KafkaConfig) (*kafka.Dialer, error) {
+	d, err := k.security().Dialer()
 	if err != nil {
 		return nil, fmt.Errorf("kafka security: %w", err)
 	}
 	return d, nil
-}
-
-func brokers(v *viper.Viper) []string {
-	if b := kafkaclient.ParseBrokers(v.GetString("kafka.brokers")); len(b) > 0 {
-		return b
-	}
-	return kafkaclient.ParseBrokers(os.Getenv("KAFKA_BROKERS"))
-}
-
-func logger(v *viper.Viper) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(v.GetString("log.level"))); err != nil {
-		return nil, fmt.Errorf("log.level %q: want debug, info, warn or error", v.GetString("log.level"))
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch f := v.GetString("log.format"); f {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	default:
-		return nil, fmt.Errorf("log.format %q: want text or json", f)
-	}
-}
-
-// applyOverrides reads sagas.<type>.steps.<step>.* into reg.
-func applyOverrides(v *viper.Viper, reg *saga.Registry) error {
-	sagas := v.GetStringMap("sagas")
-	types := make([]string, 0, len(sagas))
-	for t := range sagas {
-		types = append(types, t)
-	}
-	sort.Strings(types)
-	for _, t := range types {
-		stepsMap := v.GetStringMap("sagas." + t + ".steps")
-		for step := range stepsMap {
-			base := "sagas." + t + ".steps." + step + "."
-			var o saga.StepOverride
-			var err error
-			dur := func(key string) time.Duration {
-				if err != nil || !v.IsSet(base+key) {
-					return 0
-				}
-				d, e := time.ParseDuration(v.GetString(base + key))
-				if e != nil || d <= 0 {
-					err = fmt.Errorf("config %s%s: %q is not a positive duration", base, key, v.GetString(base+key))
-				}
-				return d
-			}
-			o.Timeout = dur("timeout")
-			o.Deadline = dur("deadline")
-			o.Retry.InitialInterval = dur("retry.initial_interval")
-			o.Retry.MaxInterval = dur("retry.max_interval")
-			if err != nil {
-				return err
-			}
-			if v.IsSet(base + "retry.multiplier") {
-				o.Retry.Multiplier = v.GetFloat64(base + "retry.multiplier")
-				if o.Retry.Multiplier < 1 {
-					return fmt.Errorf("config %sretry.multiplier: %v must be at least 1", base, o.Retry.Multiplier)
-				}
-			}
-			if v.IsSet(base + "retry.max_attempts") {
-				o.Retry.MaxAttempts = v.GetInt(base + "retry.max_attempts")
-				if o.Retry.MaxAttempts < 1 {
-					return fmt.Errorf("config %sretry.max_attempts: %d must be at least 1", base, o.Retry.MaxAttempts)
-				}
-			}
-			if err := reg.Override(t, step, o); err != nil {
-				return fmt.Errorf("config sagas.%s.steps.%s: %w", t, step, err)
-			}
-		}
-	}
-	return nil
 }

@@ -24,7 +24,7 @@ import (
 // probeTimeout bounds the look for a Postgres at the default address.
 const probeTimeout = 2 * time.Second
 
-func demoCmd(v *viper.Viper) *cobra.Command {
+func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	var asJSON, embedded, ui bool
 	var uiAddr string
 	cmd := &cobra.Command{
@@ -36,33 +36,24 @@ func demoCmd(v *viper.Viper) *cobra.Command {
 			"(initdb and postgres; fsync off) and removed when the demo ends.",
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			ctx := cmd.Context()
-			log, err := logger(v)
+			log := quietLogger(cmd, c.Log, asJSON)
+			reg, err := c.registry()
 			if err != nil {
 				return err
 			}
-			if asJSON && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
-				log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
-			reg, err := registry(v)
-			if err != nil {
-				return err
-			}
-			ec := engineConfig(v)
+			ec := c.engine()
+			d := c.Demo
 			cfg := demo.Config{
-				DatabaseURL: v.GetString("database.url"), FreshDatabase: v.GetString("demo.database"),
-				Brokers: brokers(v), Registry: reg, Engine: ec, Logger: log,
+				DatabaseURL: c.Database.URL, FreshDatabase: d.Database,
+				Brokers: c.Kafka.Brokers, Registry: reg, Engine: ec, Logger: log,
 				Mix: workload.Mix{
-					Orders: v.GetInt("demo.orders"), Seed: v.GetInt64("demo.seed"),
-					OutOfStockRate: v.GetFloat64("demo.out_of_stock_rate"), CouponTakenRate: v.GetFloat64("demo.coupon_taken_rate"),
-					DeclineRate: v.GetFloat64("demo.decline_rate"), LimitCents: v.GetInt64("participants.payment_limit_cents"),
+					Orders: d.Orders, Seed: d.Seed, OutOfStockRate: d.OutOfStockRate, CouponTakenRate: d.CouponTakenRate,
+					DeclineRate: d.DeclineRate, LimitCents: c.Participants.PaymentLimitCents,
 				},
-				ShippingFailRate: v.GetFloat64("demo.shipping_fail_rate"), PointsFailRate: v.GetFloat64("demo.points_fail_rate"),
-				Concurrency: v.GetInt("demo.concurrency"), Timeout: v.GetDuration("demo.timeout"),
+				ShippingFailRate: d.ShippingFailRate, PointsFailRate: d.PointsFailRate,
+				Concurrency: d.Concurrency, Timeout: d.Timeout,
 			}
-			if err := validateDemo(cfg); err != nil {
-				return err
-			}
-			use, reason := demo.UseEmbedded(embedded, databaseConfigured(cmd, v), func() error {
+			use, reason := demo.UseEmbedded(embedded, c.Database.URLConfigured, func() error {
 				return demo.Probe(ctx, cfg.DatabaseURL, probeTimeout)
 			})
 			if use {
@@ -135,6 +126,16 @@ func demoCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
+// quietLogger is the logger of log.*, except that a command whose output
+// is a report (quiet: bench, chaos, demo --json) logs only warnings unless
+// log.level was given by flag or environment.
+func quietLogger(cmd *cobra.Command, l LogConfig, quiet bool) *slog.Logger {
+	if quiet && !cmd.Flags().Changed("log-level") && os.Getenv("SAGAFLOW_LOG_LEVEL") == "" {
+		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return l.logger()
+}
+
 // databaseConfigured reports whether database.url was set by the user
 // (--database-url, SAGAFLOW_DATABASE_URL or the config file) rather than
 // left at its default.
@@ -165,7 +166,11 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 		return fmt.Errorf("--ui-addr %s: %w", addr, err)
 	}
 	lim := api.Limits{}.WithDefaults()
-	hs := api.NewHTTPServer(api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))}), lim, log)
+	srv, err := api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))})
+	if err != nil {
+		return err
+	}
+	hs := api.NewHTTPServer(srv, lim, log)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(api.LimitListener(ln, lim.MaxConnections)) }()
 	fmt.Fprintf(out, "status page: http://%s/ui/ (Ctrl-C to stop)\n", ln.Addr())
@@ -178,21 +183,6 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
-}
-
-func validateDemo(c demo.Config) error {
-	rate := func(name string, r float64) error {
-		if r < 0 || r > 1 {
-			return fmt.Errorf("%s %v must be between 0 and 1", name, r)
-		}
-		return nil
-	}
-	if c.Mix.Orders < 1 {
-		return fmt.Errorf("demo.orders %d must be at least 1", c.Mix.Orders)
-	}
-	return errors.Join(rate("demo.out_of_stock_rate", c.Mix.OutOfStockRate), rate("demo.coupon_taken_rate", c.Mix.CouponTakenRate),
-		rate("demo.decline_rate", c.Mix.DeclineRate), rate("demo.shipping_fail_rate", c.ShippingFailRate),
-		rate("demo.points_fail_rate", c.PointsFailRate))
 }
 
 func printSummary(w io.Writer, s demo.Summary) {

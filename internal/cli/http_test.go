@@ -83,13 +83,13 @@ func TestServeRefusesBadHTTPSettings(t *testing.T) {
 	for _, c := range []struct{ yaml, says string }{
 		{"http:\n  protect_reads: true\n", "http.protect_reads and http.protect_metrics need http.client_token or http.admin_token"},
 		{"http:\n  protect_metrics: true\n", "need http.client_token or http.admin_token"},
-		{"http:\n  admin_token: same\n  client_token: same\n", "http.client_token must differ from http.admin_token"},
-		{"http:\n  max_data_bytes: 0\n", "http.max_data_bytes 0 must be at least 2"},
-		{"http:\n  db_max_conns: 0\n", "http.db_max_conns 0 must be at least 1"},
-		{"http:\n  write_timeout: 5s\n  handler_timeout: 20s\n", "http.write_timeout 5s must be longer than http.handler_timeout 20s"},
-		{"http:\n  read_timeout: 0s\n", "http.read_timeout"},
-		{"http:\n  max_connections: 0\n", "http.max_connections 0 must be at least 1"},
-		{"http:\n  max_header_bytes: 100\n", "http.max_header_bytes 100 must be at least 4096"},
+		{"http:\n  admin_token: same\n  client_token: same\n", "config: http.client_token: must differ from http.admin_token"},
+		{"http:\n  max_data_bytes: 0\n", "config: http.max_data_bytes: must be at least 2, got 0"},
+		{"http:\n  db_max_conns: 0\n", "config: http.db_max_conns: must be at least 1, got 0"},
+		{"http:\n  write_timeout: 5s\n  handler_timeout: 20s\n", "config: http.write_timeout: must be longer than http.handler_timeout 20s (or a slow answer is cut off without its error), got 5s"},
+		{"http:\n  read_timeout: 0s\n", "config: http.read_timeout: must be a positive duration, got 0s"},
+		{"http:\n  max_connections: 0\n", "config: http.max_connections: must be at least 1, got 0"},
+		{"http:\n  max_header_bytes: 100\n", "config: http.max_header_bytes: must be at least 4096, got 100"},
 	} {
 		_, stderr, code := runCLI(t, "serve", "--config", writeConfig(t, c.yaml), "--brokers", "127.0.0.1:1", "--addr", "127.0.0.1:0")
 		if code != 1 || !strings.Contains(stderr, c.says) {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/saga"
@@ -36,7 +35,7 @@ func addOpsFlags(cmd *cobra.Command) {
 	cmd.Flags().Duration("timeout", 10*time.Second, "bound on the HTTP request")
 }
 
-func newOpsClient(cmd *cobra.Command, v *viper.Viper) (*opsClient, error) {
+func newOpsClient(cmd *cobra.Command, h HTTPConfig) (*opsClient, error) {
 	base, _ := cmd.Flags().GetString("api")
 	base = cmp(base, os.Getenv("SAGAFLOW_API"), APIDefault)
 	u, err := url.Parse(base)
@@ -45,7 +44,7 @@ func newOpsClient(cmd *cobra.Command, v *viper.Viper) (*opsClient, error) {
 	}
 	tok, _ := cmd.Flags().GetString("token")
 	timeout, _ := cmd.Flags().GetDuration("timeout")
-	return &opsClient{base: strings.TrimRight(base, "/"), token: cmp(tok, os.Getenv("SAGAFLOW_TOKEN"), v.GetString("http.admin_token"), v.GetString("http.client_token")),
+	return &opsClient{base: strings.TrimRight(base, "/"), token: cmp(tok, os.Getenv("SAGAFLOW_TOKEN"), h.AdminToken, h.ClientToken),
 		http: &http.Client{Timeout: timeout}}, nil
 }
 
@@ -91,13 +90,13 @@ func (c *opsClient) get(ctx context.Context, path string) ([]byte, error) {
 	return body, nil
 }
 
-func statusCmd(v *viper.Viper) *cobra.Command {
+func statusCmd(cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status <saga-id>",
 		Short: "Show one saga: state, steps with attempts and errors, and its last journal lines (via the HTTP API)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newOpsClient(cmd, v)
+			c, err := newOpsClient(cmd, cfg.HTTP)
 			if err != nil {
 				return err
 			}
@@ -142,13 +141,13 @@ func statusCmd(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-func listCmd(v *viper.Viper) *cobra.Command {
+func listCmd(cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List sagas, newest first, filtered by state, type, step or stuck (via the HTTP API)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newOpsClient(cmd, v)
+			c, err := newOpsClient(cmd, cfg.HTTP)
 			if err != nil {
 				return err
 			}

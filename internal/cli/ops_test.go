@@ -76,7 +76,11 @@ func opsServer(t *testing.T, cfg *api.Config) (url string, failed, running uuid.
 		}
 	}
 	running = start("order-running")
-	srv := httptest.NewServer(api.New(eng, cfg))
+	h, err := api.New(eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL, failed, running
 }

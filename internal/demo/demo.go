@@ -20,6 +20,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
@@ -236,18 +237,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return Summary{}, err
 		}
 	}
-	sm, err := saga.NewMetrics(reg, "sagaflow")
+	ms, err := metricset.Register(reg)
 	if err != nil {
 		return Summary{}, err
 	}
-	im, err := inbox.NewMetrics(reg, "sagaflow")
-	if err != nil {
-		return Summary{}, err
-	}
-	rm, err := relay.NewMetrics(reg, "sagaflow")
-	if err != nil {
-		return Summary{}, err
-	}
+	sm, im, rm := ms.Saga, ms.Inbox, ms.Relay
 	ec := cfg.Engine
 	ec.Metrics = sm
 	svc, err := orchestrator.New(orchPool, registry, &orchestrator.Config{
