@@ -190,6 +190,13 @@ func (e *Engine) Reconcile(ctx context.Context, o ReconcileOptions, m *Reconcile
 	if err := o.validate(); err != nil {
 		return ReconcileReport{}, err
 	}
+	if !o.DryRun {
+		unlock, err := e.lockReconcile(ctx)
+		if err != nil {
+			return ReconcileReport{}, err
+		}
+		defer unlock()
+	}
 	rep, open, err := e.reconcile(ctx, o)
 	m.observe(rep, open, err)
 	return rep, err
@@ -457,4 +464,65 @@ func sortDiscrepancies(ds []Discrepancy) {
 		}
 		return ds[i].Step < ds[j].Step
 	})
+}
+
+// ErrReconcileBusy: another run (another replica, or `orchestrator
+// reconcile`) holds the reconciler's lock.
+var ErrReconcileBusy = errors.New("another reconciliation run is in progress")
+
+// lockReconcile takes the schema's reconciler lock (a session advisory
+// lock on a connection of its own) so that one run at a time repairs; the
+// returned func releases it.
+func (e *Engine) lockReconcile(ctx context.Context) (func(), error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: lock: %w", err)
+	}
+	var ok bool
+	key := e.st.discrepancies + " reconcile"
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext($1))`, key).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("reconcile: lock: %w", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, ErrReconcileBusy
+	}
+	return func() {
+		// A fresh context: the run's may be cancelled, the lock must go.
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext($1))`, key); err != nil {
+			conn.Conn().Close(uctx) // closing the session drops its locks
+		}
+		conn.Release()
+	}, nil
+}
+
+// RunReconciler runs Reconcile every interval until ctx ends (the first
+// run after one interval). A run that fails is logged and counted and the
+// next one is tried; a run skipped because another replica holds the lock
+// is logged at debug.
+func (e *Engine) RunReconciler(ctx context.Context, every time.Duration, o ReconcileOptions, m *ReconcileMetrics) error {
+	if every <= 0 {
+		return fmt.Errorf("reconcile: interval %s must be positive", every)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		_, err := e.Reconcile(ctx, o, m)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrReconcileBusy):
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "reconcile skipped: another run holds the lock")
+		case err != nil:
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "reconcile run failed; next run in "+every.String(), slog.String("error", err.Error()))
+		}
+	}
 }

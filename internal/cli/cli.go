@@ -106,7 +106,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-format"), "log.format")
 
 	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
-		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg))
+		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg))
 	return root
 }
 
@@ -297,6 +297,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				return err
 			}
 			acfg.Gatherer, acfg.Logger = ms.Registry, log.With(slog.String("component", "api"))
+			acfg.ReconcileMetrics = ms.Reconcile
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
@@ -310,6 +311,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			run = withReconciler(cfg.Reconcile, svc.Engine(), ms, run)
 			return serveHTTP(ctx, log, cfg.HTTP.Addr, srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), cfg.Shutdown.Timeout)
 		},
 	}

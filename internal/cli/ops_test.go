@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/cli"
@@ -26,14 +27,27 @@ import (
 // shipment refused after the pivot) and a running one.
 func opsServer(t *testing.T, cfg *api.Config) (url string, failed, running uuid.UUID) {
 	t.Helper()
+	eng, failed, running := seedOps(t, testkit.Pool(t), "orch")
+	h, err := api.New(eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL, failed, running
+}
+
+// seedOps migrates schema on pool and leaves a failed saga (the shipment
+// refused after the pivot) and a running one there.
+func seedOps(t *testing.T, pool *pgxpool.Pool, schema string) (eng *saga.Engine, failed, running uuid.UUID) {
+	t.Helper()
 	ctx := context.Background()
-	pool := testkit.Pool(t)
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(schema)))
 	reg := saga.NewRegistry()
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +68,7 @@ func opsServer(t *testing.T, cfg *api.Config) (url string, failed, running uuid.
 	for seen := int64(0); ; {
 		var id int64
 		var v []byte
-		if err := pool.QueryRow(ctx, `SELECT id, value FROM orch.outbox WHERE id > $1 ORDER BY id LIMIT 1`, seen).Scan(&id, &v); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT id, value FROM `+schema+`.outbox WHERE id > $1 ORDER BY id LIMIT 1`, seen).Scan(&id, &v); err != nil {
 			t.Fatalf("next command: %v", err)
 		}
 		seen = id
@@ -76,13 +90,7 @@ func opsServer(t *testing.T, cfg *api.Config) (url string, failed, running uuid.
 		}
 	}
 	running = start("order-running")
-	h, err := api.New(eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL, failed, running
+	return eng, failed, running
 }
 
 func runCLI(t *testing.T, args ...string) (string, string, int) {

@@ -33,6 +33,7 @@ type Config struct {
 	Log          LogConfig
 	Participants ParticipantsConfig
 	Retention    RetentionConfig
+	Reconcile    ReconcileConfig
 	Shutdown     ShutdownConfig
 	Demo         DemoConfig
 	DevBroker    DevBrokerConfig
@@ -99,6 +100,22 @@ type RetentionConfig struct {
 	Interval                                       time.Duration
 }
 
+// ReconcileConfig is reconcile.*.
+type ReconcileConfig struct {
+	Enabled                     bool
+	Interval, Since, StuckAfter time.Duration
+	SampleRate                  float64
+}
+
+// options are the reconciler's options of c (a sample rate of 0 is none).
+func (c ReconcileConfig) options() saga.ReconcileOptions {
+	o := saga.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate}
+	if o.SampleRate == 0 {
+		o.SampleRate = -1
+	}
+	return o
+}
+
 // ShutdownConfig is shutdown.*.
 type ShutdownConfig struct{ Timeout time.Duration }
 
@@ -154,6 +171,8 @@ func (c *Config) bindings() []binding {
 		{"participants.seed", &p.Seed}, {"participants.http_addr", &p.HTTPAddr}, {"participants.items", &p.Items},
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
 		{"retention.finished_saga_after", &r.FinishedSagaAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
+		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
+		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
 		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
 		{"demo.coupon_taken_rate", &m.CouponTakenRate}, {"demo.decline_rate", &m.DeclineRate},
@@ -370,6 +389,11 @@ func (c *Config) validate() error {
 	positive("retention.inbox_after", r.InboxAfter)
 	positive("retention.finished_saga_after", r.FinishedSagaAfter)
 	positive("retention.interval", r.Interval)
+	rc := c.Reconcile
+	positive("reconcile.interval", rc.Interval)
+	positive("reconcile.since", rc.Since)
+	positive("reconcile.stuck_after", rc.StuckAfter)
+	rate("reconcile.sample_rate", rc.SampleRate)
 	atLeast("retention.batch_size", r.BatchSize, 1)
 	positive("shutdown.timeout", c.Shutdown.Timeout)
 	m := c.Demo

@@ -25,8 +25,9 @@ type Set struct {
 	Saga     *saga.Metrics
 	Inbox    *inbox.Metrics
 	Relay    *relay.Metrics
-	// Retention is nil when the Set was made by Register.
+	// Retention and Reconcile are nil when the Set was made by Register.
 	Retention *retention.Metrics
+	Reconcile *saga.ReconcileMetrics
 }
 
 // New returns the Set of a process on a registry of its own: the
@@ -45,6 +46,9 @@ func New() (*Set, error) {
 		return nil, err
 	}
 	if s.Retention, err = retention.NewMetrics(reg, Namespace); err != nil {
+		return nil, err
+	}
+	if s.Reconcile, err = saga.NewReconcileMetrics(reg, Namespace); err != nil {
 		return nil, err
 	}
 	s.Registry = reg
