@@ -89,6 +89,9 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
+	// DeadLetters serves /dlq, /outbox/dead and /ui/dlq; nil: they answer
+	// 501.
+	DeadLetters DeadLetters
 	// Ready reports readiness for /readyz; nil: always ready.
 	Ready  func(ctx context.Context) error
 	Logger *slog.Logger
@@ -124,6 +127,7 @@ func New(eng Engine, cfg *Config) *Server {
 	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
 	s.mux.HandleFunc("GET /stats", s.read(s.stats))
 	s.routePages()
+	s.routeDeadLetters()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})

@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/dlq"
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
@@ -91,6 +92,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-format"), "log.format")
 
 	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
+	root.AddCommand(dlqCmd(v))
 	return root
 }
 
@@ -333,6 +335,9 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", v.GetString("http.addr")))
+			}
+			if acfg.DeadLetters, err = dlq.New(apiPool, v.GetString("orchestrator.schema")); err != nil {
+				return err
 			}
 			srv := api.New(apiEng, &acfg)
 			schema := svc.Engine().Outbox().Schema()
