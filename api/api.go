@@ -481,7 +481,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 		}
 		return ""
 	}
-	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor")}
+	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor"),
+		AggregateID: get("aggregate_id"), IdempotencyKey: get("idempotency_key")}
 	if f.State != "" && !f.State.Valid() {
 		return f, "state", fmt.Errorf("state %s must be one of running, compensating, completed, compensated, failed", echo(string(f.State)))
 	}
