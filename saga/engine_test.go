@@ -168,6 +168,30 @@ func TestEngineHappyPathCompletesAndJournals(t *testing.T) {
 	if v := testutil.ToFloat64(env.metricsFinished(orderapi.SagaType, "completed")); v != 1 {
 		t.Fatalf("sagas_finished_total{completed} = %v, want 1", v)
 	}
+	n, sum := env.sagaDuration(orderapi.SagaType, "completed")
+	if want := got.FinishedAt.Sub(got.CreatedAt).Seconds(); n != 1 || sum != want || want <= 0 {
+		t.Fatalf("saga_duration_seconds{completed} = %d observations, sum %v; want 1 of %v (start to finish)", n, sum, want)
+	}
+}
+
+// sagaDuration reads the count and sum of saga_duration_seconds{type,state}.
+func (env *engineEnv) sagaDuration(typ, state string) (uint64, float64) {
+	mfs, _ := env.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "sagaflow_saga_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["type"] == typ && labels["state"] == state {
+				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return 0, 0
 }
 
 func (env *engineEnv) metricsFinished(typ, state string) prometheus.Collector {
