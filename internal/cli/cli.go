@@ -433,6 +433,7 @@ func withRetention(v *viper.Viper, pool *pgxpool.Pool, log *slog.Logger, ms *met
 		Schemas: schemas, OrchestratorSchema: orchSchema,
 		SentOutboxAfter: v.GetDuration("retention.sent_outbox_after"), InboxAfter: v.GetDuration("retention.inbox_after"),
 		FinishedSagaAfter: v.GetDuration("retention.finished_saga_after"), BatchSize: v.GetInt("retention.batch_size"),
+		FailedSagaAfter: v.GetDuration("retention.failed_saga_after"), BarrierAfter: v.GetDuration("retention.barrier_after"),
 		Interval: v.GetDuration("retention.interval"), Logger: log.With(slog.String("component", "retention")), Metrics: ms.retention,
 	})
 	if err != nil {
