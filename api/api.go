@@ -160,6 +160,9 @@ type Error struct {
 	Limit int `json:"limit,omitempty"`
 	// RequestID names a 5xx answer in the server's log.
 	RequestID string `json:"request_id,omitempty"`
+	// SagaID is the live saga that refused a start (409, saga types of
+	// orchestrator.single_live_types).
+	SagaID string `json:"saga_id,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -320,6 +323,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
+	var live *saga.LiveSagaError
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):
 		field := "data"
@@ -328,6 +332,9 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 			field = ie.Field
 		}
 		fail(w, http.StatusBadRequest, field, "%v", err)
+		return
+	case errors.As(err, &live):
+		writeJSON(w, http.StatusConflict, Error{Error: cut(err.Error(), errorMax), Field: "aggregate_id", SagaID: live.ID.String()})
 		return
 	case err != nil:
 		s.failInternal(w, r, "start saga", err)

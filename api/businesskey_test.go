@@ -3,8 +3,13 @@ package api_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // GET /sagas?aggregate_id=X finds exactly the sagas of X, ?idempotency_key=
@@ -36,5 +41,30 @@ func TestFindSagasByBusinessKey(t *testing.T) {
 	page := string(b)
 	if res.StatusCode != 200 || !strings.Contains(page, `name="aggregate_id"`) || !strings.Contains(page, a1.String()) || strings.Count(page, `<tr data-id=`) != 1 {
 		t.Fatalf("page search = %d:\n%s", res.StatusCode, page)
+	}
+}
+
+// With orchestrator.single_live_types, a start with a fresh idempotency key
+// for an aggregate that has a live saga answers 409 with that saga's id.
+func TestStartRefusedWhileTheAggregateHasALiveSaga(t *testing.T) {
+	t.Parallel()
+	e := setup(t, adminToken)
+	eng, err := saga.NewEngine(e.pool, e.eng.Registry(), &saga.Config{Schema: "orch", SingleLiveTypes: []string{orderapi.SagaType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(eng, &api.Config{AdminToken: adminToken}))
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	first := e.start("order-9")
+	retry := startBody("order-9")
+	retry["idempotency_key"] = "order-9-retry"
+	code, out := e.do("POST", "/sagas", retry)
+	if code != http.StatusConflict || out["saga_id"] != first.String() || out["field"] != "aggregate_id" {
+		t.Fatalf("start with a fresh key = %d %v; want 409 naming %s", code, out, first)
+	}
+	code, out = e.do("POST", "/sagas", startBody("order-9"))
+	if code != http.StatusOK || out["id"] != first.String() {
+		t.Fatalf("start with the first key = %d %v; want 200 with the first saga", code, out)
 	}
 }

@@ -129,8 +129,9 @@ func engineConfig(v *viper.Viper) saga.Config {
 	return saga.Config{
 		Schema: v.GetString("orchestrator.schema"), ReplyTopic: v.GetString("kafka.reply_topic"),
 		TopicPrefix: v.GetString("kafka.topic_prefix"), TimerInterval: v.GetDuration("orchestrator.timer_interval"),
-		TimerBatch: v.GetInt("orchestrator.timer_batch"),
-		Advanced:   saga.Advanced{StartBatch: v.GetInt("orchestrator.start_batch")},
+		TimerBatch:      v.GetInt("orchestrator.timer_batch"),
+		Advanced:        saga.Advanced{StartBatch: v.GetInt("orchestrator.start_batch")},
+		SingleLiveTypes: strings.FieldsFunc(v.GetString("orchestrator.single_live_types"), func(r rune) bool { return r == ',' || r == ' ' }),
 	}
 }
 

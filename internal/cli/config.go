@@ -50,6 +50,7 @@ var Keys = []Key{
 	{"orchestrator.group_id", "sagaflow-orchestrator", "Consumer group of the reply consumer (shared by replicas)."},
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
 	{"orchestrator.timer_batch", saga.TimerBatchDefault, "Due sagas handled per timer transaction."},
+	{"orchestrator.single_live_types", "", "Comma-separated saga types that allow at most one live (running, compensating or failed) saga per aggregate id: a start for an aggregate that has one answers 409 with its id, whatever the idempotency key, so a client retry with a fresh key cannot run it (and charge) twice."},
 	{"orchestrator.start_batch", saga.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
 	{"orchestrator.inbox_batch", orchestrator.RepliesBatchDefault, "Replies handled per inbox transaction (at most)."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
