@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
@@ -174,44 +175,38 @@ func TestEngineHappyPathCompletesAndJournals(t *testing.T) {
 	}
 }
 
-// sagaDuration reads the count and sum of saga_duration_seconds{type,state}.
-func (env *engineEnv) sagaDuration(typ, state string) (uint64, float64) {
-	mfs, _ := env.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "sagaflow_saga_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["type"] == typ && labels["state"] == state {
-				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	return 0, 0
-}
-
 func (env *engineEnv) metricsFinished(typ, state string) prometheus.Collector {
-	mfs, _ := env.reg.Gather()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
-	for _, mf := range mfs {
-		if mf.GetName() != "sagaflow_sagas_finished_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["type"] == typ && labels["state"] == state {
-				g.Set(m.GetCounter().GetValue())
-			}
-		}
+	if m := env.series("sagaflow_sagas_finished_total", typ, state); m != nil {
+		g.Set(m.GetCounter().GetValue())
 	}
 	return g
+}
+
+// sagaDuration reads the count and sum of saga_duration_seconds{type,state}.
+func (env *engineEnv) sagaDuration(typ, state string) (uint64, float64) {
+	m := env.series("sagaflow_saga_duration_seconds", typ, state)
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// series is the gathered series name{type,state}, nil if there is none.
+func (env *engineEnv) series(name, typ, state string) *dto.Metric {
+	mfs, _ := env.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["type"] == typ && labels["state"] == state {
+				return m
+			}
+		}
+	}
+	return nil
 }
 
 func TestEngineStartIsIdempotentUnderConcurrency(t *testing.T) {
