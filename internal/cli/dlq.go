@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -48,6 +49,10 @@ func withStore(cmd *cobra.Command, v *viper.Viper, run func(ctx context.Context,
 		return err
 	}
 	if err := run(ctx, st, asJSON); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+			return fmt.Errorf("schema %s: %w (is it a sagaflow schema, migrated? `orchestrator migrate`, or starting its process, creates the tables)", schema, err)
+		}
 		return fmt.Errorf("schema %s: %w", schema, err)
 	}
 	return nil

@@ -80,6 +80,9 @@ VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray r
 		t.Fatalf("inventory dead letters redriven by bob = %d, %v; want 1", n, err)
 	}
 
+	if _, stderr, code := runCLI(t, "dlq", "list", "--schema", "nosuch", db); code == 0 || !strings.Contains(stderr, "orchestrator migrate") {
+		t.Fatalf("dlq list on an unmigrated schema: exit %d: %s; want a hint to migrate", code, stderr)
+	}
 	if out, _, code := runCLI(t, "dlq", "outbox", db); code != 0 || !strings.Contains(out, "no topic") {
 		t.Fatalf("dlq outbox: exit %d:\n%s", code, out)
 	}
