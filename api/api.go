@@ -95,6 +95,9 @@ type Config struct {
 	// ReconcileMetrics are updated by runs started with POST /reconcile/run
 	// (nil: none).
 	ReconcileMetrics *saga.ReconcileMetrics
+	// DeadLetters serves /dlq, /outbox/dead and /ui/dlq; nil: they answer
+	// 501.
+	DeadLetters DeadLetters
 	// Ready reports readiness for /readyz; nil: always ready.
 	Ready func(ctx context.Context) error
 	// Logger receives the API's logs; nil discards them.
@@ -155,6 +158,7 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	s.mux.HandleFunc("GET /stats", s.read(s.stats))
 	s.routeReconcile()
 	s.routePages()
+	s.routeDeadLetters()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})
@@ -187,6 +191,9 @@ type Error struct {
 	Limit int `json:"limit,omitempty"`
 	// RequestID names a 5xx answer in the server's log.
 	RequestID string `json:"request_id,omitempty"`
+	// SagaID is the live saga that refused a start (409, saga types of
+	// orchestrator.single_live_types).
+	SagaID string `json:"saga_id,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -347,6 +354,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
+	var live *saga.LiveSagaError
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):
 		field := "data"
@@ -355,6 +363,9 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 			field = ie.Field
 		}
 		fail(w, http.StatusBadRequest, field, "%v", err)
+		return
+	case errors.As(err, &live):
+		writeJSON(w, http.StatusConflict, Error{Error: cut(err.Error(), errorMax), Field: "aggregate_id", SagaID: live.ID.String()})
 		return
 	case err != nil:
 		s.failInternal(w, r, "start saga", err)
@@ -508,7 +519,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 		}
 		return ""
 	}
-	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor")}
+	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor"),
+		AggregateID: get("aggregate_id"), IdempotencyKey: get("idempotency_key")}
 	if f.State != "" && !f.State.Valid() {
 		return f, "state", fmt.Errorf("state %s must be one of running, compensating, completed, compensated, failed", echo(string(f.State)))
 	}

@@ -180,7 +180,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 			Created: in.CreatedAt.UTC().Format("2006-01-02 15:04:05"), Age: fmtDur(now.Sub(in.CreatedAt)), Moved: fmtDur(now.Sub(in.UpdatedAt)) + " ago"})
 	}
 	keep := url.Values{}
-	for _, k := range []string{"state", "type", "step", "stuck", "older_than", "stuck_after", "limit"} {
+	for _, k := range []string{"state", "type", "step", "stuck", "older_than", "stuck_after", "limit", "aggregate_id", "idempotency_key"} {
 		if v := q.Get(k); v != "" {
 			keep.Set(k, v)
 		}

@@ -193,6 +193,9 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		}
 	}
 	if len(deads) > 0 {
+		if err = c.recordDead(ctx, tx, deads); err != nil {
+			return res, err
+		}
 		if err = c.publishDead(ctx, w, deads); err != nil {
 			return res, err
 		}

@@ -28,6 +28,8 @@ type Consumer struct {
 	log     *slog.Logger
 
 	table string // quoted "<schema>.inbox"
+	// deadRows inserts dead letters into <schema>.dead_letters.
+	deadRows string
 
 	mMessages, mDuplicates, mDLQ, mErrors prometheus.Counter
 	mBatch, mWait, mBatchTime             prometheus.Observer
@@ -71,6 +73,7 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		cfg:         c,
 		log:         c.Logger.With("consumer", c.Name, "group", c.GroupID),
 		table:       pgx.Identifier{c.Schema, "inbox"}.Sanitize(),
+		deadRows:    deadRowsSQL(c.Schema),
 		mMessages:   m.messages.WithLabelValues(c.Name),
 		mDuplicates: m.duplicates.WithLabelValues(c.Name),
 		mDLQ:        m.dlq.WithLabelValues(c.Name),

@@ -1,8 +1,8 @@
 // Package migrations applies the embedded, numbered SQL of sagaflow's
 // tables. A [Set] is a named, ordered list of NNN_name.up.sql files applied
 // into one Postgres schema (the SQL names it {{schema}}): [Orchestrator]
-// returns the sets of the orchestrator's schema (messaging: outbox and
-// inbox; orchestrator: sagas and journal), [Participant] those the
+// returns the sets of the orchestrator's schema (messaging: outbox, inbox,
+// dead_letters and ops_audit; orchestrator: sagas, journal and timers), [Participant] those the
 // participant SDK needs in each participant's own schema (messaging and
 // barrier), and [FromFS] builds a set from a participant's own files.
 //
@@ -13,4 +13,7 @@
 // counts what is missing (the orchestrator's /readyz uses it). Migrations
 // run at start and by `orchestrator migrate`; never inside a caller's
 // transaction.
+//
+// Versions need not be contiguous, only unique within a set: they apply in
+// order, and a missing lower version is applied after higher ones.
 package migrations

@@ -66,6 +66,13 @@ type Config struct {
 	Metrics *Metrics
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// SingleLiveTypes are the saga types that allow at most one live
+	// (running, compensating or failed) saga per aggregate id: a start for
+	// an aggregate that has one fails with a *LiveSagaError (ErrLiveSaga)
+	// naming it, whatever its idempotency key. Such starts take an
+	// advisory lock on (type, aggregate) and are not group-committed.
+	// Default: none.
+	SingleLiveTypes []string
 	// Advanced holds the engine's tuning knobs (start group commit); their
 	// defaults suit most deployments. Its fields are promoted.
 	Advanced
@@ -151,6 +158,9 @@ func NewEngine(pool *pgxpool.Pool, reg *Registry, cfg *Config) (*Engine, error) 
 		return nil, err
 	}
 	c = c.WithDefaults()
+	if err := checkSingleLive(reg, c.SingleLiveTypes); err != nil {
+		return nil, err
+	}
 	ob, err := outbox.New(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("saga engine: %w", err)
@@ -304,6 +314,9 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (Instance, bool, e
 	if err := ctx.Err(); err != nil {
 		return Instance{}, false, fmt.Errorf("start saga %q: %w", req.Type, err)
 	}
+	if e.singleLive(req.Type) {
+		return e.startSingleLive(ctx, req, def, data)
+	}
 	return e.starts.do(ctx, &pendingStart{req: req, def: def, data: data, done: make(chan struct{})})
 }
 
@@ -321,6 +334,11 @@ func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest,
 	s, err := e.startDecision(req, def, data)
 	if err != nil {
 		return Instance{}, false, err
+	}
+	if e.singleLive(req.Type) {
+		if existing, found, err := e.checkLive(ctx, tx, req); err != nil || found {
+			return existing, false, err
+		}
 	}
 	d := s.d
 	ok, err := e.st.insert(ctx, tx, &d.Next)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
@@ -168,13 +169,31 @@ func TestEngineHappyPathCompletesAndJournals(t *testing.T) {
 	if v := testutil.ToFloat64(env.metricsFinished(orderapi.SagaType, "completed")); v != 1 {
 		t.Fatalf("sagas_finished_total{completed} = %v, want 1", v)
 	}
+	n, sum := env.sagaDuration(orderapi.SagaType, "completed")
+	if want := got.FinishedAt.Sub(got.CreatedAt).Seconds(); n != 1 || sum != want || want <= 0 {
+		t.Fatalf("saga_duration_seconds{completed} = %d observations, sum %v; want 1 of %v (start to finish)", n, sum, want)
+	}
 }
 
 func (env *engineEnv) metricsFinished(typ, state string) prometheus.Collector {
-	mfs, _ := env.reg.Gather()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+	if m := env.series("sagaflow_sagas_finished_total", typ, state); m != nil {
+		g.Set(m.GetCounter().GetValue())
+	}
+	return g
+}
+
+// sagaDuration reads the count and sum of saga_duration_seconds{type,state}.
+func (env *engineEnv) sagaDuration(typ, state string) (uint64, float64) {
+	m := env.series("sagaflow_saga_duration_seconds", typ, state)
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// series is the gathered series name{type,state}, nil if there is none.
+func (env *engineEnv) series(name, typ, state string) *dto.Metric {
+	mfs, _ := env.reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() != "sagaflow_sagas_finished_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -183,11 +202,11 @@ func (env *engineEnv) metricsFinished(typ, state string) prometheus.Collector {
 				labels[l.GetName()] = l.GetValue()
 			}
 			if labels["type"] == typ && labels["state"] == state {
-				g.Set(m.GetCounter().GetValue())
+				return m
 			}
 		}
 	}
-	return g
+	return nil
 }
 
 func TestEngineStartIsIdempotentUnderConcurrency(t *testing.T) {

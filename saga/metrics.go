@@ -13,6 +13,7 @@ type Metrics struct {
 	finished     *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
 	stepDuration *prometheus.HistogramVec
+	sagaDuration *prometheus.HistogramVec
 	late         *prometheus.CounterVec
 	illegal      *prometheus.CounterVec
 	retries      *prometheus.CounterVec
@@ -20,6 +21,11 @@ type Metrics struct {
 	flagged      *prometheus.CounterVec
 	inFlight     *prometheus.GaugeVec
 }
+
+// SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
+// from 50 ms to 6 h: a saga is consistent again once it is terminal, and the
+// slow tail (retries, deadlines, operators) is what the SLO watches.
+var SagaDurationBuckets = []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600}
 
 // NewMetrics registers the engine's collectors on reg under namespace ns.
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
@@ -33,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
 			Help:    "Time from a step action's first send to its definite answer, by step, action and outcome.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"step", "action", "outcome"}),
+		sagaDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "saga_duration_seconds",
+			Help: "Time from a saga's start to its terminal state (the consistency window), by type and terminal state; " +
+				"a failed saga resolved by an operator is observed again under its final state.",
+			Buckets: SagaDurationBuckets}, []string{"type", "state"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "late_replies_total",
 			Help: "Replies for a step no longer awaited, journaled and ignored, by saga type."}, []string{"type"}),
 		illegal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "illegal_transitions_total",
@@ -75,6 +85,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	}
 	if m.stepDuration, _ = c.(*prometheus.HistogramVec); m.stepDuration == nil {
 		return nil, errors.New("saga: NewMetrics: step_duration_seconds is registered as another collector type")
+	}
+	if c, err = adopt(m.sagaDuration); err != nil {
+		return nil, err
+	}
+	if m.sagaDuration, _ = c.(*prometheus.HistogramVec); m.sagaDuration == nil {
+		return nil, errors.New("saga: NewMetrics: saga_duration_seconds is registered as another collector type")
 	}
 	if c, err = adopt(m.conflicts); err != nil {
 		return nil, err
@@ -129,6 +145,9 @@ func (m *Metrics) observe(sagaType string, ev EventKind, prev Instance, d Decisi
 	}
 	if d.Next.State.Terminal() && d.Next.State != prev.State {
 		m.finished.WithLabelValues(sagaType, string(d.Next.State)).Inc()
+		if end := d.Next.FinishedAt; end != nil {
+			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(max(end.Sub(d.Next.CreatedAt), 0).Seconds())
+		}
 	}
 	if d.Next.Flag != "" && prev.Flag == "" {
 		m.flagged.WithLabelValues(sagaType).Inc()

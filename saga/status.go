@@ -75,7 +75,11 @@ type Filter struct {
 	// past their deadline, or have not moved for StuckAfter.
 	Stuck      bool
 	StuckAfter time.Duration
-	Limit      int
+	// AggregateID and IdempotencyKey find sagas by their business key
+	// (exact match; indexes sagas_aggregate_idx, sagas_idempotency_key_idx).
+	AggregateID    string
+	IdempotencyKey string
+	Limit          int
 	// Cursor continues a previous page (Page.Next).
 	Cursor string
 }
@@ -142,6 +146,12 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 	}
 	if f.Type != "" {
 		where = append(where, "type = "+arg(f.Type))
+	}
+	if f.AggregateID != "" {
+		where = append(where, "aggregate_id = "+arg(f.AggregateID))
+	}
+	if f.IdempotencyKey != "" {
+		where = append(where, "idempotency_key = "+arg(f.IdempotencyKey))
 	}
 	if f.Step != "" {
 		where = append(where, open, "current_step = "+arg(f.Step))

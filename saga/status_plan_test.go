@@ -54,6 +54,10 @@ ANALYZE orch.sagas;`)
 		"no filter":             {},
 		"state=failed + cursor": {State: Failed, Cursor: p.Next},
 		"stuck + cursor":        {Stuck: true, Cursor: p.Next},
+		"aggregate_id":          {AggregateID: "agg-42"},
+		"aggregate_id+state":    {AggregateID: "agg-42", State: Completed},
+		"idempotency_key":       {IdempotencyKey: "key-42"},
+		"idempotency_key+type":  {IdempotencyKey: "key-42", Type: "refund"},
 	}
 	for name, f := range filters {
 		plan, err := e.explainList(ctx, f)
@@ -63,6 +67,13 @@ ANALYZE orch.sagas;`)
 		t.Logf("plan of list %s:\n%s", name, plan)
 		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
 			t.Errorf("list %s reads the whole table:\n%s", name, plan)
+		}
+		// A business key is found through its own index, not by walking
+		// every saga by creation time.
+		for key, idx := range map[string]string{"aggregate_id": "sagas_aggregate_idx", "idempotency_key": "sagas_idempotency_key_idx"} {
+			if name == key && !strings.Contains(plan, idx) {
+				t.Errorf("list %s does not use %s:\n%s", name, idx, plan)
+			}
 		}
 	}
 	plans, err := e.explainStats(ctx)
@@ -75,6 +86,12 @@ ANALYZE orch.sagas;`)
 		}
 	}
 	// and the answers are right on this data set
+	for _, f := range []Filter{{AggregateID: "agg-42"}, {IdempotencyKey: "key-42"}} {
+		got, err := e.List(ctx, f)
+		if err != nil || len(got.Sagas) != 1 || got.Sagas[0].AggregateID != "agg-42" || got.Sagas[0].IdempotencyKey != "key-42" {
+			t.Fatalf("List(%+v) = %+v, %v; want exactly the saga of agg-42", f, got.Sagas, err)
+		}
+	}
 	l, err := e.List(ctx, Filter{Stuck: true, Limit: 500})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/dlq"
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
@@ -106,7 +107,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-format"), "log.format")
 
 	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
-		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg))
+		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg), dlqCmd(cfg))
 	return root
 }
 
@@ -302,6 +303,9 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
 			}
+			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema); err != nil {
+				return err
+			}
 			srv, err := api.New(apiEng, &acfg)
 			if err != nil {
 				return err
@@ -399,6 +403,7 @@ func withRetention(rc RetentionConfig, pool *pgxpool.Pool, log *slog.Logger, ms 
 	p, err := retention.New(pool, &retention.Config{
 		Schemas: schemas, OrchestratorSchema: orchSchema,
 		SentOutboxAfter: rc.SentOutboxAfter, InboxAfter: rc.InboxAfter, FinishedSagaAfter: rc.FinishedSagaAfter,
+		FailedSagaAfter: rc.FailedSagaAfter, BarrierAfter: rc.BarrierAfter,
 		BatchSize: rc.BatchSize, Interval: rc.Interval, Logger: log.With(slog.String("component", "retention")), Metrics: ms.Retention,
 	})
 	if err != nil {

@@ -144,7 +144,7 @@ func statusCmd(cfg *Config) *cobra.Command {
 func listCmd(cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List sagas, newest first, filtered by state, type, step or stuck (via the HTTP API)",
+		Short: "List sagas, newest first, filtered by state, type, step, stuck or business key (via the HTTP API)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newOpsClient(cmd, cfg.HTTP)
@@ -152,7 +152,7 @@ func listCmd(cfg *Config) *cobra.Command {
 				return err
 			}
 			q := url.Values{}
-			for _, f := range []string{"state", "type", "step", "older-than", "cursor"} {
+			for _, f := range []string{"state", "type", "step", "older-than", "cursor", "aggregate-id", "idempotency-key"} {
 				if s, _ := cmd.Flags().GetString(f); s != "" {
 					q.Set(strings.ReplaceAll(f, "-", "_"), s)
 				}
@@ -208,6 +208,8 @@ func listCmd(cfg *Config) *cobra.Command {
 	f.String("type", "", "saga type")
 	f.String("step", "", "open sagas whose active step is this one")
 	f.String("older-than", "", "only sagas created longer ago than this duration (e.g. 10m)")
+	f.String("aggregate-id", "", "only sagas of this business key (e.g. the order id)")
+	f.String("idempotency-key", "", "only sagas started with this idempotency key")
 	f.Int("limit", 0, "sagas per page (default 50, at most 500)")
 	f.String("cursor", "", "continue from a previous page")
 	f.Bool("all", false, "follow every page")

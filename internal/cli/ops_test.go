@@ -158,6 +158,14 @@ func TestOpsStatusAndList(t *testing.T) {
 	if !strings.Contains(out, running.String()) || strings.Contains(out, failed.String()) || !strings.Contains(out, orderapi.StepReserveInventory) {
 		t.Fatalf("list --state running:\n%s", out)
 	}
+	out, _, _ = runCLI(t, "list", "--aggregate-id", "order-failed", "--api", url)
+	if !strings.Contains(out, failed.String()) || strings.Contains(out, running.String()) {
+		t.Fatalf("list --aggregate-id order-failed:\n%s", out)
+	}
+	out, _, _ = runCLI(t, "list", "--idempotency-key", "order-running", "--api", url)
+	if !strings.Contains(out, running.String()) || strings.Contains(out, failed.String()) {
+		t.Fatalf("list --idempotency-key order-running:\n%s", out)
+	}
 	out, _, _ = runCLI(t, "list", "--limit", "1", "--api", url)
 	if !strings.Contains(out, running.String()) || !strings.Contains(out, "more: --cursor ") {
 		t.Fatalf("list --limit 1 shows no next page:\n%s", out)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -171,12 +170,6 @@ func cliEngine(ctx context.Context, cfg *Config) (*saga.Engine, func(), error) {
 		return nil, nil, err
 	}
 	return eng, pool.Close, nil
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func printReport(w io.Writer, r saga.ReconcileReport) {

@@ -65,6 +65,7 @@ type KafkaConfig struct {
 // OrchestratorConfig is orchestrator.*.
 type OrchestratorConfig struct {
 	Schema, GroupID                                string
+	SingleLiveTypes                                []string
 	TimerInterval                                  time.Duration
 	TimerBatch, StartBatch, InboxBatch, RelayBatch int
 }
@@ -96,6 +97,7 @@ type ParticipantsConfig struct {
 type RetentionConfig struct {
 	Enabled                                        bool
 	SentOutboxAfter, InboxAfter, FinishedSagaAfter time.Duration
+	FailedSagaAfter, BarrierAfter                  time.Duration
 	BatchSize                                      int
 	Interval                                       time.Duration
 }
@@ -159,6 +161,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.schema", &o.Schema}, {"orchestrator.group_id", &o.GroupID}, {"orchestrator.timer_interval", &o.TimerInterval},
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
+		{"orchestrator.single_live_types", &o.SingleLiveTypes},
 		{"relay.keep_sent", &c.Relay.KeepSent},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
@@ -170,7 +173,8 @@ func (c *Config) bindings() []binding {
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
 		{"participants.seed", &p.Seed}, {"participants.http_addr", &p.HTTPAddr}, {"participants.items", &p.Items},
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
-		{"retention.finished_saga_after", &r.FinishedSagaAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
+		{"retention.finished_saga_after", &r.FinishedSagaAfter},
+		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
 		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
 		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
@@ -389,6 +393,14 @@ func (c *Config) validate() error {
 	positive("retention.inbox_after", r.InboxAfter)
 	positive("retention.finished_saga_after", r.FinishedSagaAfter)
 	positive("retention.interval", r.Interval)
+	positive("retention.failed_saga_after", r.FailedSagaAfter)
+	positive("retention.barrier_after", r.BarrierAfter)
+	if r.FailedSagaAfter < r.FinishedSagaAfter {
+		bad("retention.failed_saga_after", "must be at least retention.finished_saga_after ("+r.FinishedSagaAfter.String()+")", r.FailedSagaAfter)
+	}
+	if r.BarrierAfter < r.InboxAfter {
+		bad("retention.barrier_after", "must be at least retention.inbox_after ("+r.InboxAfter.String()+")", r.BarrierAfter)
+	}
 	rc := c.Reconcile
 	positive("reconcile.interval", rc.Interval)
 	positive("reconcile.since", rc.Since)
@@ -453,7 +465,8 @@ func (c *Config) engine() saga.Config {
 	return saga.Config{
 		Schema: c.Orchestrator.Schema, ReplyTopic: c.Kafka.ReplyTopic, TopicPrefix: c.Kafka.TopicPrefix,
 		TimerInterval: c.Orchestrator.TimerInterval, TimerBatch: c.Orchestrator.TimerBatch,
-		Advanced: saga.Advanced{StartBatch: c.Orchestrator.StartBatch},
+		Advanced:        saga.Advanced{StartBatch: c.Orchestrator.StartBatch},
+		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 	}
 }
 

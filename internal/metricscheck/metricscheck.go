@@ -95,6 +95,7 @@ var Required = []Requirement{
 	{"sagaflow_sagas_finished_total", true, "sagas completed/compensated/failed, by type and state"},
 	{"sagaflow_saga_transitions_total", true, "transitions applied, by type and event"},
 	{"sagaflow_step_duration_seconds_count", true, "step duration histogram, by step, action, outcome"},
+	{"sagaflow_saga_duration_seconds_count", true, "saga duration histogram (start to terminal state), by type and state"},
 	{"sagaflow_sagas_in_flight", false, "non-terminal sagas, by state"},
 	{"sagaflow_outbox_pending", false, "unsent outbox rows, by outbox schema"},
 	{"sagaflow_outbox_oldest_unsent_seconds", false, "age of the oldest unsent outbox row, by outbox schema"},

@@ -1,6 +1,7 @@
 // Package retention deletes what the runtime no longer needs: outbox rows
-// already published, inbox (dedupe) rows past their window, and the saga and
-// journal rows of sagas that finished long ago.
+// already published, inbox (dedupe) rows and participants' barrier rows past
+// their windows, and the saga and journal rows of sagas that finished long
+// ago.
 //
 // Every delete is a bounded batch (DELETE ... WHERE id IN (SELECT ... LIMIT
 // n)), one statement per transaction, so no lock is held for long and the
@@ -19,11 +20,17 @@
 //     lag you tolerate); the participant barrier keeps protecting the
 //     business effect after that, but the orchestrator's dedupe does not.
 //   - Only sagas in completed or compensated state whose finished_at is
-//     older than FinishedSagaAfter lose their row and journal; running,
-//     compensating and failed sagas are never purged. A saga row and its
+//     older than FinishedSagaAfter lose their row and journal, unless a
+//     journal entry has an actor (an operator's action, a reconciler's
+//     repair): those, and failed sagas, wait for FailedSagaAfter (longer).
+//     Running and compensating sagas are never purged. A saga row and its
 //     journal go in one transaction.
+//   - Barrier rows (participants' schemas) go after BarrierAfter, at least
+//     InboxAfter: a barrier row is what refuses a forward that arrives after
+//     its compensation and answers a re-sent command without executing it
+//     again, so it must outlast every redelivery of its command.
 //
 // Every purged row counts in sagaflow_retention_purged_total{table}, with
 // table the qualified name ("<schema>.outbox", "<schema>.inbox",
-// "<schema>.sagas", "<schema>.journal").
+// "<schema>.barrier", "<schema>.sagas", "<schema>.journal").
 package retention

@@ -18,8 +18,14 @@ const (
 	SentOutboxAfterDefault   = 24 * time.Hour
 	InboxAfterDefault        = 7 * 24 * time.Hour
 	FinishedSagaAfterDefault = 30 * 24 * time.Hour
-	BatchSizeDefault         = 1000
-	IntervalDefault          = time.Minute
+	// FailedSagaAfterDefault keeps failed sagas, and sagas an operator (or
+	// the reconciler) acted on, half a year: their journal is the audit.
+	FailedSagaAfterDefault = 180 * 24 * time.Hour
+	// BarrierAfterDefault keeps participants' barrier rows 90 days: longer
+	// than the inbox window and than any saga stays open (see BarrierAfter).
+	BarrierAfterDefault = 90 * 24 * time.Hour
+	BatchSizeDefault    = 1000
+	IntervalDefault     = time.Minute
 )
 
 // Config configures a Purger.
@@ -37,8 +43,23 @@ type Config struct {
 	// inbox.
 	InboxAfter time.Duration
 	// FinishedSagaAfter: completed and compensated sagas finished longer ago
-	// than this lose their row and journal.
+	// than this lose their row and journal, unless an operator or the
+	// reconciler acted on them (a journal entry with an actor).
 	FinishedSagaAfter time.Duration
+	// FailedSagaAfter: failed sagas, and finished ones an operator or the
+	// reconciler acted on, are deleted this long after they finished. At
+	// least FinishedSagaAfter.
+	FailedSagaAfter time.Duration
+	// BarrierAfter: barrier rows of the Schemas that have a barrier table
+	// (participants) older than this are deleted. A barrier row is what
+	// refuses a forward arriving after its compensation and answers a
+	// re-sent command with the recorded outcome instead of executing it
+	// again; deleted too early, a very late redelivered forward would run
+	// after its compensation (or twice). So it must outlast any
+	// redelivery: the consumed topics' Kafka retention, the inbox window
+	// (it is at least InboxAfter) and the longest a saga stays open and
+	// re-sends.
+	BarrierAfter time.Duration
 	// BatchSize bounds the rows one DELETE removes.
 	BatchSize int
 	// Interval between purge cycles.
@@ -53,6 +74,8 @@ func (c Config) WithDefaults() Config {
 	c.SentOutboxAfter = cmp.Or(c.SentOutboxAfter, SentOutboxAfterDefault)
 	c.InboxAfter = cmp.Or(c.InboxAfter, InboxAfterDefault)
 	c.FinishedSagaAfter = cmp.Or(c.FinishedSagaAfter, FinishedSagaAfterDefault)
+	c.FailedSagaAfter = cmp.Or(c.FailedSagaAfter, FailedSagaAfterDefault)
+	c.BarrierAfter = cmp.Or(c.BarrierAfter, BarrierAfterDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
 	if c.Logger == nil {
@@ -71,6 +94,14 @@ func (c Config) validate() error {
 	pos("SentOutboxAfter", c.SentOutboxAfter)
 	pos("InboxAfter", c.InboxAfter)
 	pos("FinishedSagaAfter", c.FinishedSagaAfter)
+	pos("FailedSagaAfter", c.FailedSagaAfter)
+	pos("BarrierAfter", c.BarrierAfter)
+	if c.FailedSagaAfter < c.FinishedSagaAfter {
+		errs = append(errs, fmt.Errorf("retention: Config.FailedSagaAfter (%s) is shorter than FinishedSagaAfter (%s): failed and operator-resolved sagas are kept at least as long", c.FailedSagaAfter, c.FinishedSagaAfter))
+	}
+	if c.BarrierAfter < c.InboxAfter {
+		errs = append(errs, fmt.Errorf("retention: Config.BarrierAfter (%s) is shorter than InboxAfter (%s): a redelivered command the inbox no longer dedupes must still find its barrier row", c.BarrierAfter, c.InboxAfter))
+	}
 	pos("Interval", c.Interval)
 	if c.BatchSize <= 0 {
 		errs = append(errs, fmt.Errorf("retention: Config.BatchSize is %d, want > 0", c.BatchSize))
@@ -148,6 +179,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 				`DELETE FROM `+ob+` WHERE id IN (SELECT id FROM `+ob+` WHERE sent_at < $1 ORDER BY sent_at LIMIT $2)`),
 			p.simple(s+".inbox", c.InboxAfter,
 				`DELETE FROM `+ib+` WHERE message_id IN (SELECT message_id FROM `+ib+` WHERE received_at < $1 ORDER BY received_at LIMIT $2)`),
+			p.barrier(s, c.BarrierAfter),
 		)
 	}
 	if s := c.OrchestratorSchema; s != "" {
@@ -155,10 +187,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 		jn := pgx.Identifier{s, "journal"}.Sanitize()
 		// finished_at >= created_at, so created_at < cutoff narrows the scan
 		// to the (state, created_at) index. SKIP LOCKED leaves a saga being
-		// touched (an operator, a late reply) for the next cycle.
-		q := `WITH victims AS (
-	SELECT id FROM ` + sg + `
-	WHERE state IN ('completed', 'compensated') AND created_at < $1 AND finished_at < $1
+		// touched (an operator, a late reply) for the next cycle. A saga
+		// with a journal entry that has an actor (an operator's action,
+		// the reconciler's repair) is audited: it waits for FailedSagaAfter,
+		// like failed sagas.
+		audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
+		purge := func(where string) string {
+			return `WITH victims AS (
+	SELECT id FROM ` + sg + ` s
+	WHERE ` + where + ` AND created_at < $1 AND finished_at < $1
 	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), j AS (
 	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
@@ -166,17 +203,47 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
 )
 SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j)`
+		}
 		sagas, journal := s+".sagas", s+".journal"
-		p.jobs = append(p.jobs, job{table: sagas, after: c.FinishedSagaAfter,
-			run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
-				var ns, nj int64
-				if err := p.pool.QueryRow(ctx, q, cutoff, limit).Scan(&ns, &nj); err != nil {
-					return nil, err
-				}
-				return map[string]int64{sagas: ns, journal: nj}, nil
-			}})
+		for _, k := range []struct {
+			after time.Duration
+			q     string
+		}{
+			{c.FinishedSagaAfter, purge(`state IN ('completed', 'compensated') AND NOT ` + audited)},
+			{c.FailedSagaAfter, purge(`(state = 'failed' OR (state IN ('completed', 'compensated') AND ` + audited + `))`)},
+		} {
+			p.jobs = append(p.jobs, job{table: sagas, after: k.after,
+				run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
+					var ns, nj int64
+					if err := p.pool.QueryRow(ctx, k.q, cutoff, limit).Scan(&ns, &nj); err != nil {
+						return nil, err
+					}
+					return map[string]int64{sagas: ns, journal: nj}, nil
+				}})
+		}
 	}
 	return p, nil
+}
+
+// barrier purges <schema>.barrier when the schema has one (a
+// participant's), by created_at (its BRIN index); rows locked by a handler
+// are skipped.
+func (p *Purger) barrier(schema string, after time.Duration) job {
+	table := schema + ".barrier"
+	b := pgx.Identifier{schema, "barrier"}.Sanitize()
+	q := `DELETE FROM ` + b + ` WHERE (saga_id, step, action) IN (
+	SELECT saga_id, step, action FROM ` + b + ` WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
+		var exists bool
+		if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b).Scan(&exists); err != nil || !exists {
+			return map[string]int64{}, err
+		}
+		tag, err := p.pool.Exec(ctx, q, cutoff, limit)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]int64{table: tag.RowsAffected()}, nil
+	}}
 }
 
 func (p *Purger) simple(table string, after time.Duration, q string) job {

@@ -268,3 +268,79 @@ func TestRunStopsOnCancel(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+// Barrier rows go after BarrierAfter (default 90 days), only in schemas
+// that have a barrier table; failed sagas and sagas an operator or the
+// reconciler acted on (a journal entry with an actor) are kept for
+// FailedSagaAfter (default 180 days), the others for FinishedSagaAfter.
+func TestPurgeBarrierAndAuditedSagasLater(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")), testkit.MustSets(t)(migrations.Participant("part")))
+	now := time.Now()
+	days := func(n int) time.Time { return now.Add(-time.Duration(n) * 24 * time.Hour) }
+
+	for _, b := range []struct {
+		step string
+		at   time.Time
+	}{{"old-1", days(100)}, {"old-2", days(91)}, {"recent", days(60)}} {
+		exec(t, pool, `INSERT INTO part.barrier (saga_id, step, action, outcome, closed, created_at) VALUES (gen_random_uuid(), $1, 'forward', 'success', false, $2)`, b.step, b.at)
+	}
+	type sg struct {
+		state    string
+		finished time.Time
+		actor    string
+		gone     bool
+	}
+	cases := []sg{
+		{"failed", days(200), "", true},
+		{"failed", days(100), "", false},
+		{"completed", days(60), "alice@ops", false},    // operator-resolved: audited
+		{"compensated", days(60), "reconciler", false}, // repaired by the reconciler
+		{"completed", days(60), "", true},
+		{"completed", days(200), "alice@ops", true},
+	}
+	ids := make([]uuid.UUID, len(cases))
+	for i, c := range cases {
+		ids[i] = uuid.New()
+		exec(t, pool, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, data, steps, version, created_at, updated_at, finished_at)
+			VALUES ($1, 'place-order', 1, 'a', $2, $3, '{}', '[]', 1, $4, $4, $4)`, ids[i], ids[i].String(), c.state, c.finished)
+		exec(t, pool, `INSERT INTO orch.journal (saga_id, at, event, actor) VALUES ($1, $2, 'started', ''), ($1, $2, 'operator resolve', $3)`, ids[i], c.finished, c.actor)
+	}
+	p, err := retention.New(pool, &retention.Config{Schemas: []string{"orch", "part"}, OrchestratorSchema: "orch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatalf("PurgeOnce: %v", err)
+	}
+	if got["part.barrier"] != 2 || got["orch.sagas"] != 3 {
+		t.Errorf("purged %v; want 2 part.barrier rows and 3 sagas", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM part.barrier WHERE step = 'recent'`); n != 1 {
+		t.Errorf("the barrier row inside the window is gone")
+	}
+	for i, c := range cases {
+		n := count(t, pool, `SELECT count(*) FROM orch.sagas WHERE id = $1`, ids[i])
+		if gone := n == 0; gone != c.gone {
+			t.Errorf("saga %+v: purged = %v, want %v", c, gone, c.gone)
+		}
+	}
+}
+
+func TestRetentionWindowsAreOrdered(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	for _, tc := range []struct {
+		cfg  retention.Config
+		want string
+	}{
+		{retention.Config{Schemas: []string{"a"}, InboxAfter: 100 * 24 * time.Hour}, "BarrierAfter"},
+		{retention.Config{OrchestratorSchema: "a", FinishedSagaAfter: 200 * 24 * time.Hour}, "FailedSagaAfter"},
+	} {
+		if _, err := retention.New(pool, &tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}

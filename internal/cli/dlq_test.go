@@ -1,0 +1,95 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/migrations"
+)
+
+// `orchestrator dlq` on a live database: list --json, show, redrive
+// (refused without a reason, then audited), the same for a participant's
+// schema with --schema, and the dead outbox rows requeued.
+func TestDLQCommands(t *testing.T) {
+	t.Parallel()
+	url := testkit.Database(t)
+	pool := testkit.PoolURL(t, url)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("sagaflow")), testkit.MustSets(t)(migrations.Participant("inventory")))
+	ctx := context.Background()
+	for _, s := range []string{"sagaflow", "inventory"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
+VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray reply')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sagaflow.outbox (topic, key, value, dead_at, attempts, last_error) VALUES ('x', 'k', 'v', now(), 20, 'no topic')`); err != nil {
+		t.Fatal(err)
+	}
+	db := "--database-url=" + url
+
+	out, stderr, code := runCLI(t, "dlq", "list", "--json", db)
+	if code != 0 {
+		t.Fatalf("dlq list --json: exit %d: %s", code, stderr)
+	}
+	var page struct {
+		DeadLetters []struct {
+			ID    int64  `json:"id"`
+			Topic string `json:"topic"`
+		} `json:"dead_letters"`
+		Counts struct {
+			DeadLetters int `json:"dead_letters"`
+			DeadOutbox  int `json:"dead_outbox"`
+		} `json:"counts"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.DeadLetters) != 1 || page.DeadLetters[0].Topic != "t.sagaflow" || page.Counts.DeadOutbox != 1 {
+		t.Fatalf("dlq list --json = %s (%v); want the orchestrator's one dead letter and one dead outbox row", out, err)
+	}
+	id := strconv.FormatInt(page.DeadLetters[0].ID, 10)
+	if out, _, code := runCLI(t, "dlq", "show", id, db); code != 0 || !strings.Contains(out, "reason   stray reply") || !strings.Contains(out, `{"a":1}`) {
+		t.Fatalf("dlq show: exit %d:\n%s", code, out)
+	}
+	if _, stderr, code := runCLI(t, "dlq", "redrive", id, "--actor", "alice", db); code == 0 || !strings.Contains(stderr, "reason is required") {
+		t.Fatalf("dlq redrive without --reason: exit %d: %s; want refused", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "dlq", "redrive", db); code == 0 || !strings.Contains(stderr, "--all") {
+		t.Fatalf("dlq redrive with nothing named: exit %d: %s; want refused", code, stderr)
+	}
+	if out, stderr, code := runCLI(t, "dlq", "redrive", id, "--actor", "alice", "--reason", "fixed", db); code != 0 || !strings.Contains(out, "redriven 1") {
+		t.Fatalf("dlq redrive: exit %d: %s %s", code, out, stderr)
+	}
+	if out, _, code := runCLI(t, "dlq", "redrive", id, "--actor", "alice", "--reason", "again", db); code != 0 || !strings.Contains(out, "skipped "+id) {
+		t.Fatalf("second dlq redrive: exit %d: %s; want it skipped", code, out)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox WHERE topic = 't.sagaflow' AND headers->>'message-id' = 'm-1' AND value = '{"a":1}'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("redriven outbox rows = %d, %v; want 1 with the original value and headers", n, err)
+	}
+	if out, _, code := runCLI(t, "dlq", "audit", db); code != 0 || !strings.Contains(out, "dlq.redrive") || !strings.Contains(out, "alice") {
+		t.Fatalf("dlq audit: exit %d:\n%s", code, out)
+	}
+
+	// A participant's schema.
+	if out, stderr, code := runCLI(t, "dlq", "redrive", "--all", "--schema", "inventory", "--actor", "bob", "--reason", "replay", "--json", db); code != 0 || !strings.Contains(out, `"ids"`) {
+		t.Fatalf("dlq redrive --all --schema inventory: exit %d: %s %s", code, out, stderr)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM inventory.dead_letters WHERE redriven_by = 'bob'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("inventory dead letters redriven by bob = %d, %v; want 1", n, err)
+	}
+
+	if _, stderr, code := runCLI(t, "dlq", "list", "--schema", "nosuch", db); code == 0 || !strings.Contains(stderr, "orchestrator migrate") {
+		t.Fatalf("dlq list on an unmigrated schema: exit %d: %s; want a hint to migrate", code, stderr)
+	}
+	if out, _, code := runCLI(t, "dlq", "outbox", db); code != 0 || !strings.Contains(out, "no topic") {
+		t.Fatalf("dlq outbox: exit %d:\n%s", code, out)
+	}
+	if out, stderr, code := runCLI(t, "dlq", "requeue", "--all", "--actor", "carol", "--reason", "topic created", db); code != 0 || !strings.Contains(out, "requeued 1") {
+		t.Fatalf("dlq requeue --all: exit %d: %s %s", code, out, stderr)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox WHERE dead_at IS NOT NULL`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("dead outbox rows after requeue = %d, %v; want 0", n, err)
+	}
+}
