@@ -39,6 +39,7 @@ func (s *Server) routeReconcile() {
 	s.mux.HandleFunc("GET /reconcile", s.read(s.reconcileView))
 	s.mux.HandleFunc("POST /reconcile/run", s.admin(s.reconcileRun))
 	s.mux.HandleFunc("POST /reconcile/discrepancies/{id}/resolve", s.admin(s.resolveDiscrepancy))
+	s.routeReconcilePages()
 }
 
 func (s *Server) reconciler(w http.ResponseWriter) (Reconciler, bool) {
@@ -99,6 +100,10 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 		o.Since = d
 	}
 	rep, err := rc.Reconcile(r.Context(), o, s.cfg.ReconcileMetrics)
+	if errors.Is(err, saga.ErrReconcileBusy) {
+		fail(w, http.StatusConflict, "", "%v; try again in a moment", err)
+		return
+	}
 	if err != nil {
 		s.failInternal(w, r, "reconcile", err)
 		return

@@ -2,7 +2,10 @@ package api_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -76,4 +79,55 @@ func TestOperatorQueryAction(t *testing.T) {
 	wantError(t, "check of a running saga", code, out, http.StatusConflict, "action")
 	code, out = e.do("POST", "/sagas/"+id.String()+"/actions/peek", map[string]any{"actor": "erin", "reason": "x"}, admin...)
 	wantError(t, "unknown action", code, out, http.StatusNotFound, "action")
+}
+
+func TestReconcilePage(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "sesame")
+	id := e.start("rec-page")
+	for range 3 {
+		e.reply(id, message.Success, "")
+	}
+	e.reply(id, message.Failure, "no carrier")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	page := func(method, path string, form url.Values) (int, string, string) {
+		t.Helper()
+		var res *http.Response
+		var err error
+		if method == "GET" {
+			res, err = noRedirect.Get(e.srv.URL + path)
+		} else {
+			res, err = noRedirect.PostForm(e.srv.URL+path, form)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Location"), string(b)
+	}
+	if code, _, body := page("GET", "/ui/reconcile", nil); code != 200 || !strings.Contains(body, "Nothing open.") || !strings.Contains(body, "never") {
+		t.Fatalf("GET /ui/reconcile before a run = %d:\n%s", code, body)
+	}
+	if code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {"wrong"}}); code != 401 || !strings.Contains(body, "Nothing was changed") {
+		t.Fatalf("run with a wrong token = %d:\n%s", code, body)
+	}
+	code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {"sesame"}})
+	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, saga.KindFailed) {
+		t.Fatalf("run = %d:\n%s", code, body)
+	}
+	open, err := e.eng.OpenDiscrepancies(t.Context(), 10)
+	if err != nil || len(open) != 1 {
+		t.Fatalf("open %v %v", open, err)
+	}
+	path := fmt.Sprintf("/ui/reconcile/%d/resolve", open[0].ID)
+	if code, _, body := page("POST", path, url.Values{"token": {"sesame"}, "actor": {"dana"}}); code != 400 || !strings.Contains(body, "reason") {
+		t.Fatalf("resolve without reason = %d:\n%s", code, body)
+	}
+	if code, loc, _ := page("POST", path, url.Values{"token": {"sesame"}, "actor": {"dana"}, "reason": {"shipped by hand"}}); code != 303 || loc != "/ui/reconcile?done=resolve" {
+		t.Fatalf("resolve = %d %q", code, loc)
+	}
+	if code, _, body := page("GET", "/ui/reconcile?done=resolve", nil); code != 200 || !strings.Contains(body, "Nothing open.") || !strings.Contains(body, "Discrepancy resolved") {
+		t.Fatalf("after resolve = %d:\n%s", code, body)
+	}
 }
