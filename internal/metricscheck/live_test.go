@@ -23,6 +23,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/metricscheck"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/testkit"
@@ -191,7 +192,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 			}
 		})
 		bg.Go(func() {
-			w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: replyTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+			w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: replyTopic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 			defer w.Close()
 			orig := firstReply(ctx, t, brokers, replyTopic, 8)
 			if orig.Value == nil {
