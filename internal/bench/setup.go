@@ -14,6 +14,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/stdmetrics"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -139,6 +140,9 @@ type metrics struct {
 func newMetrics() (metrics, error) {
 	reg := prometheus.NewRegistry()
 	m := metrics{reg: reg}
+	if err := stdmetrics.Register(reg, "sagaflow"); err != nil {
+		return m, err
+	}
 	var err error
 	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {
 		return m, err

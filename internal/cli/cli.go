@@ -22,7 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
@@ -34,6 +33,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/stdmetrics"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -142,7 +142,9 @@ type metricSet struct {
 
 func newMetrics() (*metricSet, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
+	if err := stdmetrics.Register(reg, "sagaflow"); err != nil {
+		return nil, err
+	}
 	m := &metricSet{reg: reg}
 	var err error
 	if m.saga, err = saga.NewMetrics(reg, "sagaflow"); err != nil {

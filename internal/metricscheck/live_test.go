@@ -18,7 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/metricscheck"
 	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/stdmetrics"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/message"
@@ -145,7 +145,9 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	dbURL := testkit.Database(t)
 	brokers := testkit.Brokers(t)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
+	if err := stdmetrics.Register(reg, "sagaflow"); err != nil {
+		t.Fatal(err)
+	}
 	rm, err := retention.NewMetrics(reg, "sagaflow")
 	if err != nil {
 		t.Fatal(err)
