@@ -315,7 +315,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "type", "unknown saga type %s (known: %s)", echo(b.Type), strings.Join(s.eng.Registry().Types(), ", "))
 		return
 	}
-	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
+	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data,
+		TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")})
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):
 		field := "data"

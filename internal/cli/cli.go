@@ -304,6 +304,11 @@ func serveCmd(v *viper.Viper) *cobra.Command {
 			ec := engineConfig(v)
 			ec.Metrics = ms.saga
 			ms.saga.InitTypes(reg.Types()...)
+			var stopTracing func()
+			if ec.Tracer, stopTracing, err = newTracing(ctx, v); err != nil {
+				return err
+			}
+			defer stopTracing()
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 				Brokers: bs, Dialer: dialer, GroupID: v.GetString("orchestrator.group_id"), Engine: ec, Logger: log,
 				Partitions: v.GetInt("kafka.partitions"), Replication: v.GetInt("kafka.replication"),
