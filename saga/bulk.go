@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -78,54 +76,6 @@ type BulkCounts struct {
 // Empty reports whether f has no criterion.
 func (f Filter) Empty() bool {
 	return f.State == "" && f.Type == "" && f.Step == "" && f.OlderThan <= 0 && !f.Stuck
-}
-
-// ParseFilter reads a filter written as comma-separated key=value pairs:
-// state (or status), type, step, older_than (a duration), stuck_since (a
-// duration: stuck, unmoved for that long) and stuck (true). Example:
-// "status=failed,type=place-order".
-func ParseFilter(s string) (Filter, error) {
-	var f Filter
-	for _, kv := range strings.Split(s, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if !ok || v == "" {
-			return Filter{}, fmt.Errorf("%w: filter %q: want key=value", ErrInvalidInput, kv)
-		}
-		switch k {
-		case "state", "status":
-			f.State = State(v)
-			if !f.State.Valid() {
-				return Filter{}, fmt.Errorf("%w: filter %s=%s: not one of running, compensating, completed, compensated, failed", ErrInvalidInput, k, v)
-			}
-		case "type":
-			f.Type = v
-		case "step":
-			f.Step = v
-		case "older_than", "stuck_since":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return Filter{}, fmt.Errorf("%w: filter %s=%s: want a positive duration such as 10m", ErrInvalidInput, k, v)
-			}
-			if k == "older_than" {
-				f.OlderThan = d
-			} else {
-				f.Stuck, f.StuckAfter = true, d
-			}
-		case "stuck":
-			if v != "true" {
-				return Filter{}, fmt.Errorf("%w: filter stuck=%s: only stuck=true", ErrInvalidInput, v)
-			}
-			f.Stuck = true
-		default:
-			return Filter{}, fmt.Errorf("%w: filter key %q: want state, type, step, older_than, stuck_since or stuck", ErrInvalidInput, k)
-		}
-	}
-	return f, nil
 }
 
 // OperateMatching applies req.Operator to each saga req.Filter matches (at

@@ -5,28 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
-
-func TestParseFilter(t *testing.T) {
-	t.Parallel()
-	f, err := saga.ParseFilter("status=failed, type=place-order,step=charge-payment,older_than=10m,stuck_since=5m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := saga.Filter{State: saga.Failed, Type: "place-order", Step: "charge-payment", OlderThan: 10 * time.Minute, Stuck: true, StuckAfter: 5 * time.Minute}
-	if f != want {
-		t.Fatalf("ParseFilter = %+v, want %+v", f, want)
-	}
-	for _, bad := range []string{"status=nope", "colour=red", "older_than=-1m", "type", "stuck=false", "stuck_since=soon"} {
-		if _, err := saga.ParseFilter(bad); !errors.Is(err, saga.ErrInvalidInput) {
-			t.Errorf("ParseFilter(%q) = %v, want ErrInvalidInput", bad, err)
-		}
-	}
-}
 
 // A dry run lists the matching sagas and what the action would do to each,
 // writing nothing; the real run applies it to each through Operate,
