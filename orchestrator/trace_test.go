@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,7 +183,9 @@ func TestEveryCommandCarriesTheSagasTraceID(t *testing.T) {
 		if c.SagaID == completed && r.Headers[message.HeaderTraceState] != "rojo=00f067aa0ba902b7" {
 			t.Errorf("command %s/%s: tracestate %q, want the caller's", c.Step, c.Action, r.Headers[message.HeaderTraceState])
 		}
-		perSaga[c.SagaID] = append(perSaga[c.SagaID], c.Step+"/"+string(c.Action))
+		if sa := c.Step + "/" + string(c.Action); !slices.Contains(perSaga[c.SagaID], sa) { // re-sends once
+			perSaga[c.SagaID] = append(perSaga[c.SagaID], sa)
+		}
 		commandTrace[c.MessageID] = tp
 	}
 	if n := len(perSaga[completed]); n < 5 {
@@ -206,7 +209,9 @@ func TestEveryCommandCarriesTheSagasTraceID(t *testing.T) {
 			}
 		}
 	}
-	if replies < len(commandTrace) {
+	// Every command was answered before its saga moved on (a re-sent
+	// copy's answer may still be on its way: at least one per step).
+	if replies < len(perSaga[completed])+len(perSaga[declined]) {
 		t.Errorf("%d replies for %d commands", replies, len(commandTrace))
 	}
 
@@ -235,8 +240,10 @@ func TestEveryCommandCarriesTheSagasTraceID(t *testing.T) {
 			t.Errorf("span %q in trace %s, not one of the sagas'", s.Name, s.SpanContext.TraceID())
 		}
 	}
-	if count["start"] != 3 || count["send"] != len(commandTrace) || count["apply"] < replies {
-		t.Errorf("spans %v; want 3 starts, %d sends, at least %d applies", count, len(commandTrace), replies)
+	// A send span per command (more if a transaction that enqueued one
+	// rolled back and was redone), an apply per reply the sagas needed.
+	if need := len(perSaga[completed]) + len(perSaga[declined]) + len(perSaga[fresh]); count["start"] != 3 || count["send"] < len(commandTrace) || count["apply"] < need {
+		t.Errorf("spans %v; want 3 starts, at least %d sends and %d applies", count, len(commandTrace), need)
 	}
 	for id, tp := range commandTrace {
 		if span := tp[36:52]; !sendSpans[span] {
