@@ -155,6 +155,8 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	s.mux.HandleFunc("GET /sagas", s.read(s.list))
 	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
 	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
+	s.mux.HandleFunc("POST /sagas/actions/{action}", s.admin(s.operateMatching))
+	s.mux.HandleFunc("GET /openapi.yaml", s.openAPI)
 	s.mux.HandleFunc("GET /stats", s.read(s.stats))
 	s.routeReconcile()
 	s.routePages()
@@ -353,7 +355,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "type", "unknown saga type %s (known: %s)", echo(b.Type), strings.Join(s.eng.Registry().Types(), ", "))
 		return
 	}
-	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data})
+	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data,
+		TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")})
 	var live *saga.LiveSagaError
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):
@@ -610,20 +613,8 @@ func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, 
 	default:
 		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate, resolve, query or check", echo(string(action)))}
 	}
-	bad := func(field, msg string) (saga.Instance, *actionError) {
-		return saga.Instance{}, &actionError{status: http.StatusBadRequest, field: field, msg: msg}
-	}
-	switch {
-	case strings.TrimSpace(b.Actor) == "":
-		return bad("actor", "actor is required (who acts)")
-	case strings.TrimSpace(b.Reason) == "":
-		return bad("reason", "reason is required (why)")
-	case !plainText(b.Actor, 200):
-		return bad("actor", "actor must be UTF-8 text without NUL characters, at most 200 bytes")
-	case !plainText(b.Reason, 2000):
-		return bad("reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes")
-	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
-		return bad("outcome", "outcome must be completed or compensated")
+	if aerr := checkAction(action, b); aerr != nil {
+		return saga.Instance{}, aerr
 	}
 	in, err := s.eng.Operate(r.Context(), id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
 	var refused *saga.RefusedError
@@ -637,6 +628,27 @@ func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, 
 		return in, &actionError{status: status, msg: body.Error, requestID: body.RequestID}
 	}
 	return in, nil
+}
+
+// checkAction validates the actor, reason and outcome of an operator
+// action (400 with the field at fault).
+func checkAction(action saga.OperatorAction, b ActionBody) *actionError {
+	bad := func(field, msg string) *actionError {
+		return &actionError{status: http.StatusBadRequest, field: field, msg: msg}
+	}
+	switch {
+	case strings.TrimSpace(b.Actor) == "":
+		return bad("actor", "actor is required (who acts)")
+	case strings.TrimSpace(b.Reason) == "":
+		return bad("reason", "reason is required (why)")
+	case !plainText(b.Actor, 200):
+		return bad("actor", "actor must be UTF-8 text without NUL characters, at most 200 bytes")
+	case !plainText(b.Reason, 2000):
+		return bad("reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes")
+	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
+		return bad("outcome", "outcome must be completed or compensated")
+	}
+	return nil
 }
 
 func (s *Server) operate(w http.ResponseWriter, r *http.Request) {

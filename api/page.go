@@ -23,6 +23,7 @@ import (
 //	GET  /ui/sagas                      list with filters and keyset paging
 //	GET  /ui/sagas/{id}                 detail: step timeline, journal, actions
 //	POST /ui/sagas/{id}/actions/{name}  operator action (form with the admin token)
+//	POST /ui/sagas/actions              an action on every saga of a filter, dry run first
 //	POST /ui/login                      token for read pages when reads are protected
 
 //go:embed templates/*.html
@@ -39,6 +40,7 @@ func (s *Server) routePages() {
 	s.mux.HandleFunc("GET /ui/sagas", s.page(s.listPage))
 	s.mux.HandleFunc("GET /ui/sagas/{id}", s.page(s.detailPage))
 	s.mux.HandleFunc("POST /ui/sagas/{id}/actions/{action}", s.actionPage)
+	s.mux.HandleFunc("POST /ui/sagas/actions", s.bulkPage)
 	s.mux.HandleFunc("POST /ui/login", s.login)
 }
 

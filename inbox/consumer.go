@@ -116,7 +116,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	writer := &kafka.Writer{
 		Addr:         kafka.TCP(c.cfg.Brokers...),
-		Balancer:     &kafka.Hash{},
+		Balancer:     kafkaclient.Balancer(),
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond,
 		// A dead letter is at most DeadLetterBytes; leave room for the

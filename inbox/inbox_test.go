@@ -47,7 +47,7 @@ func setup(t *testing.T, partitions int) *env {
 	}
 	brokers := testkit.Brokers(t)
 	topic := testkit.Topic(t, brokers, "inbox", partitions)
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	t.Cleanup(func() { _ = w.Close() })
 	return &env{pool: pool, brokers: brokers, topic: topic, group: "g-" + testkit.RandomSuffix(4), w: w}
 }

@@ -51,7 +51,7 @@ func TestBrokerCutConsumerResumesAfterSessionTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &env{pool: pool, brokers: brokers, topic: topic, group: "g-" + testkit.RandomSuffix(4)}
-	e.w = &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	e.w = &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	t.Cleanup(func() { _ = e.w.Close() })
 	cfg := e.config(newMetrics(t))
 	cfg.SessionTimeout = session

@@ -330,7 +330,7 @@ func TestThousandBadRecordsOnOneKeyDoNotHoldUpOtherPartitions(t *testing.T) {
 	for i := range 200 {
 		id := uuid.New()
 		key := fmt.Sprintf("good-%d", i)
-		if kafkaHashPartition(key, 4) == kafkaHashPartition("the-bad-key", 4) {
+		if keyPartition(key, 4) == keyPartition("the-bad-key", 4) {
 			continue
 		}
 		good = append(good, id)
@@ -350,13 +350,13 @@ func TestThousandBadRecordsOnOneKeyDoNotHoldUpOtherPartitions(t *testing.T) {
 	effectsOncePerID(t, e.pool, good)
 }
 
-// kafkaHashPartition is the partition kafka.Hash picks for key.
-func kafkaHashPartition(key string, n int) int {
+// keyPartition is the partition the writers' balancer picks for key.
+func keyPartition(key string, n int) int {
 	parts := make([]int, n)
 	for i := range parts {
 		parts[i] = i
 	}
-	return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(key)}, parts...)
+	return kafkaclient.Balancer().Balance(kafka.Message{Key: []byte(key)}, parts...)
 }
 
 // A lane stuck on a batch (its handler blocks) pauses its own partitions
@@ -390,9 +390,9 @@ func TestFullLanePausesItsPartitionNotTheOthers(t *testing.T) {
 	slowKey, fastKey := "", ""
 	for i := 0; slowKey == "" || fastKey == ""; i++ {
 		k := "k" + strconv.Itoa(i)
-		if kafkaHashPartition(k, 2) == 0 && slowKey == "" {
+		if keyPartition(k, 2) == 0 && slowKey == "" {
 			slowKey = k
-		} else if kafkaHashPartition(k, 2) == 1 && fastKey == "" {
+		} else if keyPartition(k, 2) == 1 && fastKey == "" {
 			fastKey = k
 		}
 	}

@@ -257,7 +257,9 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 	if len(rs) == 0 {
 		return out, nil
 	}
+	end := s.replySpans(ms, rs, idx)
 	err := s.engine.ApplyReplies(ctx, tx, rs)
+	defer func() { end(err) }()
 	switch {
 	case err == nil:
 		return out, nil

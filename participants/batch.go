@@ -125,7 +125,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
 		}
-		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.Headers(reply.MessageID, reply.SagaID)}
+		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), ms[i])}
 	}
 	if err := p.outbox.Enqueue(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)

@@ -42,13 +42,15 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Re
 	if err != nil {
 		return err
 	}
-	if err := p.enqueueReply(ctx, tx, cmd, reply); err != nil {
+	if err := p.enqueueReply(ctx, tx, cmd, reply, m); err != nil {
 		return err
 	}
 	return nil
 }
 
-func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.Command, reply message.Reply) error {
+// enqueueReply enqueues reply to cmd, echoing the trace context headers of
+// cmd's record m.
+func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.Command, reply message.Reply, m message.Record) error {
 	value, err := message.EncodeReply(reply)
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
@@ -57,7 +59,7 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 		Topic:   cmd.ReplyTo,
 		Key:     reply.SagaID.String(),
 		Value:   value,
-		Headers: message.Headers(reply.MessageID, reply.SagaID),
+		Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), m),
 	})
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, reply.MessageID, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
@@ -68,7 +69,7 @@ func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 	garbage := []byte(`{"message_id": "not-a-uuid", "saga_id": 42}`)
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
 	defer w.Close()
 	toRecord := func(c message.Command) kafka.Message {
 		r := record(t, c, message.Headers(c.MessageID, c.SagaID))

@@ -251,7 +251,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
 	return &kafka.Writer{
 		Addr:        kafka.TCP(r.cfg.Brokers...),
-		Balancer:    &kafka.Hash{},
+		Balancer:    kafkaclient.Balancer(),
 		MaxAttempts: 3,
 		BatchSize:   r.cfg.BatchSize,
 		BatchBytes:  MaxMessageBytes,

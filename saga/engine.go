@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/pgid"
@@ -64,6 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives the engine's metrics; nil: none.
 	Metrics *Metrics
+	// Tracer makes the engine's spans (saga start, step send); nil: no
+	// spans, and a saga keeps the trace context it was started with.
+	Tracer trace.Tracer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// SingleLiveTypes are the saga types that allow at most one live
@@ -196,6 +200,9 @@ type StartRequest struct {
 	Data any
 	// ID optionally fixes the saga id (default: a new random UUID).
 	ID uuid.UUID
+	// TraceParent and TraceState are the caller's W3C trace context
+	// (optional; an invalid traceparent is ignored): see Instance.TraceParent.
+	TraceParent, TraceState string
 }
 
 // MaxKeyLength bounds idempotency keys and aggregate ids (the aggregate id
@@ -397,7 +404,7 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision) error {
 			}
 			msgs = append(msgs, outbox.Message{
 				Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
-				Headers: message.Headers(c.MessageID, c.SagaID),
+				Headers: e.commandHeaders(&d.Next, c, o.Participant),
 			})
 		}
 	}
@@ -428,7 +435,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 				return in, d, err
 			}
 			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
-			e.logIgnored(ctx, id.String(), d)
+			e.logIgnored(ctx, &in, d)
 			return in, d, nil
 		}
 		ok, err = e.st.update(ctx, tx, &d.Next, in.Version)
@@ -450,7 +457,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 		e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
 		if d.Next.State != in.State {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", id.String()),
-				slog.String("from", string(in.State)), slog.String("to", string(d.Next.State)), slog.String("step", d.Next.CurrentStep()))
+				slog.String("from", string(in.State)), slog.String("to", string(d.Next.State)), slog.String("step", d.Next.CurrentStep()), traceAttr(&d.Next))
 		}
 		return d.Next, d, nil
 	}
@@ -583,10 +590,10 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 	for _, o := range obs {
 		e.cfg.Metrics.observe(o.in.Type, EventReply, o.in, o.d)
 		if !o.d.Changed {
-			e.logIgnored(ctx, o.in.ID.String(), o.d)
+			e.logIgnored(ctx, &o.in, o.d)
 		} else if o.d.Next.State != o.in.State {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", o.in.ID.String()),
-				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()))
+				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()), traceAttr(&o.d.Next))
 		}
 	}
 	return nil
@@ -605,7 +612,7 @@ func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op Operator) (Instan
 	})
 	if err == nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
-			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason))
+			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), traceAttr(&out))
 	}
 	return out, err
 }

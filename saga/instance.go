@@ -120,6 +120,11 @@ type Instance struct {
 	// Secret keys the saga's command ids (CommandID); stored with the saga,
 	// never shown.
 	Secret []byte `json:"-"`
+	// TraceParent and TraceState are the W3C trace context every command of
+	// the saga carries (headers traceparent, tracestate): the start's, or
+	// the span of the start when tracing is on; empty when neither.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // CurrentStep is the name of the active step, or "" for a terminal saga.

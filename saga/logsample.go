@@ -49,14 +49,15 @@ func (s *ignoredSampler) keep(key ignoredKey) (bool, int) {
 }
 
 // logIgnored logs the journal entries of an ignored decision, sampled.
-func (e *Engine) logIgnored(ctx context.Context, sagaID string, d Decision) {
+func (e *Engine) logIgnored(ctx context.Context, in *Instance, d Decision) {
+	sagaID := in.ID.String()
 	for _, j := range d.Journal {
 		ok, suppressed := e.ignored.keep(ignoredKey{saga: sagaID, event: j.Event})
 		if !ok {
 			continue
 		}
 		attrs := []slog.Attr{slog.String("saga_id", sagaID), slog.String("step", j.Step), slog.Any("message_id", j.MessageID),
-			slog.String("event", j.Event), slog.String("reason", j.Reason)}
+			slog.String("event", j.Event), slog.String("reason", j.Reason), traceAttr(in)}
 		if suppressed > 0 {
 			attrs = append(attrs, slog.Int("suppressed_since_last", suppressed))
 		}

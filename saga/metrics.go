@@ -28,6 +28,9 @@ type Metrics struct {
 var SagaDurationBuckets = []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600}
 
 // NewMetrics registers the engine's collectors on reg under namespace ns.
+// Their labels are bounded by the registered definitions: type is a
+// registered saga type, step one of its step names, action and outcome
+// small enums; no label takes a saga id, key or reason.
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	m := &Metrics{
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_started_total",
@@ -37,8 +40,8 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "saga_transitions_total",
 			Help: "State transitions applied, by saga type and event kind."}, []string{"type", "event"}),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
-			Help:    "Time from a step action's first send to its definite answer, by step, action and outcome.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"step", "action", "outcome"}),
+			Help:    "Time from a step action's first send to its definite answer, by saga type, step, action and outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"type", "step", "action", "outcome"}),
 		sagaDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "saga_duration_seconds",
 			Help: "Time from a saga's start to its terminal state (the consistency window), by type and terminal state; " +
 				"a failed saga resolved by an operator is observed again under its final state.",
@@ -48,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		illegal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "illegal_transitions_total",
 			Help: "Events the transition table does not allow, journaled and ignored, by saga type."}, []string{"type"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "step_retries_total",
-			Help: "Commands re-sent (after a retry answer, a timeout or an operator), by step and action."}, []string{"step", "action"}),
+			Help: "Commands re-sent (after a retry answer, a timeout or an operator), by saga type, step and action."}, []string{"type", "step", "action"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "saga_version_conflicts_total",
 			Help: "Conditional updates that found the saga moved by someone else (reloaded and re-decided)."}),
 		flagged: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_flagged_total",
@@ -153,11 +156,11 @@ func (m *Metrics) observe(sagaType string, ev EventKind, prev Instance, d Decisi
 		m.flagged.WithLabelValues(sagaType).Inc()
 	}
 	for _, s := range d.Settled {
-		m.stepDuration.WithLabelValues(s.Step, string(s.Action), string(s.Outcome)).Observe(s.Duration.Seconds())
+		m.stepDuration.WithLabelValues(sagaType, s.Step, string(s.Action), string(s.Outcome)).Observe(s.Duration.Seconds())
 	}
 	for _, o := range d.Send {
 		if o.Command.Attempt > 1 {
-			m.retries.WithLabelValues(o.Command.Step, string(o.Command.Action)).Inc()
+			m.retries.WithLabelValues(sagaType, o.Command.Step, string(o.Command.Action)).Inc()
 		}
 	}
 }

@@ -274,6 +274,7 @@ func (e *Engine) startDecision(req StartRequest, def *Def, data json.RawMessage)
 	now := e.cfg.Now()
 	in := NewInstance(def, id, req.AggregateID, req.IdempotencyKey, data, now)
 	in.Secret = NewSecret()
+	e.startTrace(&in, req)
 	d, err := Decide(def, in, Event{Kind: EventStart, At: now})
 	if err != nil {
 		return started{}, fmt.Errorf("%w: %v", ErrInvalidInput, err)
@@ -283,5 +284,5 @@ func (e *Engine) startDecision(req StartRequest, def *Def, data json.RawMessage)
 
 func (e *Engine) startedLog(ctx context.Context, s started) {
 	e.cfg.Metrics.observe(s.prev.Type, EventStart, s.prev, s.d)
-	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga started", slog.String("saga_id", s.prev.ID.String()), slog.String("saga_type", s.prev.Type))
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga started", slog.String("saga_id", s.prev.ID.String()), slog.String("saga_type", s.prev.Type), traceAttr(&s.prev))
 }

@@ -34,7 +34,7 @@ type store struct {
 	journalPageSQL, journalCountSQL                           string
 }
 
-const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at, secret`
+const sagaColumns = `id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, flag, deadline_at, created_at, updated_at, finished_at, secret, traceparent, tracestate`
 
 func newStore(schema string) *store {
 	s := &store{
@@ -63,7 +63,7 @@ tim AS (INSERT INTO ` + s.timers + ` AS t (saga_id, due_at)
   ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE EXCLUDED.due_at < t.due_at)`
 	s.insertManySQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
-  $10::bigint[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[], $16::bytea[], $17::timestamptz[])
+  $10::bigint[], $11::text[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[], $16::bytea[], $17::text[], $18::text[], $19::timestamptz[])
 ON CONFLICT (type, idempotency_key) DO NOTHING
 RETURNING id, next_wakeup_at),
 ` + insertTimers + `
@@ -140,8 +140,9 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 	versions := make([]int64, n)
 	deadlines, created, updated, finished, wakeups := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	secrets := make([][]byte, n)
+	tps, tss := make([]string, n), make([]string, n)
 	for i, in := range ins {
-		secrets[i] = in.Secret
+		secrets[i], tps[i], tss[i] = in.Secret, in.TraceParent, in.TraceState
 		js, err := appendSteps(nil, in.Steps)
 		if err != nil {
 			return err
@@ -151,7 +152,7 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
 	}
 	b.Queue(s.insertManySQL, pgid.UUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
-		versions, flags, deadlines, created, updated, finished, secrets, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
+		versions, flags, deadlines, created, updated, finished, secrets, tps, tss, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
 	return nil
 }
 
@@ -196,7 +197,8 @@ func scanInstance(row pgx.Row) (Instance, error) {
 	// already validated), and the step list has its own reader.
 	var data, steps []byte
 	err := row.Scan(&in.ID, &in.Type, &in.DefVersion, &in.AggregateID, &in.IdempotencyKey, &state, &current,
-		&data, &steps, &in.Version, &in.Flag, &in.DeadlineAt, &in.CreatedAt, &in.UpdatedAt, &in.FinishedAt, &in.Secret)
+		&data, &steps, &in.Version, &in.Flag, &in.DeadlineAt, &in.CreatedAt, &in.UpdatedAt, &in.FinishedAt, &in.Secret,
+		&in.TraceParent, &in.TraceState)
 	if err != nil {
 		return Instance{}, err
 	}

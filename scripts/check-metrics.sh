@@ -44,11 +44,11 @@ total() { awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $NF } END { pri
 
 case "$role" in
 serve)
-	always="sagaflow_relay_published_total sagaflow_relay_publish_errors_total sagaflow_outbox_pending sagaflow_outbox_oldest_unsent_seconds sagaflow_outbox_dead sagaflow_inbox_messages_total sagaflow_inbox_duplicates_total sagaflow_dlq_messages_total sagaflow_sagas_in_flight"
+	always="process_cpu_seconds_total go_goroutines sagaflow_build_info sagaflow_relay_published_total sagaflow_relay_publish_errors_total sagaflow_outbox_pending sagaflow_outbox_oldest_unsent_seconds sagaflow_outbox_dead sagaflow_inbox_messages_total sagaflow_inbox_duplicates_total sagaflow_dlq_messages_total sagaflow_sagas_in_flight"
 	moved="sagaflow_sagas_started_total sagaflow_sagas_finished_total sagaflow_saga_transitions_total sagaflow_step_duration_seconds_count sagaflow_saga_duration_seconds_count sagaflow_relay_publish_seconds_count sagaflow_relay_batch_size_count sagaflow_late_replies_total sagaflow_illegal_transitions_total sagaflow_step_retries_total"
 	;;
 participants)
-	always="sagaflow_relay_published_total sagaflow_outbox_pending sagaflow_outbox_oldest_unsent_seconds sagaflow_outbox_dead sagaflow_inbox_messages_total sagaflow_inbox_duplicates_total sagaflow_dlq_messages_total"
+	always="process_cpu_seconds_total go_goroutines sagaflow_build_info sagaflow_relay_published_total sagaflow_outbox_pending sagaflow_outbox_oldest_unsent_seconds sagaflow_outbox_dead sagaflow_inbox_messages_total sagaflow_inbox_duplicates_total sagaflow_dlq_messages_total"
 	moved="sagaflow_relay_publish_seconds_count sagaflow_relay_batch_size_count"
 	;;
 *) echo "--role must be serve or participants" >&2; exit 2 ;;

@@ -36,6 +36,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/retention"
+
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -108,6 +109,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
 		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg), dlqCmd(cfg))
+	root.AddCommand(actionCmds(cfg)...)
 	return root
 }
 
@@ -270,6 +272,11 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			ec := cfg.engine()
 			ec.Metrics = ms.Saga
 			ms.Saga.InitTypes(reg.Types()...)
+			var stopTracing func()
+			if ec.Tracer, stopTracing, err = newTracing(ctx, cfg.Tracing); err != nil {
+				return err
+			}
+			defer stopTracing()
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 				Brokers: bs, Dialer: dialer, GroupID: cfg.Orchestrator.GroupID, Engine: ec, Logger: log,
 				Partitions: cfg.Kafka.Partitions, Replication: cfg.Kafka.Replication,

@@ -97,6 +97,8 @@ var Keys = []Key{
 	{"demo.timeout", 2 * time.Minute, "Bound on the wait for every saga to be terminal."},
 	{"demo.database", "sagaflow_demo", "Database the demo creates afresh on the server of database.url; empty: use database.url as is."},
 	{"dev_broker.addr", "127.0.0.1:9092", "Listen address of `dev-broker`."},
+	{"tracing.otlp_endpoint", "", "OTLP/HTTP endpoint (`http://host:4318`, or `host:port`; without a path `/v1/traces` is added) that `serve` exports its spans to (saga start, step send, reply apply); empty: tracing off, no exporter and no spans (sagas still carry the `traceparent` they were started with)."},
+	{"tracing.service_name", "sagaflow-orchestrator", "`service.name` of the exported spans."},
 }
 
 // secretKeys are the keys whose values `config --effective` never prints.

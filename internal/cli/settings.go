@@ -34,6 +34,7 @@ type Config struct {
 	Participants ParticipantsConfig
 	Retention    RetentionConfig
 	Reconcile    ReconcileConfig
+	Tracing      TracingConfig
 	Shutdown     ShutdownConfig
 	Demo         DemoConfig
 	DevBroker    DevBrokerConfig
@@ -118,6 +119,9 @@ func (c ReconcileConfig) options() saga.ReconcileOptions {
 	return o
 }
 
+// TracingConfig is tracing.*.
+type TracingConfig struct{ OTLPEndpoint, ServiceName string }
+
 // ShutdownConfig is shutdown.*.
 type ShutdownConfig struct{ Timeout time.Duration }
 
@@ -177,6 +181,7 @@ func (c *Config) bindings() []binding {
 		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
 		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
 		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
+		{"tracing.otlp_endpoint", &c.Tracing.OTLPEndpoint}, {"tracing.service_name", &c.Tracing.ServiceName},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
 		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
 		{"demo.coupon_taken_rate", &m.CouponTakenRate}, {"demo.decline_rate", &m.DeclineRate},

@@ -241,6 +241,14 @@ func TestParticipantsHTTPAndSIGTERM(t *testing.T) {
 	if !strings.Contains(scrape, `sagaflow_inbox_messages_total{consumer=`) {
 		t.Errorf("/metrics has no inbox counters:\n%s", scrape)
 	}
+	for _, want := range []string{"\nprocess_cpu_seconds_total ", "\ngo_goroutines ", "\nsagaflow_build_info{goversion="} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("/metrics has no %q (standard names, build info)", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(scrape, "sagaflow_process_") || strings.Contains(scrape, "sagaflow_go_") {
+		t.Errorf("/metrics still has renamed standard metrics (sagaflow_process_*, sagaflow_go_*)")
+	}
 	pt := exec.Command("promtool", "check", "metrics")
 	pt.Stdin = strings.NewReader(scrape)
 	if out, err := pt.CombinedOutput(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -428,7 +429,7 @@ func (e *env) produce(topic string, ms ...kafka.Message) {
 	e.t.Helper()
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topic, Transport: tr, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: &kafka.Hash{}}
+	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topic, Transport: tr, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Balancer: kafkaclient.Balancer()}
 	defer w.Close()
 	out := make([]kafka.Message, len(ms))
 	for i, m := range ms {

@@ -149,7 +149,7 @@ func keyOn(prefix string, p int) string {
 	}
 	for n := 0; ; n++ {
 		k := fmt.Sprintf("%s#%d", prefix, n)
-		if (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(k)}, parts...) == p {
+		if (kafkaclient.Balancer()).Balance(kafka.Message{Key: []byte(k)}, parts...) == p {
 			return k
 		}
 	}
@@ -178,7 +178,7 @@ func (e *env) produceLarge(topic string, ms ...kafka.Message) {
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topic, Transport: tr, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, BatchBytes: 8 << 20, Compression: kafka.Gzip, Balancer: &kafka.Hash{}}
+		BatchTimeout: time.Millisecond, BatchBytes: 8 << 20, Compression: kafka.Gzip, Balancer: kafkaclient.Balancer()}
 	defer w.Close()
 	if err := w.WriteMessages(testkit.Context(e.t, 30*time.Second), ms...); err != nil {
 		e.t.Fatalf("produce %d records to %s: %v", len(ms), topic, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 )
 
@@ -17,7 +18,7 @@ func TestKafkaGoRoundTripThroughGroup(t *testing.T) {
 	brokers := testkit.Brokers(t)
 	topic := testkit.Topic(t, brokers, "smoke", 3)
 	ctx := testkit.Context(t, 60*time.Second)
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	const n = 50
 	var msgs []kafka.Message

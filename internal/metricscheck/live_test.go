@@ -18,13 +18,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/metricscheck"
 	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/stdmetrics"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/message"
@@ -144,7 +145,9 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	dbURL := testkit.Database(t)
 	brokers := testkit.Brokers(t)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "sagaflow"}))
+	if err := stdmetrics.Register(reg, "sagaflow"); err != nil {
+		t.Fatal(err)
+	}
 	rm, err := retention.NewMetrics(reg, "sagaflow")
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +194,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 			}
 		})
 		bg.Go(func() {
-			w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: replyTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+			w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: replyTopic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 			defer w.Close()
 			orig := firstReply(ctx, t, brokers, replyTopic, 8)
 			if orig.Value == nil {

@@ -87,8 +87,8 @@ type Requirement struct {
 	What string
 }
 
-// Required lists the metrics the operator documentation promises, in the
-// one namespace "sagaflow". Sagas completed, compensated and failed are
+// Required lists the metrics the operator documentation promises: sagaflow's
+// own in the one namespace "sagaflow", and the standard process_* and go_*. Sagas completed, compensated and failed are
 // sagaflow_sagas_finished_total{type,state}.
 var Required = []Requirement{
 	{"sagaflow_sagas_started_total", true, "sagas started, by type"},
@@ -115,6 +115,11 @@ var Required = []Requirement{
 	{"sagaflow_illegal_transitions_total", false, "events the transition table refuses"},
 	{"sagaflow_step_retries_total", true, "commands re-sent, by step and action"},
 	{"sagaflow_retention_purged_total", true, "rows deleted by retention, by table"},
+	{"sagaflow_build_info", true, "build version, revision and Go version (always 1)"},
+	// Prometheus' standard collectors, under their usual unprefixed names.
+	{"process_cpu_seconds_total", false, "CPU time of the process"},
+	{"process_resident_memory_bytes", true, "resident memory of the process"},
+	{"go_goroutines", true, "goroutines of the process"},
 }
 
 // Check returns one line per requirement s does not meet.

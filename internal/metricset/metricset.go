@@ -7,10 +7,10 @@ package metricset
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/internal/stdmetrics"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -31,14 +31,12 @@ type Set struct {
 }
 
 // New returns the Set of a process on a registry of its own: the
-// pipeline's metrics (Register), retention's, and the Go runtime and
-// process collectors (what /metrics serves).
+// pipeline's metrics (Register), retention's, the reconciler's, and the
+// standard Go runtime and process collectors with sagaflow_build_info
+// (stdmetrics; what /metrics serves).
 func New() (*Set, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(collectors.NewGoCollector()); err != nil {
-		return nil, err
-	}
-	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: Namespace})); err != nil {
+	if err := stdmetrics.Register(reg, Namespace); err != nil {
 		return nil, err
 	}
 	s, err := Register(reg)

@@ -30,7 +30,7 @@ func TestNewAndRegister(t *testing.T) {
 		switch name := mf.GetName(); {
 		case strings.HasPrefix(name, "go_"):
 			goRuntime = true
-		case strings.HasPrefix(name, metricset.Namespace+"_process_"):
+		case strings.HasPrefix(name, "process_"):
 			process = true
 		}
 	}

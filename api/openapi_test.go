@@ -1,0 +1,366 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sagaflow/sagaflow/api"
+)
+
+// openAPIDoc is the part of an OpenAPI 3 document the test reads.
+type openAPIDoc struct {
+	Paths      map[string]map[string]openAPIOp `yaml:"paths"`
+	Components struct {
+		Schemas   map[string]*schema   `yaml:"schemas"`
+		Responses map[string]*response `yaml:"responses"`
+	} `yaml:"components"`
+}
+
+type openAPIOp struct {
+	Responses map[string]*response `yaml:"responses"`
+}
+
+type response struct {
+	Ref     string `yaml:"$ref"`
+	Content map[string]struct {
+		Schema *schema `yaml:"schema"`
+	} `yaml:"content"`
+}
+
+type schema struct {
+	Ref                  string             `yaml:"$ref"`
+	Type                 string             `yaml:"type"`
+	Required             []string           `yaml:"required"`
+	Properties           map[string]*schema `yaml:"properties"`
+	AdditionalProperties *schema            `yaml:"additionalProperties"`
+	Items                *schema            `yaml:"items"`
+	Enum                 []string           `yaml:"enum"`
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options"}
+
+func loadOpenAPI(t *testing.T) *openAPIDoc {
+	t.Helper()
+	var d openAPIDoc
+	if err := yaml.Unmarshal(api.OpenAPI, &d); err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	return &d
+}
+
+// documented are the document's operations as "METHOD /path".
+func (d *openAPIDoc) documented() []string {
+	var out []string
+	for p, item := range d.Paths {
+		for m := range item {
+			if slices.Contains(httpMethods, m) {
+				out = append(out, strings.ToUpper(m)+" "+p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// registeredRoutes reads the patterns the package's non-test files register
+// on the mux (s.mux.HandleFunc / s.mux.Handle with a literal pattern), as
+// "METHOD /path" with Go's {$} anchor dropped.
+func registeredRoutes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := parser.ParseFile(fset, f, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || (sel.Sel.Name != "HandleFunc" && sel.Sel.Name != "Handle") {
+				return true
+			}
+			if x, ok := sel.X.(*ast.SelectorExpr); !ok || x.Sel.Name != "mux" {
+				return true
+			}
+			lit, ok := call.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				t.Errorf("%s: a route registered with a pattern that is not a literal; the OpenAPI test cannot read it", fset.Position(call.Pos()))
+				return true
+			}
+			p, _ := strconv.Unquote(lit.Value)
+			out = append(out, strings.ReplaceAll(p, "{$}", ""))
+			return true
+		})
+	}
+	sort.Strings(out)
+	return out
+}
+
+// check validates v (decoded JSON) against s, resolving references.
+func (d *openAPIDoc) check(s *schema, v any, at string) []string {
+	if s == nil {
+		return nil
+	}
+	if s.Ref != "" {
+		return d.check(d.Components.Schemas[strings.TrimPrefix(s.Ref, "#/components/schemas/")], v, at)
+	}
+	bad := func(format string, args ...any) []string { return []string{at + ": " + fmt.Sprintf(format, args...)} }
+	switch s.Type {
+	case "object":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad("want an object, got %T", v)
+		}
+		var errs []string
+		for _, r := range s.Required {
+			if _, ok := m[r]; !ok {
+				errs = append(errs, fmt.Sprintf("%s: required field %q missing", at, r))
+			}
+		}
+		for k, fv := range m {
+			if ps, ok := s.Properties[k]; ok {
+				errs = append(errs, d.check(ps, fv, at+"."+k)...)
+			} else if s.AdditionalProperties != nil {
+				errs = append(errs, d.check(s.AdditionalProperties, fv, at+"."+k)...)
+			} else if s.Properties != nil {
+				errs = append(errs, fmt.Sprintf("%s: field %q is not in the document", at, k))
+			}
+		}
+		return errs
+	case "array":
+		a, ok := v.([]any)
+		if !ok {
+			return bad("want an array, got %T", v)
+		}
+		var errs []string
+		for i, e := range a {
+			errs = append(errs, d.check(s.Items, e, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+		return errs
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return bad("want a string, got %T", v)
+		}
+		if len(s.Enum) > 0 && !slices.Contains(s.Enum, str) {
+			return bad("%q is not one of %v", str, s.Enum)
+		}
+	case "integer":
+		if f, ok := v.(float64); !ok || f != math.Trunc(f) {
+			return bad("want an integer, got %v", v)
+		}
+	case "number":
+		if _, ok := v.(float64); !ok {
+			return bad("want a number, got %T", v)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return bad("want a boolean, got %T", v)
+		}
+	}
+	return nil
+}
+
+// pathOf maps a request path to the document's template ("/sagas/{id}").
+func (d *openAPIDoc) pathOf(method, p string) string {
+	segs := strings.Split(p, "/")
+	var best string
+	for tmpl, item := range d.Paths {
+		if _, ok := item[strings.ToLower(method)]; !ok {
+			continue
+		}
+		ts := strings.Split(tmpl, "/")
+		if len(ts) != len(segs) {
+			continue
+		}
+		match, literal := true, 0
+		for i := range ts {
+			switch {
+			case strings.HasPrefix(ts[i], "{"):
+			case ts[i] == segs[i]:
+				literal++
+			default:
+				match = false
+			}
+		}
+		// Prefer the most literal template (/sagas/actions/x over /sagas/{id}/...).
+		if match && (best == "" || literal > strings.Count(best, "/")-strings.Count(best, "{")) {
+			best = tmpl
+		}
+	}
+	return best
+}
+
+func TestOpenAPIDocumentsEveryRouteAndOnlyThem(t *testing.T) {
+	t.Parallel()
+	d := loadOpenAPI(t)
+	doc, code := d.documented(), registeredRoutes(t)
+	for _, r := range code {
+		if !slices.Contains(doc, r) {
+			t.Errorf("route %q is registered but not in api/openapi.yaml", r)
+		}
+	}
+	for _, r := range doc {
+		if !slices.Contains(code, r) {
+			t.Errorf("api/openapi.yaml documents %q, which no handler serves", r)
+		}
+	}
+	if len(code) < 10 {
+		t.Fatalf("found only %d routes in the source: %v", len(code), code)
+	}
+}
+
+// Real requests against the real handlers over a real engine: every
+// documented operation is called at least once, each answer's status is
+// one the document lists for it, and JSON answers validate against the
+// documented schema (required fields, types, enums, no undocumented field).
+func TestOpenAPIMatchesTheHandlers(t *testing.T) {
+	t.Parallel()
+	d := loadOpenAPI(t)
+	e := newOpsEnv(t, &api.Config{AdminToken: opsToken, Gatherer: prometheus.NewRegistry()})
+	completed, _, failed := e.threeSagas(t)
+	running := e.start(t, "order-running")
+	called := map[string]bool{}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	call := func(method, path, token, contentType, body string, wantStatus int) {
+		t.Helper()
+		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		u, _ := url.Parse(path)
+		tmpl := d.pathOf(method, u.Path)
+		if tmpl == "" {
+			t.Errorf("%s %s: no documented path", method, path)
+			return
+		}
+		called[method+" "+tmpl] = true
+		if wantStatus != 0 && res.StatusCode != wantStatus {
+			t.Errorf("%s %s = %d, the test wants %d: %s", method, path, res.StatusCode, wantStatus, b)
+		}
+		resp := d.Paths[tmpl][strings.ToLower(method)].Responses[strconv.Itoa(res.StatusCode)]
+		if resp == nil {
+			t.Errorf("%s %s answered %d, not documented for %s %s", method, path, res.StatusCode, method, tmpl)
+			return
+		}
+		if resp.Ref != "" {
+			resp = d.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]
+		}
+		if len(resp.Content) == 0 {
+			return
+		}
+		ct := strings.TrimSpace(strings.Split(res.Header.Get("Content-Type"), ";")[0])
+		media, ok := resp.Content[ct]
+		if !ok {
+			t.Errorf("%s %s %d: Content-Type %q, documented %v", method, path, res.StatusCode, ct, resp.Content)
+			return
+		}
+		if ct != "application/json" {
+			return
+		}
+		var v any
+		if err := json.NewDecoder(bytes.NewReader(b)).Decode(&v); err != nil {
+			t.Errorf("%s %s: %v", method, path, err)
+			return
+		}
+		for _, msg := range d.check(media.Schema, v, method+" "+tmpl+" "+strconv.Itoa(res.StatusCode)) {
+			t.Error(msg)
+		}
+	}
+	const js, form = "application/json", "application/x-www-form-urlencoded"
+	start := `{"type":"place-order","idempotency_key":"oa-1","aggregate_id":"oa-1","data":{"order_id":"oa-1","customer":"c","sku":"sku-1","qty":1,"amount_cents":100}}`
+	call("POST", "/sagas", "", js, start, 201)
+	call("POST", "/sagas", "", js, start, 200)
+	call("POST", "/sagas", "", js, `{"type":"nope"}`, 400)
+	call("POST", "/sagas", "", "text/plain", start, 415)
+	call("GET", "/sagas?limit=2", "", "", "", 200)
+	call("GET", "/sagas?state=bogus", "", "", "", 400)
+	call("GET", "/sagas/"+completed.String(), "", "", "", 200)
+	call("GET", "/sagas/"+uuid.NewString(), "", "", "", 404)
+	call("GET", "/sagas/not-a-uuid", "", "", "", 400)
+	resolve := `{"actor":"alice","reason":"fixed by hand","outcome":"completed"}`
+	call("POST", "/sagas/"+failed.String()+"/actions/resolve", opsToken, js, resolve, 200)
+	call("POST", "/sagas/"+completed.String()+"/actions/compensate", opsToken, js, `{"actor":"a","reason":"r"}`, 409)
+	call("POST", "/sagas/"+running.String()+"/actions/retry", "", js, `{"actor":"a","reason":"r"}`, 401)
+	call("POST", "/sagas/"+running.String()+"/actions/retry", opsToken, js, `{"actor":"a"}`, 400)
+	call("POST", "/sagas/actions/compensate", opsToken, js, `{"filter":{"state":"running"},"actor":"a","reason":"r","dry_run":true}`, 200)
+	call("POST", "/sagas/actions/retry", opsToken, js, `{"filter":{"state":"running","type":"place-order"},"actor":"a","reason":"r"}`, 200)
+	call("POST", "/sagas/actions/retry", opsToken, js, `{"filter":{},"actor":"a","reason":"r"}`, 400)
+	call("POST", "/sagas/actions/nope", opsToken, js, `{"filter":{"state":"running"},"actor":"a","reason":"r"}`, 404)
+	call("GET", "/stats", "", "", "", 200)
+	call("GET", "/stats?window=never", "", "", "", 400)
+	call("GET", "/healthz", "", "", "", 200)
+	call("GET", "/readyz", "", "", "", 200)
+	call("GET", "/metrics", "", "", "", 200)
+	call("GET", "/openapi.yaml", "", "", "", 200)
+	call("GET", "/ui/", "", "", "", 302)
+	call("GET", "/ui/sagas?state=running", "", "", "", 200)
+	call("GET", "/ui/sagas/"+completed.String(), "", "", "", 200)
+	call("POST", "/ui/sagas/"+running.String()+"/actions/retry", "", form, url.Values{"actor": {"a"}, "reason": {"r"}, "token": {opsToken}}.Encode(), 303)
+	call("POST", "/ui/sagas/actions", "", form, url.Values{"action": {"compensate"}, "state": {"running"}, "actor": {"a"}, "reason": {"r"}, "token": {opsToken}, "dry_run": {"true"}}.Encode(), 200)
+	call("POST", "/ui/login", "", form, url.Values{"token": {"wrong"}}.Encode(), 401)
+	for _, op := range d.documented() {
+		if !called[op] {
+			t.Errorf("%s is documented but the test never called it: add a request", op)
+		}
+	}
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t, nil)
+	st, body := e.do(t, http.MethodGet, "/openapi.yaml", "", "")
+	file, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != http.StatusOK || body != string(file) {
+		t.Fatalf("GET /openapi.yaml = %d, %d bytes; want 200 and api/openapi.yaml (%d bytes)", st, len(body), len(file))
+	}
+}
