@@ -127,6 +127,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		}
 	}
 
+	ctx, hooks := withHooks(ctx)
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("inbox: begin batch transaction (%d messages): %w", len(batch), err)
@@ -204,6 +205,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	if err = tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("inbox: commit batch transaction (%d messages): %w", len(batch), err)
 	}
+	hooks.run()
 	return res, nil
 }
 
@@ -280,9 +282,16 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, rec
 // count that does not match into an error, and a RetryLater result into a
 // transient error.
 func (c *Consumer) call(ctx context.Context, tx pgx.Tx, ms []kafka.Message, recs []message.Record) (rs []Result, err error) {
+	hooks := hooksOf(ctx)
+	if hooks != nil {
+		hooks.begin()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			rs, err = nil, &panicError{value: p, stack: stack()}
+		}
+		if err != nil && hooks != nil {
+			hooks.drop() // the call's writes are rolled back
 		}
 	}()
 	rs, err = c.handler(ctx, tx, recs)

@@ -96,7 +96,16 @@ func EachMessage(f func(ctx context.Context, tx pgx.Tx, r message.Record) error)
 			if err != nil {
 				return nil, fmt.Errorf("savepoint: %w", err)
 			}
+			h := hooksOf(ctx)
+			mark := 0
+			if h != nil {
+				mark = len(h.fns)
+			}
 			herr := callOne(ctx, sp, m, f)
+			if herr != nil && h != nil {
+				clear(h.fns[mark:]) // this message's writes are rolled back
+				h.fns = h.fns[:mark]
+			}
 			if herr == nil {
 				if err := sp.Commit(ctx); err != nil {
 					return nil, fmt.Errorf("release savepoint: %w", err)
@@ -165,6 +174,9 @@ func stack() []byte { return debug.Stack() }
 func Undo(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
 		return fmt.Errorf("inbox: undo the handler's writes: %w", err)
+	}
+	if h := hooksOf(ctx); h != nil {
+		h.drop() // what it registered with AfterCommit goes with its writes
 	}
 	return nil
 }

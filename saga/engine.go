@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -70,6 +69,15 @@ type Config struct {
 	Tracer trace.Tracer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// OnFinished, if set, is called for each saga a committed transition
+	// brought to a terminal state (completed, compensated, failed; again for
+	// a failed saga an operator resolves), after the commit: in-process
+	// waiters (a synchronous caller, a benchmark's completion tracker) learn
+	// of the end at once instead of polling. It must not block. Transitions
+	// applied in a caller's transaction (ApplyReply, ApplyReplies and StartTx
+	// outside an inbox handler) do not call it: only the caller knows when
+	// that commits.
+	OnFinished func(id uuid.UUID, state State)
 	// SingleLiveTypes are the saga types that allow at most one live
 	// (running, compensating or failed) saga per aggregate id: a start for
 	// an aggregate that has one fails with a *LiveSagaError (ErrLiveSaga)
@@ -467,9 +475,12 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 // transaction). A reply for an unknown saga or step returns an error
 // wrapping message.ErrInvalid, so the inbox sends it to the dead-letter topic.
 func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) error {
-	_, _, err := e.apply(ctx, tx, r.SagaID, func() Event {
+	_, d, err := e.apply(ctx, tx, r.SagaID, func() Event {
 		return Event{Kind: EventReply, At: e.cfg.Now(), Reply: &r}
 	})
+	if err == nil {
+		e.afterInboxCommit(ctx, d)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return fmt.Errorf("%w: reply %s: unknown saga %s", message.ErrInvalid, r.MessageID, r.SagaID)
@@ -596,6 +607,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()), traceAttr(&o.d.Next))
 		}
 	}
+	e.afterInboxCommit(ctx, decided...)
 	return nil
 }
 
@@ -603,97 +615,18 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 // action returns a *RefusedError and writes nothing.
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op Operator) (Instance, error) {
 	var out Instance
+	var d Decision
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		in, _, err := e.apply(ctx, tx, id, func() Event {
+		in, dd, err := e.apply(ctx, tx, id, func() Event {
 			return Event{Kind: EventOperator, At: e.cfg.Now(), Operator: &op}
 		})
-		out = in
+		out, d = in, dd
 		return err
 	})
 	if err == nil {
+		e.committed(d)
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
 			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), traceAttr(&out))
 	}
 	return out, err
-}
-
-// FireDue applies a timer event to up to limit sagas whose wake-up time has
-// come, in one transaction (rows claimed with FOR UPDATE SKIP LOCKED, so
-// replicas share the work). It returns how many it looked at.
-func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
-	n := 0
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		now := e.cfg.Now()
-		ids, err := e.st.due(ctx, tx, now, limit)
-		if err != nil {
-			return err
-		}
-		n = len(ids)
-		for _, id := range ids {
-			in, _, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} })
-			if err != nil {
-				return fmt.Errorf("timer for saga %s: %w", id, err)
-			}
-			// The timer may have fired early (writes only move timers
-			// earlier): set it to the saga's real next wake-up.
-			if err := e.st.resyncTimer(ctx, tx, id, in.NextWakeup()); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return n, err
-}
-
-// RunTimers fires due timers until ctx is cancelled, and refreshes the
-// in-flight gauge. Errors are logged and retried with backoff.
-func (e *Engine) RunTimers(ctx context.Context) error {
-	tick := time.NewTicker(e.cfg.TimerInterval)
-	defer tick.Stop()
-	lastGauge := time.Time{}
-	failures := 0 // in a row
-	for {
-		n, err := e.FireDue(ctx, e.cfg.TimerBatch)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := e.cfg.TimerInterval
-		if err != nil {
-			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "timer batch failed; retrying", slog.String("error", err.Error()))
-			failures++
-			wait = backoff.Exponential(e.cfg.TimerInterval, 10*time.Second, failures+1)
-		} else {
-			failures = 0
-			if n >= e.cfg.TimerBatch {
-				wait = 0
-			}
-		}
-		if e.cfg.Metrics != nil && time.Since(lastGauge) >= e.cfg.GaugeInterval {
-			lastGauge = time.Now()
-			if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-				e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "refresh saga gauges", slog.String("error", err.Error()))
-			}
-		}
-		if wait == 0 {
-			continue
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (e *Engine) refreshGauges(ctx context.Context) error {
-	counts, err := e.InFlight(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range []State{Running, Compensating} {
-		e.cfg.Metrics.inFlight.WithLabelValues(string(s)).Set(float64(counts[s]))
-	}
-	return nil
 }

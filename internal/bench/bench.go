@@ -97,7 +97,15 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		comps = startInProcess(lctx, st, fail)
 	}
 	trCtx, stopTracker := context.WithCancel(lctx)
-	tr := newTracker(st.orchPool, sagas, c.PollInterval)
+	interval := c.PollInterval
+	if !c.Split {
+		// The engine reports each end at once; polling is the fallback.
+		interval = max(interval, inProcessPollInterval)
+	}
+	tr := newTracker(st.orchPool, sagas, interval)
+	if !c.Split {
+		st.ends.tr.Store(tr)
+	}
 	trDone := make(chan error, 1)
 	go func() { trDone <- failEarly(trCtx, fail, wrap("tracker", tr.run(trCtx))) }()
 	stopAll := sync.OnceValue(func() error {

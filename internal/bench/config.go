@@ -27,6 +27,10 @@ const (
 	WarmupDefault       = 200
 	SagasDefault        = 2000
 	PollIntervalDefault = 10 * time.Millisecond
+	// inProcessPollInterval: the tracker's polls in an in-process run,
+	// where the engine reports every end at once (Config.OnFinished) and
+	// polls only back it up.
+	inProcessPollInterval = 100 * time.Millisecond
 	TimeoutDefault      = 5 * time.Minute
 	MaxConnsDefault     = 16
 	LanesDefault        = 4

@@ -44,6 +44,9 @@ type stack struct {
 	// reg holds the in-process components' metrics (the inbox consumers'
 	// feed the per-consumer lines).
 	reg *prometheus.Registry
+	// ends tells the tracker of sagas the in-process engine finished (nil
+	// in a split run: the tracker polls).
+	ends *endSink
 }
 
 func setup(ctx context.Context, c Config) (_ *stack, err error) {
@@ -91,6 +94,8 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	if err := st.parts.prepare(ctx); err != nil {
 		return nil, err
 	}
+	st.ends = &endSink{}
+	c.Engine.OnFinished = st.ends.finished
 	if st.svc, err = newService(st.orchPool, st.brokers, c, m); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/sagaflow/sagaflow/internal/pgid"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,9 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/internal/pgid"
+	"github.com/sagaflow/sagaflow/saga"
 )
 
-// tracker polls the saga table for the end of watched sagas.
+// tracker learns of the end of watched sagas: from the in-process engine at
+// once (endSink), and by polling the saga table (a split run's only way,
+// and the fallback of the other).
 type tracker struct {
 	pool     *pgxpool.Pool
 	q        string
@@ -127,5 +131,25 @@ func (t *tracker) run(ctx context.Context) error {
 			}
 		}
 		t.mu.Unlock()
+	}
+}
+
+// ended is called when the engine finished saga id.
+func (t *tracker) ended(id uuid.UUID) {
+	t.mu.Lock()
+	if d, ok := t.waiting[id]; ok {
+		close(d)
+		delete(t.waiting, id)
+	}
+	t.mu.Unlock()
+}
+
+// endSink is the engine's OnFinished in an in-process run: it hands the
+// ends to the tracker once there is one.
+type endSink struct{ tr atomic.Pointer[tracker] }
+
+func (s *endSink) finished(id uuid.UUID, _ saga.State) {
+	if t := s.tr.Load(); t != nil {
+		t.ended(id)
 	}
 }

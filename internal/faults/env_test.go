@@ -53,6 +53,10 @@ type env struct {
 	// unsent ones. The default, deleting relay runs in the e2e, chaos, demo
 	// and metricscheck tests and in the relay's own.
 	keepSent bool
+	// ended: the sagas the orchestrators' engines reported finished
+	// (saga.Config.OnFinished), with their state.
+	endedMu sync.Mutex
+	ended   map[uuid.UUID]saga.State
 }
 
 type envOpts struct {
@@ -120,7 +124,7 @@ func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet) *orchestrat
 	e.t.Helper()
 	svc, err := orchestrator.New(pool, e.registry, &orchestrator.Config{
 		Brokers: e.brokers, GroupID: e.group, Partitions: 4, Run: run,
-		Engine: saga.Config{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond},
+		Engine: saga.Config{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond, OnFinished: e.onFinished},
 		Inbox:  inbox.Config{Metrics: e.im, Name: "orchestrator"},
 		Relay:  relay.Config{Metrics: e.rm, KeepSent: e.keepSent},
 	})
@@ -469,4 +473,29 @@ func (e *env) records(topic string) (int64, error) {
 		n += last
 	}
 	return n, nil
+}
+
+func (e *env) onFinished(id uuid.UUID, st saga.State) {
+	e.endedMu.Lock()
+	defer e.endedMu.Unlock()
+	if e.ended == nil {
+		e.ended = map[uuid.UUID]saga.State{}
+	}
+	e.ended[id] = st
+}
+
+// endsReported waits until the engines reported the end of every terminal
+// saga, with its state (the hook runs just after the commit that ended it).
+func (e *env) endsReported() {
+	e.t.Helper()
+	testkit.Eventually(e.t, 10*time.Second, "every saga's end reported by OnFinished", func() (bool, error) {
+		e.endedMu.Lock()
+		defer e.endedMu.Unlock()
+		for _, in := range e.instances() {
+			if in.State.Terminal() && e.ended[in.ID] != in.State {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }

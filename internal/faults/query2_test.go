@@ -59,6 +59,7 @@ func TestQuerySettlesAPivotWhoseAnswersWereLost(t *testing.T) {
 	e.waitTerminal(settle)
 	e.logFailedJournal()
 	e.checkInvariants(false)
+	e.endsReported()
 	charged := e.count(`SELECT count(*) FROM ` + e.schemas.Payment + `.barrier WHERE action = 'forward' AND outcome = 'success'`)
 	declined := e.count(`SELECT count(*) FROM ` + e.schemas.Payment + `.barrier WHERE action = 'forward' AND outcome = 'failure' AND NOT closed`)
 	if charged == 0 {
