@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/sagaflow/sagaflow/dlq"
@@ -48,7 +49,8 @@ func (s *Server) renderDLQ(w http.ResponseWriter, r *http.Request, status int, d
 	d.Now = time.Now().UTC().Format("2006-01-02 15:04:05 UTC")
 	f, _, err := ParseDeadLetterFilter(r.URL.Query())
 	if err != nil && d.Error == "" {
-		d.Error = err.Error()
+		// A bad filter is a 400, as on /ui/sagas and GET /dlq.
+		d.Error, status = err.Error(), http.StatusBadRequest
 	}
 	d.Filter = f
 	ctx := r.Context()
@@ -104,14 +106,14 @@ func (s *Server) dlqActionPage(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "The admin token is missing or wrong.")
 		return
 	}
-	var id int64
-	if _, err := fmt.Sscan(r.PathValue("id"), &id); err != nil || id < 1 {
+	// strconv, as the JSON API: fmt.Sscan took "12abc" or "0x1f" for an id.
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
 		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Id %s is not a positive integer.", echo(r.PathValue("id"))))
 		return
 	}
 	a := dlq.Audit{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason")}
 	var ids []int64
-	var err error
 	if kind == "redrive" {
 		ids, err = s.cfg.DeadLetters.Redrive(r.Context(), []int64{id}, a)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +25,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // openAPIDoc is the part of an OpenAPI 3 document the test reads.
@@ -54,6 +58,7 @@ type schema struct {
 	AdditionalProperties *schema            `yaml:"additionalProperties"`
 	Items                *schema            `yaml:"items"`
 	Enum                 []string           `yaml:"enum"`
+	Nullable             bool               `yaml:"nullable"`
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options"}
@@ -139,6 +144,9 @@ func (d *openAPIDoc) check(s *schema, v any, at string) []string {
 		return d.check(d.Components.Schemas[strings.TrimPrefix(s.Ref, "#/components/schemas/")], v, at)
 	}
 	bad := func(format string, args ...any) []string { return []string{at + ": " + fmt.Sprintf(format, args...)} }
+	if v == nil && s.Nullable {
+		return nil
+	}
 	switch s.Type {
 	case "object":
 		m, ok := v.(map[string]any)
@@ -248,17 +256,32 @@ func TestOpenAPIDocumentsEveryRouteAndOnlyThem(t *testing.T) {
 // documented operation is called at least once, each answer's status is
 // one the document lists for it, and JSON answers validate against the
 // documented schema (required fields, types, enums, no undocumented field).
+//
+// Three servers answer: the ops env (sagas, reconciliation; no dead-letter
+// store, so the dead-letter routes answer 501), setupDLQ's (a dead-letter
+// store with a dead letter and a dead outbox row) and one over the ops
+// env's engine with protected reads (the 401 of the pages).
 func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	t.Parallel()
 	d := loadOpenAPI(t)
 	e := newOpsEnv(t, &api.Config{AdminToken: opsToken, Gatherer: prometheus.NewRegistry()})
 	completed, _, failed := e.threeSagas(t)
 	running := e.start(t, "order-running")
+	// A second failed saga: one discrepancy to resolve with the API, one from the page.
+	failed2 := e.start(t, "order-noship-2")
+	if in := e.drive(t, failed2, map[string]answer{orderapi.StepCreateShipment + "/forward": {message.Failure, "no carrier"}}); in.State != saga.Failed {
+		t.Fatalf("saga %s ended %s, want failed", failed2, in.State)
+	}
+	de, deadLetter, deadRow := setupDLQ(t, opsToken)
+	protected := httptest.NewServer(newAPI(t, e.eng, &api.Config{AdminToken: opsToken, ProtectReads: true}))
+	t.Cleanup(protected.Close)
 	called := map[string]bool{}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	call := func(method, path, token, contentType, body string, wantStatus int) {
+	// request sends to the server at base and returns a JSON object answer
+	// (nil for any other).
+	request := func(base, method, path, token, contentType, body string, wantStatus int) map[string]any {
 		t.Helper()
-		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +301,7 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 		tmpl := d.pathOf(method, u.Path)
 		if tmpl == "" {
 			t.Errorf("%s %s: no documented path", method, path)
-			return
+			return nil
 		}
 		called[method+" "+tmpl] = true
 		if wantStatus != 0 && res.StatusCode != wantStatus {
@@ -287,31 +310,41 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 		resp := d.Paths[tmpl][strings.ToLower(method)].Responses[strconv.Itoa(res.StatusCode)]
 		if resp == nil {
 			t.Errorf("%s %s answered %d, not documented for %s %s", method, path, res.StatusCode, method, tmpl)
-			return
+			return nil
 		}
 		if resp.Ref != "" {
 			resp = d.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]
 		}
 		if len(resp.Content) == 0 {
-			return
+			return nil
 		}
 		ct := strings.TrimSpace(strings.Split(res.Header.Get("Content-Type"), ";")[0])
 		media, ok := resp.Content[ct]
 		if !ok {
 			t.Errorf("%s %s %d: Content-Type %q, documented %v", method, path, res.StatusCode, ct, resp.Content)
-			return
+			return nil
 		}
 		if ct != "application/json" {
-			return
+			return nil
 		}
 		var v any
 		if err := json.NewDecoder(bytes.NewReader(b)).Decode(&v); err != nil {
 			t.Errorf("%s %s: %v", method, path, err)
-			return
+			return nil
 		}
 		for _, msg := range d.check(media.Schema, v, method+" "+tmpl+" "+strconv.Itoa(res.StatusCode)) {
 			t.Error(msg)
 		}
+		m, _ := v.(map[string]any)
+		return m
+	}
+	call := func(method, path, token, contentType, body string, wantStatus int) map[string]any {
+		t.Helper()
+		return request(e.srv.URL, method, path, token, contentType, body, wantStatus)
+	}
+	dlqCall := func(method, path, token, contentType, body string, wantStatus int) map[string]any {
+		t.Helper()
+		return request(de.srv.URL, method, path, token, contentType, body, wantStatus)
 	}
 	const js, form = "application/json", "application/x-www-form-urlencoded"
 	start := `{"type":"place-order","idempotency_key":"oa-1","aggregate_id":"oa-1","data":{"order_id":"oa-1","customer":"c","sku":"sku-1","qty":1,"amount_cents":100}}`
@@ -324,6 +357,90 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	call("GET", "/sagas/"+completed.String(), "", "", "", 200)
 	call("GET", "/sagas/"+uuid.NewString(), "", "", "", 404)
 	call("GET", "/sagas/not-a-uuid", "", "", "", 400)
+
+	// Reconciliation, while both failed sagas are failed.
+	call("GET", "/reconcile", "", "", "", 200) // before a run: last_run_at is null
+	call("GET", "/reconcile?limit=0", "", "", "", 400)
+	call("POST", "/reconcile/run", "", js, `{}`, 401)
+	call("POST", "/reconcile/run", opsToken, js, `{"since":"soon"}`, 400)
+	call("POST", "/reconcile/run", opsToken, js, `{"dry_run":true}`, 200)
+	if rep := call("POST", "/reconcile/run", opsToken, js, `{"since":"24h"}`, 200); rep["differences"] != 2.0 {
+		t.Errorf("POST /reconcile/run found %v differences, want 2 (the failed sagas): %v", rep["differences"], rep)
+	}
+	open, _ := call("GET", "/reconcile", "", "", "", 200)["open"].([]any)
+	var discrepancies []string
+	for _, o := range open {
+		if m, ok := o.(map[string]any); ok {
+			discrepancies = append(discrepancies, fmt.Sprint(m["id"]))
+		}
+	}
+	if len(discrepancies) != 2 {
+		t.Fatalf("GET /reconcile has %d open discrepancies, want 2: %v", len(discrepancies), open)
+	}
+	dana := `{"actor":"dana","reason":"shipped by hand"}`
+	call("POST", "/reconcile/discrepancies/"+discrepancies[0]+"/resolve", opsToken, js, dana, 200)
+	call("POST", "/reconcile/discrepancies/"+discrepancies[0]+"/resolve", opsToken, js, dana, 404)
+	call("POST", "/reconcile/discrepancies/first/resolve", opsToken, js, dana, 400)
+	call("POST", "/reconcile/discrepancies/"+discrepancies[1]+"/resolve", "", js, dana, 401)
+	call("GET", "/ui/reconcile", "", "", "", 200)
+	request(protected.URL, "GET", "/ui/reconcile", "", "", "", 401)
+	call("POST", "/ui/reconcile/run", "", form, url.Values{"token": {"wrong"}}.Encode(), 401)
+	call("POST", "/ui/reconcile/run", "", form, url.Values{"token": {opsToken}, "dry_run": {"on"}}.Encode(), 200)
+	resolvePage := "/ui/reconcile/" + discrepancies[1] + "/resolve"
+	call("POST", resolvePage, "", form, url.Values{"token": {opsToken}, "actor": {"dana"}}.Encode(), 400)
+	call("POST", resolvePage, "", form, url.Values{"token": {opsToken}, "actor": {"dana"}, "reason": {"r"}}.Encode(), 303)
+	call("POST", resolvePage, "", form, url.Values{"token": {opsToken}, "actor": {"dana"}, "reason": {"r"}}.Encode(), 409)
+	call("GET", "/ui/reconcile?done=resolve", "", "", "", 200)
+	// Both resolved and their sagas unmoved: a run finds nothing.
+	if rep := call("POST", "/reconcile/run", opsToken, js, `{}`, 200); rep["differences"] != 0.0 {
+		t.Errorf("POST /reconcile/run after the resolves found %v differences, want 0: %v", rep["differences"], rep)
+	}
+
+	// Dead letters and dead outbox rows.
+	call("GET", "/dlq/audit", "", "", "", 501) // the ops env has no dead-letter store
+	call("GET", "/ui/dlq", "", "", "", 501)
+	repair := `{"actor":"alice","reason":"reply consumer fixed"}`
+	dlqCall("GET", "/dlq", "", "", "", 200)
+	dlqCall("GET", "/dlq?redriven=maybe", "", "", "", 400)
+	dlqCall("GET", fmt.Sprintf("/dlq/%d", deadLetter), "", "", "", 200)
+	dlqCall("GET", "/dlq/999999", "", "", "", 404)
+	dlqCall("GET", "/dlq/first", "", "", "", 400)
+	redrive := fmt.Sprintf("/dlq/%d/redrive", deadLetter)
+	dlqCall("POST", redrive, "", js, repair, 401)
+	dlqCall("POST", redrive, opsToken, js, `{"actor":"alice"}`, 400)
+	dlqCall("POST", redrive, opsToken, js, repair, 200)
+	dlqCall("POST", redrive, opsToken, js, repair, 409)
+	dlqCall("GET", "/dlq?redriven=true&limit=1", "", "", "", 200)
+	dlqCall("POST", "/dlq/redrive", opsToken, js, repair, 400)
+	dlqCall("POST", "/dlq/redrive", opsToken, js, `{"actor":"alice","reason":"r","all":true}`, 200)
+	dlqCall("GET", "/outbox/dead", "", "", "", 200)
+	dlqCall("GET", "/outbox/dead?after=-1", "", "", "", 400)
+	requeue := fmt.Sprintf("/outbox/dead/%d/requeue", deadRow)
+	dlqCall("POST", requeue, opsToken, js, repair, 200)
+	dlqCall("POST", requeue, opsToken, js, repair, 404)
+	dlqCall("POST", "/outbox/dead/requeue", opsToken, js, repair, 400)
+	dlqCall("POST", "/outbox/dead/requeue", opsToken, js, `{"actor":"alice","reason":"r","all":true}`, 200)
+	// Nothing to find in setupDLQ's database (no saga, no dead row now): the
+	// list is empty, not null.
+	dlqCall("POST", "/reconcile/run", opsToken, js, `{"dry_run":true}`, 200)
+	dlqCall("POST", "/reconcile/run", opsToken, js, `{}`, 200)
+	// The relay gives up on the requeued row again: the page requeues it.
+	if _, err := de.pool.Exec(t.Context(), `UPDATE orch.outbox SET dead_at = now() WHERE id = $1`, deadRow); err != nil {
+		t.Fatal(err)
+	}
+	pageForm := url.Values{"actor": {"a"}, "reason": {"r"}, "token": {opsToken}}.Encode()
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/requeue/%d", deadRow), "", form, url.Values{"actor": {"a"}, "reason": {"r"}, "token": {"wrong"}}.Encode(), 401)
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/requeue/%d", deadRow), "", form, pageForm, 303)
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/requeue/%d", deadRow), "", form, pageForm, 409)
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/redrive/%d", deadLetter), "", form, pageForm, 409)
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/replay/%d", deadLetter), "", form, pageForm, 404)
+	dlqCall("POST", fmt.Sprintf("/ui/dlq/redrive/%dabc", deadLetter), "", form, pageForm, 400)
+	dlqCall("GET", "/ui/dlq?done=requeue&redriven=true", "", "", "", 200)
+	dlqCall("GET", "/ui/dlq?limit=0", "", "", "", 400)
+	if audit, _ := dlqCall("GET", "/dlq/audit", "", "", "", 200)["audit"].([]any); len(audit) != 3 {
+		t.Errorf("GET /dlq/audit has %d entries, want 3 (a redrive and two requeues): %v", len(audit), audit)
+	}
+
 	resolve := `{"actor":"alice","reason":"fixed by hand","outcome":"completed"}`
 	call("POST", "/sagas/"+failed.String()+"/actions/resolve", opsToken, js, resolve, 200)
 	call("POST", "/sagas/"+completed.String()+"/actions/compensate", opsToken, js, `{"actor":"a","reason":"r"}`, 409)

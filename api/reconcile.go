@@ -108,6 +108,11 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 		s.failInternal(w, r, "reconcile", err)
 		return
 	}
+	if rep.List == nil {
+		// The engine leaves List nil when it finds nothing at all; the
+		// answer's list is an array, empty then.
+		rep.List = []saga.Discrepancy{}
+	}
 	writeJSON(w, http.StatusOK, rep)
 }
 
