@@ -41,6 +41,10 @@ func AfterCommit(ctx context.Context, fn func()) bool {
 	return true
 }
 
+// InHandler reports whether ctx is an inbox handler's, whose transaction's
+// commit AfterCommit reports.
+func InHandler(ctx context.Context) bool { return hooksOf(ctx) != nil }
+
 // begin marks the start of a handler call.
 func (h *commitHooks) begin() { h.mark = len(h.fns) }
 

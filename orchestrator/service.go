@@ -22,6 +22,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -138,8 +139,9 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 
-	replies *inbox.Consumer // nil unless Run.Replies
-	relay   *relay.Relay    // nil unless Run.Relay
+	replies  *inbox.Consumer   // nil unless Run.Replies
+	relay    *relay.Relay      // nil unless Run.Relay
+	dispatch *relay.Dispatcher // nil unless Run.Relay and not Relay.NoDispatch
 }
 
 // New builds the engine over reg, and the reply consumer and the relay it
@@ -155,11 +157,26 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		return nil, err
 	}
 	c := cfg.WithDefaults()
+	var d *relay.Dispatcher
+	if c.Run.Relay && !c.Relay.NoDispatch && c.Engine.Dispatcher == nil {
+		// The engine's commands go out right after its commits; the relay
+		// publishes what a crash (or Kafka) left behind, after the lease.
+		ob, err := outbox.New(cmp.Or(c.Engine.Schema, saga.SchemaDefault))
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: %w", err)
+		}
+		rc := c.Relay
+		rc.Brokers, rc.Dialer = c.Brokers, c.Dialer
+		if d, err = relay.NewDispatcher(pool, ob, &rc); err != nil {
+			return nil, fmt.Errorf("orchestrator: dispatcher: %w", err)
+		}
+		c.Engine.Dispatcher = d
+	}
 	eng, err := saga.NewEngine(pool, reg, &c.Engine)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger}
+	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger, dispatch: d}
 	if c.Run.Replies {
 		ic := c.Inbox
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
@@ -176,6 +193,11 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	}
 	return s, nil
 }
+
+// Dispatcher publishes the engine's commands right after their commits (nil
+// with Relay.NoDispatch or without the relay); another engine of the
+// process over the same schema (the HTTP API's) may share it.
+func (s *Service) Dispatcher() *relay.Dispatcher { return s.dispatch }
 
 // Engine is the service's saga engine (start, status, operator actions).
 func (s *Service) Engine() *saga.Engine { return s.engine }
@@ -301,6 +323,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.relay != nil {
 		comps = append(comps, s.relay.Run)
+	}
+	if s.dispatch != nil {
+		comps = append(comps, s.dispatch.Run)
 	}
 	if s.cfg.Run.Timers {
 		comps = append(comps, s.engine.RunTimers)

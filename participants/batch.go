@@ -127,7 +127,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		}
 		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), ms[i])}
 	}
-	if err := p.outbox.Enqueue(ctx, tx, msgs...); err != nil {
+	if err := p.enqueue(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -55,7 +56,7 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
 	}
-	err = p.outbox.Enqueue(ctx, tx, outbox.Message{
+	err = p.enqueue(ctx, tx, outbox.Message{
 		Topic:   cmd.ReplyTo,
 		Key:     reply.SagaID.String(),
 		Value:   value,
@@ -64,5 +65,22 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, reply.MessageID, err)
 	}
+	return nil
+}
+
+// enqueue writes replies to the outbox in tx. Inside an inbox handler with
+// the dispatcher running they are leased to it and handed over once the
+// inbox transaction commits (published at once; the relay takes them only
+// after the lease); otherwise the relay publishes them.
+func (p *Participant) enqueue(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
+	d := p.dispatch.Load()
+	if d == nil || !d.Active() || !inbox.InHandler(ctx) {
+		return p.outbox.Enqueue(ctx, tx, msgs...)
+	}
+	pend, err := p.outbox.EnqueueDirect(ctx, tx, d.Lease(), msgs...)
+	if err != nil {
+		return err
+	}
+	inbox.AfterCommit(ctx, func() { d.Send(pend) })
 	return nil
 }

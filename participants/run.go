@@ -36,15 +36,22 @@ func (p *Participant) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: command consumer: %w", p.cfg.Name, err)
 	}
-	rel, err := relay.New(p.pool, p.outbox, &relay.Config{
+	rc := &relay.Config{
 		Brokers:  p.cfg.Brokers,
 		Dialer:   p.cfg.Dialer,
 		Logger:   log.With(slog.String("component", "relay")),
 		Metrics:  p.cfg.RelayMetrics,
 		KeepSent: p.cfg.KeepSent,
-	})
+	}
+	rel, err := relay.New(p.pool, p.outbox, rc)
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: reply relay: %w", p.cfg.Name, err)
+	}
+	var disp *relay.Dispatcher
+	if !p.cfg.NoDispatch {
+		if disp, err = relay.NewDispatcher(p.pool, p.outbox, rc); err != nil {
+			return fmt.Errorf("participant %q: Run: reply dispatcher: %w", p.cfg.Name, err)
+		}
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -53,13 +60,20 @@ func (p *Participant) Run(ctx context.Context) error {
 		what string
 		err  error
 	}
-	done := make(chan stopped, 2)
+	n := 2
+	done := make(chan stopped, 3)
+	if disp != nil {
+		n++
+		p.dispatch.Store(disp)
+		defer p.dispatch.Store(nil)
+		go func() { done <- stopped{"reply dispatcher", disp.Run(runCtx)} }()
+	}
 	go func() { done <- stopped{"command consumer", cons.Run(runCtx)} }()
 	go func() { done <- stopped{"reply relay", rel.Run(runCtx)} }()
 	log.InfoContext(ctx, "participant running", slog.String("topic", p.cfg.CommandTopic), slog.String("group", p.cfg.GroupID))
 
 	var errs []error
-	for range 2 {
+	for range n {
 		s := <-done
 		cancel() // one stopped: stop the other
 		switch {

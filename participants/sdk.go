@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
@@ -60,6 +61,10 @@ type Config struct {
 	// metrics; nil: see inbox.Config.Metrics and relay.Config.Metrics.
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
+	// NoDispatch leaves every reply to the relay (woken by NOTIFY) instead
+	// of publishing it right after the inbox transaction commits (see
+	// relay.Dispatcher); default false: dispatch.
+	NoDispatch bool
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -110,6 +115,9 @@ type Participant struct {
 
 	barrier barrier
 	outbox  *outbox.Outbox
+	// dispatch publishes replies right after their inbox transaction
+	// commits, while Run runs (nil otherwise, or with Config.NoDispatch).
+	dispatch atomic.Pointer[relay.Dispatcher]
 
 	mu       sync.RWMutex
 	handlers map[string]stepHandlers

@@ -23,7 +23,7 @@ type Cycler struct {
 
 func NewCycler(r *Relay) *Cycler {
 	tr := &kafka.Transport{}
-	return &Cycler{r: r, tr: tr, w: r.newWriter(tr)}
+	return &Cycler{r: r, tr: tr, w: newWriter(r.cfg, tr)}
 }
 
 // Cycle runs one claim-publish cycle and records what it published, as the

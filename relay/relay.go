@@ -79,6 +79,13 @@ type Advanced struct {
 	Linger        time.Duration // pause after a partial batch before claiming again; default LingerDefault, negative: none
 	StatsInterval time.Duration // refresh of the outbox gauges; default StatsIntervalDefault
 	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at MaxRetryBackoff; default RetryBackoffDefault
+	// NoDispatch: the processes that commit outbox rows leave every one to
+	// the relay (woken by NOTIFY) instead of publishing it right after
+	// their commit (Dispatcher); default false: dispatch.
+	NoDispatch bool
+	// DispatchLease: how long a dispatched row is left to its process
+	// before the relay may publish it; default DispatchLeaseDefault.
+	DispatchLease time.Duration
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -86,6 +93,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Linger = cmp.Or(c.Linger, LingerDefault)
+	c.DispatchLease = cmp.Or(c.DispatchLease, DispatchLeaseDefault)
 	c.BusyPoll = cmp.Or(c.BusyPoll, BusyPollDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
@@ -187,7 +195,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	tr := kafkaclient.Transport(r.cfg.Dialer, "sagaflow-relay")
 	tr.DialTimeout = r.cfg.WriteTimeout
-	w := r.newWriter(tr)
+	w := newWriter(r.cfg, tr)
 	defer func() {
 		if err := w.Close(); err != nil {
 			r.log.Warn("relay: close kafka writer", "error", err)
@@ -248,12 +256,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
+func newWriter(c Config, tr *kafka.Transport) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:        kafka.TCP(r.cfg.Brokers...),
+		Addr:        kafka.TCP(c.Brokers...),
 		Balancer:    kafkaclient.Balancer(),
 		MaxAttempts: 3,
-		BatchSize:   r.cfg.BatchSize,
+		BatchSize:   c.BatchSize,
 		BatchBytes:  MaxMessageBytes,
 		// The relay is the writer's only caller and hands it a whole claim
 		// per call: a partial batch has nothing more to wait for. kafka-go
@@ -262,8 +270,8 @@ func (r *Relay) newWriter(tr *kafka.Transport) *kafka.Writer {
 		// partition writer's lock), so a tiny timeout still sends one
 		// batch per partition per call, without the wait.
 		BatchTimeout: batchTimeout,
-		ReadTimeout:  r.cfg.WriteTimeout,
-		WriteTimeout: r.cfg.WriteTimeout,
+		ReadTimeout:  c.WriteTimeout,
+		WriteTimeout: c.WriteTimeout,
 		RequiredAcks: kafka.RequireAll,
 		// Topics are created by the processes' Prepare (their configured
 		// set) or by an operator, never by publishing to a new name.

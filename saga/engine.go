@@ -78,6 +78,11 @@ type Config struct {
 	// outside an inbox handler) do not call it: only the caller knows when
 	// that commits.
 	OnFinished func(id uuid.UUID, state State)
+	// Dispatcher, if set, publishes the commands of the engine's own and
+	// inbox transactions right after their commit (relay.Dispatcher); the
+	// relay publishes them only if it did not, after Dispatcher.Lease.
+	// Nil: every command waits for the relay.
+	Dispatcher Dispatcher
 	// SingleLiveTypes are the saga types that allow at most one live
 	// (running, compensating or failed) saga per aggregate id: a start for
 	// an aggregate that has one fails with a *LiveSagaError (ErrLiveSaga)
@@ -342,10 +347,10 @@ func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (Inst
 	if err != nil {
 		return Instance{}, false, err
 	}
-	return e.startPrepared(ctx, tx, req, def, data)
+	return e.startPrepared(ctx, tx, req, def, data, nil)
 }
 
-func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest, def *Def, data json.RawMessage) (Instance, bool, error) {
+func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest, def *Def, data json.RawMessage, pc *postCommit) (Instance, bool, error) {
 	s, err := e.startDecision(req, def, data)
 	if err != nil {
 		return Instance{}, false, err
@@ -364,7 +369,7 @@ func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest,
 		existing, err := e.st.loadByKey(ctx, tx, req.Type, req.IdempotencyKey)
 		return existing, false, err
 	}
-	if err := e.write(ctx, tx, d); err != nil {
+	if err := e.write(ctx, tx, d, pc); err != nil {
 		return Instance{}, false, err
 	}
 	e.startedLog(ctx, s)
@@ -372,15 +377,15 @@ func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest,
 }
 
 // write appends the decision's journal and enqueues its commands.
-func (e *Engine) write(ctx context.Context, tx DB, d Decision) error {
-	return e.writeMany(ctx, tx, []Decision{d})
+func (e *Engine) write(ctx context.Context, tx DB, d Decision, pc *postCommit) error {
+	return e.writeMany(ctx, tx, []Decision{d}, pc)
 }
 
 // writeMany appends the decisions' journals and enqueues their commands,
 // one statement each.
-func (e *Engine) writeMany(ctx context.Context, tx DB, ds []Decision) error {
+func (e *Engine) writeMany(ctx context.Context, tx DB, ds []Decision, pc *postCommit) error {
 	b := &pgx.Batch{}
-	if err := e.queueWrites(b, ds); err != nil {
+	if err := e.queueWrites(b, ds, pc); err != nil {
 		return err
 	}
 	return sendBatch(ctx, tx, b, "write journal and commands")
@@ -398,7 +403,7 @@ func sendBatch(ctx context.Context, tx DB, b *pgx.Batch, what string) error {
 }
 
 // queueWrites adds to b the journal rows and the outbox rows of ds.
-func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision) error {
+func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision, pc *postCommit) error {
 	var journal []JournalEntry
 	var msgs []outbox.Message
 	for _, d := range ds {
@@ -417,13 +422,21 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision) error {
 		}
 	}
 	e.st.queueJournal(b, journal)
+	if pc != nil {
+		pc.ds = append(pc.ds, ds...)
+		if e.cfg.Dispatcher != nil && len(msgs) > 0 && e.cfg.Dispatcher.Active() {
+			p, err := e.ob.QueueEnqueueDirect(b, e.cfg.Dispatcher.Lease(), msgs...)
+			pc.pend = append(pc.pend, p)
+			return err
+		}
+	}
 	return e.ob.QueueEnqueue(b, msgs...)
 }
 
 // apply runs ev through the door for saga id inside tx: load, decide,
 // conditional update (reload and re-decide on a version conflict), journal,
 // outbox.
-func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event) (Instance, Decision, error) {
+func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event, pc *postCommit) (Instance, Decision, error) {
 	for attempt := 0; ; attempt++ {
 		in, err := e.st.load(ctx, tx, id)
 		if err != nil {
@@ -439,7 +452,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 			return in, Decision{}, err
 		}
 		if !d.Changed {
-			if err := e.writeMany(ctx, tx, []Decision{d}); err != nil {
+			if err := e.writeMany(ctx, tx, []Decision{d}, nil); err != nil {
 				return in, d, err
 			}
 			e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
@@ -459,7 +472,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 			}
 			continue
 		}
-		if err := e.write(ctx, tx, d); err != nil {
+		if err := e.write(ctx, tx, d, pc); err != nil {
 			return in, d, err
 		}
 		e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
@@ -475,11 +488,12 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 // transaction). A reply for an unknown saga or step returns an error
 // wrapping message.ErrInvalid, so the inbox sends it to the dead-letter topic.
 func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) error {
-	_, d, err := e.apply(ctx, tx, r.SagaID, func() Event {
+	pc := e.inboxPost(ctx)
+	_, _, err := e.apply(ctx, tx, r.SagaID, func() Event {
 		return Event{Kind: EventReply, At: e.cfg.Now(), Reply: &r}
-	})
+	}, pc)
 	if err == nil {
-		e.afterInboxCommit(ctx, d)
+		e.afterInbox(ctx, pc)
 	}
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -583,7 +597,8 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 			return err
 		}
 	}
-	if err := e.queueWrites(b, decided); err != nil {
+	pc := e.inboxPost(ctx)
+	if err := e.queueWrites(b, decided, pc); err != nil {
 		return err
 	}
 	if err := sendBatch(ctx, tx, b, fmt.Sprintf("apply %d replies", len(rs))); err != nil {
@@ -607,7 +622,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()), traceAttr(&o.d.Next))
 		}
 	}
-	e.afterInboxCommit(ctx, decided...)
+	e.afterInbox(ctx, pc)
 	return nil
 }
 
@@ -615,16 +630,17 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 // action returns a *RefusedError and writes nothing.
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op Operator) (Instance, error) {
 	var out Instance
-	var d Decision
+	var pc *postCommit
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		in, dd, err := e.apply(ctx, tx, id, func() Event {
+		pc = &postCommit{}
+		in, _, err := e.apply(ctx, tx, id, func() Event {
 			return Event{Kind: EventOperator, At: e.cfg.Now(), Operator: &op}
-		})
-		out, d = in, dd
+		}, pc)
+		out = in
 		return err
 	})
 	if err == nil {
-		e.committed(d)
+		e.flush(pc)
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
 			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), traceAttr(&out))
 	}

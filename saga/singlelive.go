@@ -56,10 +56,15 @@ func (e *Engine) singleLive(sagaType string) bool {
 // its own (never group-committed with others: its lock would serialize
 // the batch).
 func (e *Engine) startSingleLive(ctx context.Context, req StartRequest, def *Def, data json.RawMessage) (in Instance, created bool, err error) {
+	var pc *postCommit
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		in, created, err = e.startPrepared(ctx, tx, req, def, data)
+		pc = &postCommit{}
+		in, created, err = e.startPrepared(ctx, tx, req, def, data, pc)
 		return err
 	})
+	if err == nil {
+		e.flush(pc)
+	}
 	return in, created, err
 }
 

@@ -120,11 +120,16 @@ func (b *startBatcher) run(batch []*pendingStart) {
 	created, ok := e.startPipelined(ctx, batch)
 	if !ok && len(batch) > 1 {
 		resetStarts(batch)
+		var pc *postCommit
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			var err error
-			created, err = e.startMany(ctx, tx, batch)
+			pc = &postCommit{}
+			created, err = e.startMany(ctx, tx, batch, pc)
 			return err
 		})
+		if err == nil {
+			e.flush(pc)
+		}
 		if ok = err == nil; !ok {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "saga start batch failed; starting each alone",
 				slog.Int("starts", len(batch)), slog.Any("error", err))
@@ -141,11 +146,16 @@ func (b *startBatcher) run(batch []*pendingStart) {
 	}
 	resetStarts(batch)
 	for _, p := range batch {
+		var pc *postCommit
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			var err error
-			p.in, p.created, err = e.startPrepared(ctx, tx, p.req, p.def, p.data)
+			pc = &postCommit{}
+			p.in, p.created, err = e.startPrepared(ctx, tx, p.req, p.def, p.data, pc)
 			return err
 		})
+		if err == nil {
+			e.flush(pc)
+		}
 		if err != nil {
 			p.in, p.created, p.err = Instance{}, false, err
 		}
@@ -180,7 +190,8 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 	if err := e.st.queueInsertMany(b, ins, inserted); err != nil {
 		return nil, false
 	}
-	if err := e.queueWrites(b, ds); err != nil {
+	pc := &postCommit{}
+	if err := e.queueWrites(b, ds, pc); err != nil {
 		return nil, false
 	}
 	err = conn.SendBatch(ctx, b).Close()
@@ -193,6 +204,7 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 		// insert finds committed sagas by their idempotency keys.
 		return nil, false
 	}
+	e.flush(pc)
 	for i, p := range ps {
 		p.in, p.created = ss[i].d.Next, true
 	}
@@ -202,7 +214,7 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 // startMany inserts the sagas of batch in one statement, then the journal
 // and the first commands of those it created. It sets each request's
 // result and returns the created sagas.
-func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart) ([]started, error) {
+func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart, pc *postCommit) ([]started, error) {
 	ds, ps := e.decideStarts(batch)
 	if len(ds) == 0 {
 		return nil, nil
@@ -230,7 +242,7 @@ func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart
 		}
 		p.in = existing
 	}
-	if err := e.writeMany(ctx, tx, decisions); err != nil {
+	if err := e.writeMany(ctx, tx, decisions, pc); err != nil {
 		return nil, err
 	}
 	return created, nil

@@ -16,9 +16,9 @@ import (
 // replicas share the work). It returns how many it looked at.
 func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
 	n := 0
-	var ds []Decision
+	var pc *postCommit
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		ds = ds[:0]
+		pc = &postCommit{}
 		now := e.cfg.Now()
 		ids, err := e.st.due(ctx, tx, now, limit)
 		if err != nil {
@@ -26,11 +26,10 @@ func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
 		}
 		n = len(ids)
 		for _, id := range ids {
-			in, d, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} })
+			in, _, err := e.apply(ctx, tx, id, func() Event { return Event{Kind: EventTimer, At: now} }, pc)
 			if err != nil {
 				return fmt.Errorf("timer for saga %s: %w", id, err)
 			}
-			ds = append(ds, d)
 			// The timer may have fired early (writes only move timers
 			// earlier): set it to the saga's real next wake-up.
 			if err := e.st.resyncTimer(ctx, tx, id, in.NextWakeup()); err != nil {
@@ -40,7 +39,7 @@ func (e *Engine) FireDue(ctx context.Context, limit int) (int, error) {
 		return nil
 	})
 	if err == nil {
-		e.committed(ds...)
+		e.flush(pc)
 	}
 	return n, err
 }

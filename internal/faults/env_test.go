@@ -120,14 +120,18 @@ func (e *env) service(run orchestrator.RunSet) *orchestrator.Service {
 	return e.serviceOn(e.pool(), run)
 }
 
-func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet) *orchestrator.Service {
+func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet, edit ...func(*orchestrator.Config)) *orchestrator.Service {
 	e.t.Helper()
-	svc, err := orchestrator.New(pool, e.registry, &orchestrator.Config{
+	cfg := &orchestrator.Config{
 		Brokers: e.brokers, GroupID: e.group, Partitions: 4, Run: run,
 		Engine: saga.Config{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond, OnFinished: e.onFinished},
 		Inbox:  inbox.Config{Metrics: e.im, Name: "orchestrator"},
 		Relay:  relay.Config{Metrics: e.rm, KeepSent: e.keepSent},
-	})
+	}
+	for _, f := range edit {
+		f(cfg)
+	}
+	svc, err := orchestrator.New(pool, e.registry, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

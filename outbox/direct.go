@@ -1,0 +1,80 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Pending is what a transaction enqueued for dispatch right after its
+// commit (see EnqueueDirect): the messages, and the ids of their rows once
+// the insert ran, in the same order.
+type Pending struct {
+	Msgs []Message
+	IDs  []int64
+}
+
+// directSQL inserts rows that the relay leaves alone for a lease: the
+// committing process publishes them itself right after its commit
+// (relay.Dispatcher) and deletes them; only if it does not (it crashed
+// between commit and publish, or between publish and delete; Kafka refused)
+// are they due to the relay when the lease ends, which publishes them like
+// any row. No NOTIFY (the relay finds them by its poll) and no listen lock.
+// The lease is counted on the server's clock.
+func (o *Outbox) directSQL() string {
+	t := pgx.Identifier{o.schema, "outbox"}.Sanitize()
+	return `INSERT INTO ` + t + ` (topic, key, value, headers, available_at)
+SELECT u.topic, u.key, u.value, u.headers, now() + $5::bigint * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[]) AS u(topic, key, value, headers)
+RETURNING id`
+}
+
+// QueueEnqueueDirect adds to b the insert of msgs as rows leased to the
+// committing process for lease (see directSQL), and returns their Pending,
+// whose IDs are filled in when b runs. Hand it to the dispatcher after the
+// transaction commits; if it rolls back, drop it.
+func (o *Outbox) QueueEnqueueDirect(b *pgx.Batch, lease time.Duration, msgs ...Message) (*Pending, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	args, err := o.enqueueArgs(msgs)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{Msgs: msgs}
+	n := len(msgs)
+	b.Queue(o.directSQL(), args[0], args[1], args[2], args[3], lease.Microseconds()).Query(func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("outbox %s: enqueue %d messages for dispatch: %w", o.schema, n, err)
+		}
+		if len(ids) != n {
+			// Fewer rows than messages (a trigger on the table dropped
+			// some): which is which is unknown, so none is dispatched;
+			// the relay publishes the rows there are after the lease.
+			p.IDs = nil
+			return nil
+		}
+		// The ids are drawn in insert order, which is the order of msgs.
+		slices.Sort(ids)
+		p.IDs = ids
+		return nil
+	})
+	return p, nil
+}
+
+// EnqueueDirect is QueueEnqueueDirect in a round trip of its own.
+func (o *Outbox) EnqueueDirect(ctx context.Context, tx DB, lease time.Duration, msgs ...Message) (*Pending, error) {
+	b := &pgx.Batch{}
+	p, err := o.QueueEnqueueDirect(b, lease, msgs...)
+	if err != nil || p == nil {
+		return p, err
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
