@@ -281,7 +281,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				Brokers: bs, Dialer: dialer, GroupID: cfg.Orchestrator.GroupID, Engine: ec, Logger: log,
 				Partitions: cfg.Kafka.Partitions, Replication: cfg.Kafka.Replication,
 				Inbox: inbox.Config{Metrics: ms.Inbox, BatchSize: cfg.Orchestrator.InboxBatch},
-				Relay: relay.Config{Metrics: ms.Relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent},
+				Relay: relay.Config{Metrics: ms.Relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent, Advanced: cfg.Relay.advanced()},
 			})
 			if err != nil {
 				return err
@@ -300,6 +300,9 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			defer apiPool.Close()
 			apiEC := ec
 			apiEC.Logger = log
+			if d := svc.Dispatcher(); d != nil {
+				apiEC.Dispatcher = d // HTTP starts go out right after their commit too
+			}
 			apiEng, err := saga.NewEngine(apiPool, reg, &apiEC)
 			if err != nil {
 				return err
@@ -446,7 +449,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				ShippingFailRate: pc.ShippingFailRate, PointsFailRate: pc.PointsFailRate,
 				Seed: pc.Seed, PaymentLimitCents: pc.PaymentLimitCents,
 				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
-				KeepSent: cfg.Relay.KeepSent,
+				KeepSent: cfg.Relay.KeepSent, NoDispatch: !cfg.Relay.Dispatch,
 			})
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -49,6 +50,8 @@ var Keys = []Key{
 	{"orchestrator.start_batch", saga.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
 	{"orchestrator.inbox_batch", orchestrator.RepliesBatchDefault, "Replies handled per inbox transaction (at most)."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},
+	{"relay.dispatch", true, "Publish outbox rows right after the commit that wrote them (the process's dispatcher; `serve` and `participants`) and leave the relay only what a crash, a Kafka refusal or a full queue left behind, after `relay.dispatch_lease`; false: every row waits for the relay, woken by NOTIFY."},
+	{"relay.dispatch_lease", relay.DispatchLeaseDefault, "How long a dispatched row is left to the process that committed it before the relay may publish it (the extra delay of a command whose process died right after its commit)."},
 	{"relay.keep_sent", false, "Keep published outbox rows as sent history (purged after `retention.sent_outbox_after`) instead of deleting them once Kafka acknowledged them; applies to `serve` and `participants`."},
 	{"http.addr", "127.0.0.1:8080", "Listen address of the HTTP API (`serve`)."},
 	{"http.admin_token", "", "Bearer token for operator actions (it opens everything the client token opens too); empty disables operator actions. Secret: `config --effective` redacts it."},

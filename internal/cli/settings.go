@@ -17,6 +17,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -72,7 +73,15 @@ type OrchestratorConfig struct {
 }
 
 // RelayConfig is relay.*.
-type RelayConfig struct{ KeepSent bool }
+type RelayConfig struct {
+	KeepSent, Dispatch bool
+	DispatchLease      time.Duration
+}
+
+// advanced is the relay's dispatch settings of c.
+func (c RelayConfig) advanced() relay.Advanced {
+	return relay.Advanced{NoDispatch: !c.Dispatch, DispatchLease: c.DispatchLease}
+}
 
 // HTTPConfig is http.*.
 type HTTPConfig struct {
@@ -166,7 +175,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
 		{"orchestrator.single_live_types", &o.SingleLiveTypes},
-		{"relay.keep_sent", &c.Relay.KeepSent},
+		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
 		{"http.max_data_bytes", &h.MaxDataBytes}, {"http.max_header_bytes", &h.MaxHeaderBytes},
@@ -398,6 +407,7 @@ func (c *Config) validate() error {
 	positive("retention.inbox_after", r.InboxAfter)
 	positive("retention.finished_saga_after", r.FinishedSagaAfter)
 	positive("retention.interval", r.Interval)
+	positive("relay.dispatch_lease", c.Relay.DispatchLease)
 	positive("retention.failed_saga_after", r.FailedSagaAfter)
 	positive("retention.barrier_after", r.BarrierAfter)
 	if r.FailedSagaAfter < r.FinishedSagaAfter {

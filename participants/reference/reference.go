@@ -51,7 +51,9 @@ type Options struct {
 	InboxBatchSize    int
 	Partitions        int
 	// KeepSent keeps published replies as sent history (relay.Config.KeepSent).
-	KeepSent     bool
+	KeepSent bool
+	// NoDispatch leaves every reply to the relay (participants.Config.NoDispatch).
+	NoDispatch   bool
 	Logger       *slog.Logger
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
@@ -83,7 +85,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 			CommandTopic:   message.CommandTopic(opts.TopicPrefix, name),
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
-			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics, KeepSent: opts.KeepSent,
+			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics, KeepSent: opts.KeepSent, NoDispatch: opts.NoDispatch,
 		})
 		if err != nil {
 			return nil, err
