@@ -90,7 +90,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-level"), "log.level")
 	bind(v, pf.Lookup("log-format"), "log.format")
 
-	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v))
+	root.AddCommand(demoCmd(v), serveCmd(v), participantsCmd(v), devBrokerCmd(v), migrateCmd(v), configCmd(v), statusCmd(v), listCmd(v), benchCmd(v), chaosCmd(v), conformanceCmd(v))
 	return root
 }
 

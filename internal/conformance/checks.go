@@ -1,0 +1,477 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// Check names, in the order they run (the reply checks over every answer,
+// and the check of the other topics, come last).
+const (
+	CheckForwardSucceeds          = "forward-succeeds"
+	CheckIdempotentCopies         = "idempotent-copies"
+	CheckRedeliveryDeduped        = "redelivery-deduped"
+	CheckFailureRecorded          = "failure-recorded"
+	CheckRetryRecordsNothing      = "retry-records-nothing"
+	CheckEmptyCompensation        = "empty-compensation"
+	CheckForwardAfterCompensation = "forward-after-compensation-refused"
+	CheckCompensationUndoes       = "compensation-undoes"
+	CheckCompensationCopies       = "compensation-copies"
+	CheckQueryDone                = "query-done"
+	CheckQueryFailed              = "query-failed"
+	CheckQueryCompensated         = "query-compensated"
+	CheckQueryClosed              = "query-closed"
+	CheckForwardAfterQueryClosed  = "forward-after-query-closed-refused"
+	CheckPoisonUndecodable        = "poison-undecodable-json"
+	CheckPoisonHeaderMismatch     = "poison-header-contradicts-body"
+	CheckPoisonUnknownStep        = "poison-unknown-step"
+	CheckPoisonNUL                = "poison-nul-in-string"
+	CheckPoisonReplyTo            = "poison-reply-to-not-allowed"
+	CheckNothingElsewhere         = "replies-only-to-reply-topic"
+	CheckReplyEnvelope            = "reply-envelope"
+	CheckReplyHeaders             = "reply-headers"
+	CheckReplyCopiesCommand       = "reply-copies-command"
+	CheckReplyKey                 = "reply-keyed-by-saga-id"
+	CheckReplyPartition           = "reply-partition"
+)
+
+// IdempotencyChecks are the checks a participant that skips its barrier
+// (executes every copy) fails.
+var IdempotencyChecks = []string{CheckIdempotentCopies, CheckFailureRecorded, CheckCompensationCopies}
+
+func (r *run) runChecks(ctx context.Context) {
+	for _, c := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{CheckForwardSucceeds, r.forwardSucceeds},
+		{CheckIdempotentCopies, r.idempotentCopies},
+		{CheckRedeliveryDeduped, r.redeliveryDeduped},
+		{CheckFailureRecorded, r.failureRecorded},
+		{CheckRetryRecordsNothing, r.retryRecordsNothing},
+		{CheckEmptyCompensation, r.emptyCompensation},
+		{CheckForwardAfterCompensation, r.forwardAfterCompensation},
+		{CheckCompensationUndoes, r.compensationUndoes},
+		{CheckCompensationCopies, r.compensationCopies},
+		{CheckQueryDone, r.queryDone},
+		{CheckQueryFailed, r.queryFailed},
+		{CheckQueryCompensated, r.queryCompensated},
+		{CheckQueryClosed, r.queryClosed},
+		{CheckForwardAfterQueryClosed, r.forwardAfterQueryClosed},
+		{CheckPoisonUndecodable, r.poison(poisonUndecodable)},
+		{CheckPoisonHeaderMismatch, r.poison(poisonHeaderMismatch)},
+		{CheckPoisonUnknownStep, r.poison(poisonUnknownStep)},
+		{CheckPoisonNUL, r.poison(poisonNUL)},
+		{CheckPoisonReplyTo, r.poison(poisonReplyTo)},
+	} {
+		if ctx.Err() != nil {
+			return
+		}
+		err := c.fn(ctx)
+		if err == nil {
+			r.report.add(Check{Name: c.name, Passed: true})
+			continue
+		}
+		if perr := r.proc.exitedEarly(); perr != nil {
+			err = fmt.Errorf("%w (%v; its output ends:\n%s)", err, perr, r.proc.out)
+		}
+		r.report.add(Check{Name: c.name, Why: err.Error()})
+		r.cfg.Logger.Warn("check failed", "check", c.name, "why", err.Error())
+	}
+}
+
+// saga is one saga of a check: its id, aggregate id (also the key of the
+// step's effect) and the attempts sent so far per action.
+type saga struct {
+	id       uuid.UUID
+	key      string
+	attempts map[message.Action]int
+}
+
+func newSaga(key string) *saga {
+	return &saga{id: uuid.New(), key: key, attempts: map[message.Action]int{}}
+}
+
+func newKey(what string) string { return what + "-" + uuid.NewString()[:13] }
+
+// do sends the next copy of action for s (mode for a forward; a
+// compensation carries the key, a query nothing) and waits for the answer.
+func (r *run) do(ctx context.Context, s *saga, action message.Action, mode string) (message.Reply, error) {
+	s.attempts[action]++
+	var payload any
+	switch action {
+	case message.Forward:
+		payload = Input{Key: s.key, Mode: mode}
+	case message.Compensate:
+		payload = Input{Key: s.key}
+	}
+	return r.exchange(ctx, r.newCommand(s.id, s.key, action, s.attempts[action], payload))
+}
+
+// expect checks a reply's outcome and, if reason is not empty, its reason.
+func expect(what string, rep message.Reply, outcome message.Outcome, reason string) error {
+	if rep.Outcome != outcome || (reason != "" && rep.Reason != reason) {
+		want := string(outcome)
+		if reason != "" {
+			want += " (" + reason + ")"
+		}
+		return fmt.Errorf("%s: answered %s, want %s", what, describe(rep), want)
+	}
+	return nil
+}
+
+func describe(rep message.Reply) string {
+	s := string(rep.Outcome)
+	if rep.Reason != "" {
+		s += fmt.Sprintf(" (reason %q)", rep.Reason)
+	}
+	if len(rep.Payload) > 0 {
+		s += " payload " + string(rep.Payload)
+	}
+	return s
+}
+
+// effects reads the Output of a successful forward or compensation and
+// checks its key and count.
+func effects(what string, rep message.Reply, key string, want int) error {
+	if err := expect(what, rep, message.Success, ""); err != nil {
+		return err
+	}
+	var out Output
+	dec := json.NewDecoder(bytes.NewReader(rep.Payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil || out.Key != key {
+		return fmt.Errorf("%s: payload %s, want {\"key\":%q,\"effects\":N} (the conformance step's output)", what, rep.Payload, key)
+	}
+	if out.Effects != want {
+		return fmt.Errorf("%s: payload %s says %d effect rows for the key, want %d", what, rep.Payload, out.Effects, want)
+	}
+	return nil
+}
+
+// probe executes the forward of a new saga with key and checks that the key
+// then has want effect rows: what earlier commands left behind. Sent with
+// the same record key, it is handled after them.
+func (r *run) probe(ctx context.Context, key string, want int) error {
+	rep, err := r.do(ctx, &saga{id: uuid.New(), key: key, attempts: map[message.Action]int{}}, message.Forward, ModeSucceed)
+	if err != nil {
+		return fmt.Errorf("probe forward of a new saga with the key: %w", err)
+	}
+	if err := effects("probe forward of a new saga with the same key", rep, key, want); err != nil {
+		return fmt.Errorf("%w (so earlier commands left %d effect rows behind)", err, effectCount(rep)-1)
+	}
+	return nil
+}
+
+func effectCount(rep message.Reply) int {
+	var out Output
+	_ = json.Unmarshal(rep.Payload, &out)
+	return out.Effects
+}
+
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("conformance: encode %T: %v", v, err))
+	}
+	return b
+}
+
+func (r *run) forwardSucceeds(ctx context.Context) error {
+	s := newSaga(newKey("forward"))
+	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	return effects("forward (mode succeed)", rep, s.key, 1)
+}
+
+func (r *run) idempotentCopies(ctx context.Context) error {
+	s := newSaga(newKey("copies"))
+	first, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := effects("first forward", first, s.key, 1); err != nil {
+		return err
+	}
+	for range 2 {
+		rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+		if err != nil {
+			return err
+		}
+		what := fmt.Sprintf("copy %d of the forward (new message id, same saga_id, step, action)", s.attempts[message.Forward])
+		if err := effects(what, rep, s.key, 1); err != nil {
+			return fmt.Errorf("%w: the copy was executed again instead of answered from the record", err)
+		}
+		if !sameJSON(rep.Payload, first.Payload) {
+			return fmt.Errorf("%s: payload %s, want the recorded %s", what, rep.Payload, first.Payload)
+		}
+	}
+	return nil
+}
+
+func (r *run) redeliveryDeduped(ctx context.Context) error {
+	s := newSaga(newKey("redelivery"))
+	s.attempts[message.Forward]++
+	cmd := r.newCommand(s.id, s.key, message.Forward, 1, Input{Key: s.key, Mode: ModeSucceed})
+	first, err := r.send(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	rep, err := r.answer(ctx, cmd.MessageID)
+	if err != nil {
+		return err
+	}
+	if err := effects("forward", rep, s.key, 1); err != nil {
+		return err
+	}
+	if err := r.produce(ctx, first); err != nil { // the same record again
+		return err
+	}
+	rep, err = r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := effects("a copy sent after the redelivered record", rep, s.key, 1); err != nil {
+		return fmt.Errorf("%w: the redelivered record (same message id) was executed again", err)
+	}
+	if n := r.repliesTo(cmd.MessageID); n != 1 {
+		return fmt.Errorf("message %s delivered twice was answered %d times, want once: dedupe records by their message-id", cmd.MessageID, n)
+	}
+	return nil
+}
+
+func (r *run) failureRecorded(ctx context.Context) error {
+	s := newSaga(newKey("failure"))
+	rep, err := r.do(ctx, s, message.Forward, ModeFail)
+	if err != nil {
+		return err
+	}
+	if err := expect("forward (mode fail)", rep, message.Failure, ReasonFail); err != nil {
+		return err
+	}
+	// A copy that would succeed if executed: the recorded failure answers it.
+	rep, err = r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := expect("a copy of the failed forward (its payload says succeed)", rep, message.Failure, ReasonFail); err != nil {
+		return fmt.Errorf("%w: copies must be answered with the recorded outcome, not executed", err)
+	}
+	return r.probe(ctx, s.key, 1)
+}
+
+func (r *run) retryRecordsNothing(ctx context.Context) error {
+	s := newSaga(newKey("retry"))
+	rep, err := r.do(ctx, s, message.Forward, ModeRetry)
+	if err != nil {
+		return err
+	}
+	if err := expect("forward (mode retry)", rep, message.Retry, ReasonRetry); err != nil {
+		return err
+	}
+	rep, err = r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := effects("the next copy (mode succeed)", rep, s.key, 1); err != nil {
+		return fmt.Errorf("%w: after a retry answer the next copy must execute afresh", err)
+	}
+	return nil
+}
+
+func (r *run) emptyCompensation(ctx context.Context) error {
+	s := newSaga(newKey("empty"))
+	rep, err := r.do(ctx, s, message.Compensate, "")
+	if err != nil {
+		return err
+	}
+	if err := expect("compensation without its forward", rep, message.Success, ""); err != nil {
+		return err
+	}
+	return r.probe(ctx, s.key, 1)
+}
+
+func (r *run) forwardAfterCompensation(ctx context.Context) error {
+	s := newSaga(newKey("late-forward"))
+	if _, err := r.do(ctx, s, message.Compensate, ""); err != nil {
+		return err
+	}
+	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := expect("forward arriving after its compensation", rep, message.Failure, ""); err != nil {
+		return err
+	}
+	return r.probe(ctx, s.key, 1)
+}
+
+// forwardThenCompensate runs a successful forward of a new saga and its
+// compensation, returning the saga and the compensation's answer.
+func (r *run) forwardThenCompensate(ctx context.Context, what string) (*saga, message.Reply, error) {
+	s := newSaga(newKey(what))
+	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return nil, message.Reply{}, err
+	}
+	if err := effects("forward", rep, s.key, 1); err != nil {
+		return nil, message.Reply{}, err
+	}
+	rep, err = r.do(ctx, s, message.Compensate, "")
+	return s, rep, err
+}
+
+func (r *run) compensationUndoes(ctx context.Context) error {
+	s, rep, err := r.forwardThenCompensate(ctx, "undo")
+	if err != nil {
+		return err
+	}
+	if err := effects("compensation of a successful forward", rep, s.key, 0); err != nil {
+		return err
+	}
+	return r.probe(ctx, s.key, 1)
+}
+
+func (r *run) compensationCopies(ctx context.Context) error {
+	s, first, err := r.forwardThenCompensate(ctx, "undo-copies")
+	if err != nil {
+		return err
+	}
+	rep, err := r.do(ctx, s, message.Compensate, "")
+	if err != nil {
+		return err
+	}
+	if rep.Outcome != first.Outcome || !sameJSON(rep.Payload, first.Payload) {
+		return fmt.Errorf("a copy of the compensation: answered %s, want the recorded %s", describe(rep), describe(first))
+	}
+	// A copy of the forward after the compensation must not execute again.
+	if _, err := r.do(ctx, s, message.Forward, ModeSucceed); err != nil {
+		return err
+	}
+	return r.probe(ctx, s.key, 1)
+}
+
+// query sends a query for s and decodes the answer.
+func (r *run) query(ctx context.Context, s *saga) (message.QueryAnswer, error) {
+	rep, err := r.do(ctx, s, message.Query, "")
+	if err != nil {
+		return message.QueryAnswer{}, err
+	}
+	if err := expect("query", rep, message.Success, ""); err != nil {
+		return message.QueryAnswer{}, err
+	}
+	ans, err := message.DecodeQueryAnswer(rep.Payload)
+	if err != nil {
+		return message.QueryAnswer{}, fmt.Errorf("query: answer payload %s: %w", rep.Payload, err)
+	}
+	return ans, nil
+}
+
+func wantState(ans message.QueryAnswer, want message.QueryState) error {
+	if ans.State != want {
+		return fmt.Errorf("query answered state %q, want %q", ans.State, want)
+	}
+	if want != message.QueryDone && len(ans.Output) > 0 {
+		return fmt.Errorf("query answered state %q with an output; only done carries one", ans.State)
+	}
+	return nil
+}
+
+func (r *run) queryDone(ctx context.Context) error {
+	s := newSaga(newKey("query-done"))
+	fwd, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := effects("forward", fwd, s.key, 1); err != nil {
+		return err
+	}
+	for range 2 { // every copy reads the barrier afresh
+		ans, err := r.query(ctx, s)
+		if err != nil {
+			return err
+		}
+		if err := wantState(ans, message.QueryDone); err != nil {
+			return err
+		}
+		if !sameJSON(ans.Output, fwd.Payload) {
+			return fmt.Errorf("query answered done with output %s, want the forward's recorded output %s", ans.Output, fwd.Payload)
+		}
+	}
+	return nil
+}
+
+func (r *run) queryFailed(ctx context.Context) error {
+	s := newSaga(newKey("query-failed"))
+	rep, err := r.do(ctx, s, message.Forward, ModeFail)
+	if err != nil {
+		return err
+	}
+	if err := expect("forward (mode fail)", rep, message.Failure, ReasonFail); err != nil {
+		return err
+	}
+	ans, err := r.query(ctx, s)
+	if err != nil {
+		return err
+	}
+	return wantState(ans, message.QueryFailed)
+}
+
+func (r *run) queryCompensated(ctx context.Context) error {
+	s, rep, err := r.forwardThenCompensate(ctx, "query-compensated")
+	if err != nil {
+		return err
+	}
+	if err := expect("compensation", rep, message.Success, ""); err != nil {
+		return err
+	}
+	ans, err := r.query(ctx, s)
+	if err != nil {
+		return err
+	}
+	return wantState(ans, message.QueryCompensated)
+}
+
+func (r *run) queryClosed(ctx context.Context) error {
+	ans, err := r.query(ctx, newSaga(newKey("query-closed")))
+	if err != nil {
+		return err
+	}
+	return wantState(ans, message.QueryClosed)
+}
+
+func (r *run) forwardAfterQueryClosed(ctx context.Context) error {
+	s := newSaga(newKey("query-late-forward"))
+	ans, err := r.query(ctx, s)
+	if err != nil {
+		return err
+	}
+	if err := wantState(ans, message.QueryClosed); err != nil {
+		return err
+	}
+	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	if err != nil {
+		return err
+	}
+	if err := expect("forward arriving after a query answered closed", rep, message.Failure, ""); err != nil {
+		return err
+	}
+	return r.probe(ctx, s.key, 1)
+}
