@@ -15,6 +15,7 @@ import (
 // Check names, in the order they run (the reply checks over every answer,
 // and the check of the other topics, come last).
 const (
+	CheckAnswers                  = "answers"
 	CheckForwardSucceeds          = "forward-succeeds"
 	CheckIdempotentCopies         = "idempotent-copies"
 	CheckRedeliveryDeduped        = "redelivery-deduped"
@@ -40,6 +41,7 @@ const (
 	CheckReplyCopiesCommand       = "reply-copies-command"
 	CheckReplyKey                 = "reply-keyed-by-saga-id"
 	CheckReplyPartition           = "reply-partition"
+	CheckKeepsRunning             = "keeps-running"
 )
 
 // IdempotencyChecks are the checks a participant that skips its barrier
@@ -249,7 +251,7 @@ func (r *run) redeliveryDeduped(ctx context.Context) error {
 		return err
 	}
 	if err := effects("a copy sent after the redelivered record", rep, s.key, 1); err != nil {
-		return fmt.Errorf("%w: the redelivered record (same message id) was executed again", err)
+		return fmt.Errorf("%w: the redelivered record (same message id) or the copy after it was executed again", err)
 	}
 	if n := r.repliesTo(cmd.MessageID); n != 1 {
 		return fmt.Errorf("message %s delivered twice was answered %d times, want once: dedupe records by their message-id", cmd.MessageID, n)

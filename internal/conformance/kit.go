@@ -57,7 +57,9 @@ type Config struct {
 	// database is created (and dropped at the end). Required.
 	DatabaseURL string
 	// Brokers, if set, are used instead of an embedded broker (which the
-	// kit starts and stops otherwise); the topics must not exist yet.
+	// kit starts and stops otherwise). The participant's command topic and
+	// the kit's topics ("conformance.<participant>.*") must be new: give
+	// each run on shared brokers a participant name of its own.
 	Brokers []string
 	// Timeout bounds each wait for one answer. Defaults to TimeoutDefault.
 	Timeout time.Duration
@@ -106,15 +108,22 @@ func (c Config) validate() error {
 
 // run is the state of one run.
 type run struct {
-	cfg                                Config
-	brokers                            []string
-	commandTopic, dlqTopic, replyTopic string
-	writer                             *kafka.Writer
-	col                                *collector
-	proc                               *process
-	mu                                 sync.Mutex
-	commands                           map[uuid.UUID]message.Command // every command sent, by message id
-	report                             Report
+	cfg     Config
+	brokers []string
+	// The participant's topics, and the kit's: its reply topic and the
+	// topic nobody may write to.
+	commandTopic, dlqTopic, replyTopic, elsewhere string
+	writer                                        *kafka.Writer
+	transport                                     *kafka.Transport
+	col                                           *collector
+	proc                                          *process
+	// before is the record count of every topic before the participant
+	// started (topicRecords).
+	before map[string]int64
+
+	mu       sync.Mutex
+	commands map[uuid.UUID]message.Command // every command sent, by message id
+	report   Report
 }
 
 // Run runs the kit against the participant cfg.Command starts and returns
@@ -128,7 +137,8 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	log := cfg.Logger
 	r := &run{
-		cfg: cfg, commandTopic: message.CommandTopic("", cfg.Participant), replyTopic: ReplyTopicDefault,
+		cfg: cfg, commandTopic: message.CommandTopic("", cfg.Participant),
+		replyTopic: TopicPrefix + cfg.Participant + ".replies", elsewhere: TopicPrefix + cfg.Participant + ".elsewhere",
 		commands: map[uuid.UUID]message.Command{}, report: Report{Participant: cfg.Participant},
 	}
 	r.dlqTopic = r.commandTopic + inbox.DLQSuffixDefault
@@ -142,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		defer b.Close()
 		r.brokers = b.Addrs()
 	}
-	topics := []string{r.commandTopic, r.dlqTopic, r.replyTopic, ElsewhereTopic}
+	topics := []string{r.commandTopic, r.dlqTopic, r.replyTopic, r.elsewhere}
 	if err := kafkaclient.EnsureTopics(ctx, r.brokers, topicPartitions, 1, topics...); err != nil {
 		return Report{}, fmt.Errorf("conformance: create topics: %w", err)
 	}
@@ -153,14 +163,21 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	defer func() { err = errors.Join(err, drop()) }()
 
+	// A transport of its own: the shared default one caches metadata from
+	// before the topics existed.
+	r.transport = &kafka.Transport{}
+	defer r.transport.CloseIdleConnections()
 	r.writer = &kafka.Writer{
 		Addr: kafka.TCP(r.brokers...), Balancer: &kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, MaxAttempts: 3,
+		BatchTimeout: time.Millisecond, MaxAttempts: 3, Transport: r.transport,
 	}
 	defer r.writer.Close()
-	r.col = startCollector(r.brokers, r.replyTopic, r.dlqTopic, ElsewhereTopic)
+	r.col = startCollector(r.brokers, r.replyTopic, r.dlqTopic, r.elsewhere)
 	defer r.col.stop()
 
+	if r.before, err = r.topicRecords(ctx); err != nil {
+		return Report{}, fmt.Errorf("conformance: %w", err)
+	}
 	log.Info("starting the participant", slog.String("command", cfg.Command), slog.String("brokers", strings.Join(r.brokers, ",")))
 	r.proc, err = startProcess(cfg.Command, cfg.Dir, []string{
 		EnvBrokers + "=" + strings.Join(r.brokers, ","), EnvDatabaseURL + "=" + dbURL,
@@ -172,10 +189,10 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	defer r.proc.stop()
 
 	if err := r.waitReady(ctx); err != nil {
-		r.report.add(Check{Name: "answers", Why: err.Error()})
+		r.report.add(Check{Name: CheckAnswers, Why: err.Error()})
 		return r.report, nil
 	}
-	r.report.add(Check{Name: "answers", Passed: true})
+	r.report.add(Check{Name: CheckAnswers, Passed: true})
 	r.runChecks(ctx)
 	r.report.add(r.checkNothingElsewhere(ctx))
 	r.checkReplies()
@@ -183,7 +200,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return r.report, ctx.Err()
 	}
 	if err := r.proc.exitedEarly(); err != nil {
-		r.report.add(Check{Name: "keeps running", Why: fmt.Sprintf("%v; its output ends:\n%s", err, r.proc.out)})
+		r.report.add(Check{Name: CheckKeepsRunning, Why: fmt.Sprintf("%v; its output ends:\n%s", err, r.proc.out)})
 	}
 	return r.report, nil
 }

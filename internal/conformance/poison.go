@@ -46,7 +46,7 @@ func poisonNUL(r *run, cmd message.Command, _ kafka.Message) (kafka.Message, err
 }
 
 func poisonReplyTo(r *run, cmd message.Command, _ kafka.Message) (kafka.Message, error) {
-	cmd.ReplyTo = ElsewhereTopic
+	cmd.ReplyTo = r.elsewhere
 	return r.commandRecord(cmd)
 }
 

@@ -120,41 +120,24 @@ func sameUUID(s string, id uuid.UUID) bool {
 
 // checkNothingElsewhere checks that the participant wrote to no topic but
 // the reply topic and its dead-letter topic (the kit writes the command
-// topic): in particular not to ElsewhereTopic, which a dead-lettered
-// command named as its reply_to.
+// topic): in particular not to the kit's elsewhere topic, which a
+// dead-lettered command named as its reply_to. It compares every topic's
+// record count with the one before the participant started.
 func (r *run) checkNothingElsewhere(ctx context.Context) Check {
 	c := Check{Name: CheckNothingElsewhere}
-	client := &kafka.Client{Addr: kafka.TCP(r.brokers...)}
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{})
+	after, err := r.topicRecords(ctx)
 	if err != nil {
-		c.Why = fmt.Sprintf("read the topics: %v", err)
+		c.Why = err.Error()
 		return c
 	}
 	allowed := []string{r.commandTopic, r.dlqTopic, r.replyTopic}
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
-	for _, t := range meta.Topics {
-		if slices.Contains(allowed, t.Name) || strings.HasPrefix(t.Name, "__") {
+	var wrong []string
+	for t, n := range after {
+		if slices.Contains(allowed, t) || strings.HasPrefix(t, "__") {
 			continue
 		}
-		for _, p := range t.Partitions {
-			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.LastOffsetOf(p.ID))
-		}
-	}
-	var wrong []string
-	if len(req.Topics) > 0 {
-		res, err := client.ListOffsets(ctx, req)
-		if err != nil {
-			c.Why = fmt.Sprintf("read the topics' offsets: %v", err)
-			return c
-		}
-		for t, ps := range res.Topics {
-			n := int64(0)
-			for _, p := range ps {
-				n += p.LastOffset
-			}
-			if n > 0 {
-				wrong = append(wrong, fmt.Sprintf("%s (%d records)", t, n))
-			}
+		if d := n - r.before[t]; d > 0 {
+			wrong = append(wrong, fmt.Sprintf("%s (%d records)", t, d))
 		}
 	}
 	if len(wrong) > 0 {
@@ -164,4 +147,37 @@ func (r *run) checkNothingElsewhere(ctx context.Context) Check {
 	}
 	c.Passed = true
 	return c
+}
+
+// topicRecords returns the sum of the partitions' end offsets of every
+// topic: how many records were ever written to it.
+func (r *run) topicRecords(ctx context.Context) (map[string]int64, error) {
+	client := &kafka.Client{Addr: kafka.TCP(r.brokers...), Transport: r.transport}
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("read the topics: %w", err)
+	}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for _, t := range meta.Topics {
+		for _, p := range t.Partitions {
+			req.Topics[t.Name] = append(req.Topics[t.Name], kafka.LastOffsetOf(p.ID))
+		}
+	}
+	out := map[string]int64{}
+	if len(req.Topics) == 0 {
+		return out, nil
+	}
+	res, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("read the topics' offsets: %w", err)
+	}
+	for t, ps := range res.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, fmt.Errorf("read the offsets of %s partition %d: %w", t, p.Partition, p.Error)
+			}
+			out[t] += p.LastOffset
+		}
+	}
+	return out, nil
 }

@@ -21,13 +21,13 @@ const (
 	ReasonFail = "conformance_fail"
 	// ReasonRetry is the reason of a ModeRetry answer.
 	ReasonRetry = "conformance_retry"
-	// ReplyTopicDefault is the reply topic the kit gives the participant
-	// (SAGAFLOW_REPLY_TOPIC).
-	ReplyTopicDefault = "conformance.replies"
-	// ElsewhereTopic is a topic that exists and that no participant may
-	// write to: the kit names it as reply_to in a command that must be
-	// dead-lettered.
-	ElsewhereTopic = "conformance.elsewhere"
+	// TopicPrefix starts the names of the kit's own topics: the reply
+	// topic it gives the participant (SAGAFLOW_REPLY_TOPIC),
+	// "conformance.<participant>.replies", and a topic that exists and that
+	// no participant may write to, "conformance.<participant>.elsewhere"
+	// (the kit names it as the reply_to of a command that must be
+	// dead-lettered).
+	TopicPrefix = "conformance."
 )
 
 // Environment variables the participant under test reads.

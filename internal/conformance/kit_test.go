@@ -1,0 +1,110 @@
+package conformance_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sagaflow/sagaflow/internal/cli"
+	"github.com/sagaflow/sagaflow/internal/conformance"
+	"github.com/sagaflow/sagaflow/internal/testkit"
+)
+
+// goRelayPartitioner is the partitioner the Go SDK's relay uses for the
+// replies it keys by saga id today (kafka-go's Hash). When the relay
+// switches to murmur2 (issue 15 item 3), set it to PartitionerMurmur2.
+const goRelayPartitioner = conformance.PartitionerFNV1a
+
+// runKit runs the kit against command as participant name on brokers and
+// logs the report.
+func runKit(t *testing.T, brokers []string, name, command, dir, partitioner string) conformance.Report {
+	t.Helper()
+	var out testkit.Output
+	rep, err := conformance.Run(testkit.Context(t, 5*time.Minute), conformance.Config{
+		Participant: name, Command: command, Dir: dir, DatabaseURL: testkit.AdminURL(), Brokers: brokers,
+		Partitioner: partitioner, Output: &out,
+	})
+	if err != nil {
+		t.Fatalf("kit against %s: %v\nparticipant output:\n%s", name, err, out.String())
+	}
+	var buf bytes.Buffer
+	_ = rep.WriteText(&buf)
+	t.Logf("kit against %s (%s):\n%s", name, command, buf.String())
+	if !rep.OK() && testing.Verbose() {
+		t.Logf("participant output:\n%s", out.String())
+	}
+	return rep
+}
+
+func requireAllPassed(t *testing.T, rep conformance.Report) {
+	t.Helper()
+	if !rep.OK() {
+		t.Fatalf("%s: %d passed, %d failed, want every check passed", rep.Participant, rep.Passed, rep.Failed)
+	}
+	if rep.Passed < 25 {
+		t.Fatalf("%s: only %d checks ran", rep.Participant, rep.Passed)
+	}
+}
+
+// TestKitGoParticipant runs the kit against the Go participant of the
+// conformance step (every check passes) and against the same participant
+// with its barrier skipped (every copy executed: the idempotency checks
+// fail), on one broker.
+func TestKitGoParticipant(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Brokers(t)
+	requireAllPassed(t, runKit(t, brokers, "inventory_"+testkit.RandomSuffix(3), selfCommand(t, "go"), "", goRelayPartitioner))
+
+	rep := runKit(t, brokers, "broken_"+testkit.RandomSuffix(3), selfCommand(t, "broken"), "", goRelayPartitioner)
+	if rep.OK() {
+		t.Fatal("the kit passed a participant that skips its barrier")
+	}
+	for _, name := range conformance.IdempotencyChecks {
+		c, ok := rep.Check(name)
+		if !ok || c.Passed {
+			t.Errorf("check %s: %+v (ran: %v), want FAIL for a participant that executes every copy", name, c, ok)
+		}
+	}
+	if c, _ := rep.Check(conformance.CheckAnswers); !c.Passed {
+		t.Errorf("the broken participant should still answer: %+v", c)
+	}
+}
+
+// TestKitCommand runs `orchestrator conformance` against the Go
+// participant: a line per check, the summary line, exit status 0; with
+// --json one object; and exit status 1 when a check fails (here the reply
+// partitions checked against the partitioner the Go relay does not use).
+func TestKitCommand(t *testing.T) {
+	t.Parallel()
+	args := []string{"conformance", "--participant", "inventory", "--cmd", selfCommand(t, "go"),
+		"--database-url", testkit.AdminURL(), "--log-level", "warn", "--timeout", "20s"}
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(append(args, "--partitioner", goRelayPartitioner), &stdout, &stderr)
+	out := stdout.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || !strings.HasSuffix(lines[len(lines)-1], " passed, 0 failed") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, stderr.String())
+	}
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "PASS ") {
+			t.Errorf("line %q, want PASS name", l)
+		}
+	}
+
+	stdout.Reset()
+	other := conformance.PartitionerMurmur2
+	if goRelayPartitioner == other {
+		other = conformance.PartitionerFNV1a
+	}
+	code = cli.Main(append(args, "--json", "--partitioner", other), &stdout, &stderr)
+	var rep conformance.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, stdout.String())
+	}
+	c, _ := rep.Check(conformance.CheckReplyPartition + "-" + other)
+	if code != 1 || rep.Failed != 1 || c.Passed || !strings.Contains(c.Why, "partitioner's") {
+		t.Fatalf("against --partitioner %s: exit %d, %d failed, check %+v; want exit 1 and the partition check failed", other, code, rep.Failed, c)
+	}
+}
