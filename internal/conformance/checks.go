@@ -18,6 +18,7 @@ const (
 	CheckAnswers                  = "answers"
 	CheckForwardSucceeds          = "forward-succeeds"
 	CheckIdempotentCopies         = "idempotent-copies"
+	CheckCopiesInOneBatch         = "copies-in-one-batch"
 	CheckRedeliveryDeduped        = "redelivery-deduped"
 	CheckFailureRecorded          = "failure-recorded"
 	CheckRetryRecordsNothing      = "retry-records-nothing"
@@ -34,6 +35,7 @@ const (
 	CheckPoisonHeaderMismatch     = "poison-header-contradicts-body"
 	CheckPoisonUnknownStep        = "poison-unknown-step"
 	CheckPoisonNUL                = "poison-nul-in-string"
+	CheckPoisonUTF8               = "poison-invalid-utf8"
 	CheckPoisonReplyTo            = "poison-reply-to-not-allowed"
 	CheckNothingElsewhere         = "replies-only-to-reply-topic"
 	CheckReplyEnvelope            = "reply-envelope"
@@ -46,7 +48,7 @@ const (
 
 // IdempotencyChecks are the checks a participant that skips its barrier
 // (executes every copy) fails.
-var IdempotencyChecks = []string{CheckIdempotentCopies, CheckFailureRecorded, CheckCompensationCopies}
+var IdempotencyChecks = []string{CheckIdempotentCopies, CheckCopiesInOneBatch, CheckFailureRecorded, CheckCompensationCopies}
 
 func (r *run) runChecks(ctx context.Context) {
 	for _, c := range []struct {
@@ -55,6 +57,7 @@ func (r *run) runChecks(ctx context.Context) {
 	}{
 		{CheckForwardSucceeds, r.forwardSucceeds},
 		{CheckIdempotentCopies, r.idempotentCopies},
+		{CheckCopiesInOneBatch, r.copiesInOneBatch},
 		{CheckRedeliveryDeduped, r.redeliveryDeduped},
 		{CheckFailureRecorded, r.failureRecorded},
 		{CheckRetryRecordsNothing, r.retryRecordsNothing},
@@ -71,6 +74,7 @@ func (r *run) runChecks(ctx context.Context) {
 		{CheckPoisonHeaderMismatch, r.poison(poisonHeaderMismatch)},
 		{CheckPoisonUnknownStep, r.poison(poisonUnknownStep)},
 		{CheckPoisonNUL, r.poison(poisonNUL)},
+		{CheckPoisonUTF8, r.poison(poisonUTF8)},
 		{CheckPoisonReplyTo, r.poison(poisonReplyTo)},
 	} {
 		if ctx.Err() != nil {
@@ -223,6 +227,40 @@ func (r *run) idempotentCopies(ctx context.Context) error {
 		}
 		if !sameJSON(rep.Payload, first.Payload) {
 			return fmt.Errorf("%s: payload %s, want the recorded %s", what, rep.Payload, first.Payload)
+		}
+	}
+	return nil
+}
+
+// copiesBurst is how many copies copiesInOneBatch sends back to back.
+const copiesBurst = 5
+
+// copiesInOneBatch sends copies of a forward without waiting between them,
+// so that a participant that consumes in batches sees them together.
+func (r *run) copiesInOneBatch(ctx context.Context) error {
+	s := newSaga(newKey("burst"))
+	var ids []uuid.UUID
+	for range copiesBurst {
+		s.attempts[message.Forward]++
+		cmd := r.newCommand(s.id, s.key, message.Forward, s.attempts[message.Forward], Input{Key: s.key, Mode: ModeSucceed})
+		if _, err := r.send(ctx, cmd); err != nil {
+			return err
+		}
+		ids = append(ids, cmd.MessageID)
+	}
+	var first message.Reply
+	for i, id := range ids {
+		rep, err := r.answer(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := effects(fmt.Sprintf("copy %d of %d sent back to back", i+1, copiesBurst), rep, s.key, 1); err != nil {
+			return fmt.Errorf("%w: the effect must happen once whatever the copies", err)
+		}
+		if i == 0 {
+			first = rep
+		} else if !sameJSON(rep.Payload, first.Payload) {
+			return fmt.Errorf("copy %d: payload %s, want the recorded %s", i+1, rep.Payload, first.Payload)
 		}
 	}
 	return nil

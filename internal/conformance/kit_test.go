@@ -74,8 +74,9 @@ func TestKitGoParticipant(t *testing.T) {
 
 // TestKitCommand runs `orchestrator conformance` against the Go
 // participant: a line per check, the summary line, exit status 0; with
-// --json one object; and exit status 1 when a check fails (here the reply
-// partitions checked against the partitioner the Go relay does not use).
+// --json one object; exit status 1 when a check fails (here the reply
+// partitions checked against the partitioner the Go relay does not use);
+// and on a throwaway Postgres when database.url does not answer.
 func TestKitCommand(t *testing.T) {
 	t.Parallel()
 	args := []string{"conformance", "--participant", "inventory", "--cmd", selfCommand(t, "go"),
@@ -106,5 +107,13 @@ func TestKitCommand(t *testing.T) {
 	c, _ := rep.Check(conformance.CheckReplyPartition + "-" + other)
 	if code != 1 || rep.Failed != 1 || c.Passed || !strings.Contains(c.Why, "partitioner's") {
 		t.Fatalf("against --partitioner %s: exit %d, %d failed, check %+v; want exit 1 and the partition check failed", other, code, rep.Failed, c)
+	}
+
+	stdout.Reset()
+	dead := "postgres://postgres@" + testkit.FreeAddr(t) + "/postgres?sslmode=disable"
+	code = cli.Main([]string{"conformance", "--participant", "inventory", "--cmd", selfCommand(t, "go"),
+		"--database-url", dead, "--log-level", "warn", "--partitioner", goRelayPartitioner}, &stdout, &stderr)
+	if code != 0 || !strings.HasSuffix(strings.TrimSpace(stdout.String()), " passed, 0 failed") {
+		t.Fatalf("with database.url not answering: exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 }

@@ -17,7 +17,8 @@ import (
 // record of a new saga (mode succeed: executed, it would leave an effect).
 type poisonKind func(r *run, cmd message.Command, m kafka.Message) (kafka.Message, error)
 
-// nulMarker is replaced by a NUL escape in the encoded payload.
+// nulMarker is replaced by a NUL escape (or a byte that is not UTF-8) in
+// the encoded payload.
 const nulMarker = "nul-marker-0000"
 
 func poisonUndecodable(_ *run, cmd message.Command, m kafka.Message) (kafka.Message, error) {
@@ -42,6 +43,16 @@ func poisonNUL(r *run, cmd message.Command, _ kafka.Message) (kafka.Message, err
 		return m, err
 	}
 	m.Value = bytes.Replace(m.Value, []byte(nulMarker), []byte(`bad\u0000key`), 1)
+	return m, nil
+}
+
+func poisonUTF8(r *run, cmd message.Command, _ kafka.Message) (kafka.Message, error) {
+	cmd.Payload = mustJSON(Input{Key: nulMarker, Mode: ModeSucceed})
+	m, err := r.commandRecord(cmd)
+	if err != nil {
+		return m, err
+	}
+	m.Value = bytes.Replace(m.Value, []byte(nulMarker), []byte("bad\xffkey"), 1)
 	return m, nil
 }
 
