@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -39,17 +38,12 @@ func conformanceCmd(v *viper.Viper) *cobra.Command {
 			if verbose {
 				cfg.Output = cmd.ErrOrStderr()
 			}
-			cfg.DatabaseURL = v.GetString("database.url")
-			use, reason := demo.UseEmbedded(embedded, false, func() error { return demo.Probe(ctx, cfg.DatabaseURL, probeTimeout) })
-			if use {
-				log.Info("starting a throwaway Postgres", slog.String("reason", reason))
-				pg, err := demo.StartEmbeddedPostgres(ctx, demo.EmbeddedOptions{Logger: log})
-				if err != nil {
-					return err
-				}
-				defer func() { err = errors.Join(err, pg.Stop()) }()
-				cfg.DatabaseURL = pg.URL()
+			url, stop, err := demo.Postgres(ctx, embedded, false, v.GetString("database.url"), probeTimeout, log)
+			if err != nil {
+				return err
 			}
+			defer func() { err = errors.Join(err, stop()) }()
+			cfg.DatabaseURL = url
 			rep, err := conformance.Run(ctx, cfg)
 			if err != nil {
 				return err

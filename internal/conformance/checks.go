@@ -198,31 +198,41 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-func (r *run) forwardSucceeds(ctx context.Context) error {
-	s := newSaga(newKey("forward"))
-	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
-		return err
+// ask sends the next copy of action for s and checks the answer's outcome
+// (and its reason, if reason is set).
+func (r *run) ask(ctx context.Context, s *saga, action message.Action, mode, what string, outcome message.Outcome, reason string) (message.Reply, error) {
+	rep, err := r.do(ctx, s, action, mode)
+	if err == nil {
+		err = expect(what, rep, outcome, reason)
 	}
-	return effects("forward (mode succeed)", rep, s.key, 1)
+	return rep, err
+}
+
+// askEffects sends the next copy of action for s and checks that it
+// answers success with want effect rows for s's key.
+func (r *run) askEffects(ctx context.Context, s *saga, action message.Action, mode, what string, want int) (message.Reply, error) {
+	rep, err := r.do(ctx, s, action, mode)
+	if err == nil {
+		err = effects(what, rep, s.key, want)
+	}
+	return rep, err
+}
+
+func (r *run) forwardSucceeds(ctx context.Context) error {
+	_, err := r.askEffects(ctx, newSaga(newKey("forward")), message.Forward, ModeSucceed, "forward (mode succeed)", 1)
+	return err
 }
 
 func (r *run) idempotentCopies(ctx context.Context) error {
 	s := newSaga(newKey("copies"))
-	first, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	first, err := r.askEffects(ctx, s, message.Forward, ModeSucceed, "first forward", 1)
 	if err != nil {
 		return err
 	}
-	if err := effects("first forward", first, s.key, 1); err != nil {
-		return err
-	}
 	for range 2 {
-		rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
+		what := fmt.Sprintf("copy %d of the forward (new message id, same saga_id, step, action)", s.attempts[message.Forward]+1)
+		rep, err := r.askEffects(ctx, s, message.Forward, ModeSucceed, what, 1)
 		if err != nil {
-			return err
-		}
-		what := fmt.Sprintf("copy %d of the forward (new message id, same saga_id, step, action)", s.attempts[message.Forward])
-		if err := effects(what, rep, s.key, 1); err != nil {
 			return fmt.Errorf("%w: the copy was executed again instead of answered from the record", err)
 		}
 		if !sameJSON(rep.Payload, first.Payload) {
@@ -299,19 +309,11 @@ func (r *run) redeliveryDeduped(ctx context.Context) error {
 
 func (r *run) failureRecorded(ctx context.Context) error {
 	s := newSaga(newKey("failure"))
-	rep, err := r.do(ctx, s, message.Forward, ModeFail)
-	if err != nil {
-		return err
-	}
-	if err := expect("forward (mode fail)", rep, message.Failure, ReasonFail); err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeFail, "forward (mode fail)", message.Failure, ReasonFail); err != nil {
 		return err
 	}
 	// A copy that would succeed if executed: the recorded failure answers it.
-	rep, err = r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
-		return err
-	}
-	if err := expect("a copy of the failed forward (its payload says succeed)", rep, message.Failure, ReasonFail); err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeSucceed, "a copy of the failed forward (its payload says succeed)", message.Failure, ReasonFail); err != nil {
 		return fmt.Errorf("%w: copies must be answered with the recorded outcome, not executed", err)
 	}
 	return r.probe(ctx, s.key, 1)
@@ -319,18 +321,10 @@ func (r *run) failureRecorded(ctx context.Context) error {
 
 func (r *run) retryRecordsNothing(ctx context.Context) error {
 	s := newSaga(newKey("retry"))
-	rep, err := r.do(ctx, s, message.Forward, ModeRetry)
-	if err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeRetry, "forward (mode retry)", message.Retry, ReasonRetry); err != nil {
 		return err
 	}
-	if err := expect("forward (mode retry)", rep, message.Retry, ReasonRetry); err != nil {
-		return err
-	}
-	rep, err = r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
-		return err
-	}
-	if err := effects("the next copy (mode succeed)", rep, s.key, 1); err != nil {
+	if _, err := r.askEffects(ctx, s, message.Forward, ModeSucceed, "the next copy (mode succeed)", 1); err != nil {
 		return fmt.Errorf("%w: after a retry answer the next copy must execute afresh", err)
 	}
 	return nil
@@ -338,11 +332,7 @@ func (r *run) retryRecordsNothing(ctx context.Context) error {
 
 func (r *run) emptyCompensation(ctx context.Context) error {
 	s := newSaga(newKey("empty"))
-	rep, err := r.do(ctx, s, message.Compensate, "")
-	if err != nil {
-		return err
-	}
-	if err := expect("compensation without its forward", rep, message.Success, ""); err != nil {
+	if _, err := r.ask(ctx, s, message.Compensate, "", "compensation without its forward", message.Success, ""); err != nil {
 		return err
 	}
 	return r.probe(ctx, s.key, 1)
@@ -353,11 +343,7 @@ func (r *run) forwardAfterCompensation(ctx context.Context) error {
 	if _, err := r.do(ctx, s, message.Compensate, ""); err != nil {
 		return err
 	}
-	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
-		return err
-	}
-	if err := expect("forward arriving after its compensation", rep, message.Failure, ""); err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeSucceed, "forward arriving after its compensation", message.Failure, ""); err != nil {
 		return err
 	}
 	return r.probe(ctx, s.key, 1)
@@ -367,14 +353,10 @@ func (r *run) forwardAfterCompensation(ctx context.Context) error {
 // compensation, returning the saga and the compensation's answer.
 func (r *run) forwardThenCompensate(ctx context.Context, what string) (*saga, message.Reply, error) {
 	s := newSaga(newKey(what))
-	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
+	if _, err := r.askEffects(ctx, s, message.Forward, ModeSucceed, "forward", 1); err != nil {
 		return nil, message.Reply{}, err
 	}
-	if err := effects("forward", rep, s.key, 1); err != nil {
-		return nil, message.Reply{}, err
-	}
-	rep, err = r.do(ctx, s, message.Compensate, "")
+	rep, err := r.do(ctx, s, message.Compensate, "")
 	return s, rep, err
 }
 
@@ -410,11 +392,8 @@ func (r *run) compensationCopies(ctx context.Context) error {
 
 // query sends a query for s and decodes the answer.
 func (r *run) query(ctx context.Context, s *saga) (message.QueryAnswer, error) {
-	rep, err := r.do(ctx, s, message.Query, "")
+	rep, err := r.ask(ctx, s, message.Query, "", "query", message.Success, "")
 	if err != nil {
-		return message.QueryAnswer{}, err
-	}
-	if err := expect("query", rep, message.Success, ""); err != nil {
 		return message.QueryAnswer{}, err
 	}
 	ans, err := message.DecodeQueryAnswer(rep.Payload)
@@ -436,11 +415,8 @@ func wantState(ans message.QueryAnswer, want message.QueryState) error {
 
 func (r *run) queryDone(ctx context.Context) error {
 	s := newSaga(newKey("query-done"))
-	fwd, err := r.do(ctx, s, message.Forward, ModeSucceed)
+	fwd, err := r.askEffects(ctx, s, message.Forward, ModeSucceed, "forward", 1)
 	if err != nil {
-		return err
-	}
-	if err := effects("forward", fwd, s.key, 1); err != nil {
 		return err
 	}
 	for range 2 { // every copy reads the barrier afresh
@@ -460,11 +436,7 @@ func (r *run) queryDone(ctx context.Context) error {
 
 func (r *run) queryFailed(ctx context.Context) error {
 	s := newSaga(newKey("query-failed"))
-	rep, err := r.do(ctx, s, message.Forward, ModeFail)
-	if err != nil {
-		return err
-	}
-	if err := expect("forward (mode fail)", rep, message.Failure, ReasonFail); err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeFail, "forward (mode fail)", message.Failure, ReasonFail); err != nil {
 		return err
 	}
 	ans, err := r.query(ctx, s)
@@ -476,10 +448,10 @@ func (r *run) queryFailed(ctx context.Context) error {
 
 func (r *run) queryCompensated(ctx context.Context) error {
 	s, rep, err := r.forwardThenCompensate(ctx, "query-compensated")
-	if err != nil {
-		return err
+	if err == nil {
+		err = expect("compensation", rep, message.Success, "")
 	}
-	if err := expect("compensation", rep, message.Success, ""); err != nil {
+	if err != nil {
 		return err
 	}
 	ans, err := r.query(ctx, s)
@@ -500,17 +472,13 @@ func (r *run) queryClosed(ctx context.Context) error {
 func (r *run) forwardAfterQueryClosed(ctx context.Context) error {
 	s := newSaga(newKey("query-late-forward"))
 	ans, err := r.query(ctx, s)
+	if err == nil {
+		err = wantState(ans, message.QueryClosed)
+	}
 	if err != nil {
 		return err
 	}
-	if err := wantState(ans, message.QueryClosed); err != nil {
-		return err
-	}
-	rep, err := r.do(ctx, s, message.Forward, ModeSucceed)
-	if err != nil {
-		return err
-	}
-	if err := expect("forward arriving after a query answered closed", rep, message.Failure, ""); err != nil {
+	if _, err := r.ask(ctx, s, message.Forward, ModeSucceed, "forward arriving after a query answered closed", message.Failure, ""); err != nil {
 		return err
 	}
 	return r.probe(ctx, s.key, 1)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sagaflow/sagaflow/internal/demo"
 )
 
 // stopGrace is how long the participant has to exit after SIGTERM before
@@ -19,7 +21,7 @@ const stopGrace = 5 * time.Second
 // of its own.
 type process struct {
 	cmd    *exec.Cmd
-	out    *tail
+	out    *demo.Tail
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
 	once   sync.Once
@@ -34,7 +36,7 @@ func startProcess(command, dir string, env []string, out io.Writer) (*process, e
 	// Its own group, so the shell's children are stopped with it; and
 	// killed if the kit dies (Linux).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &process{cmd: cmd, out: &tail{max: 8 << 10}, exited: make(chan struct{})}
+	p := &process{cmd: cmd, out: demo.NewTail(8 << 10), exited: make(chan struct{})}
 	var w io.Writer = p.out
 	if out != nil {
 		w = io.MultiWriter(p.out, out)
@@ -78,27 +80,4 @@ func (p *process) stop() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-p.exited
 	})
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, b...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
