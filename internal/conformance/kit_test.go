@@ -3,6 +3,9 @@ package conformance_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +119,57 @@ func TestKitCommand(t *testing.T) {
 	if code != 0 || !strings.HasSuffix(strings.TrimSpace(stdout.String()), " passed, 0 failed") {
 		t.Fatalf("with database.url not answering: exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
+}
+
+// TestKitParticipantThatNeverAnswers: a participant that runs but never
+// answers fails the first check, and the kit kills its whole process group
+// (a shell with a child in the background) at the end.
+func TestKitParticipantThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	// A sleep of its own length, to find its processes by.
+	marker := fmt.Sprintf("%d.%d", 900+time.Now().Nanosecond()%99, 1+time.Now().UnixNano()%99991)
+	rep, err := conformance.Run(testkit.Context(t, time.Minute), conformance.Config{
+		Participant: "silent", Command: "sleep " + marker + " & sleep " + marker + "; wait",
+		DatabaseURL: testkit.AdminURL(), StartTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := rep.Check(conformance.CheckAnswers)
+	if rep.OK() || c.Passed || !strings.Contains(c.Why, "no answer within 2s") || rep.Passed != 0 {
+		t.Fatalf("report %+v, want only a failed %s check", rep, conformance.CheckAnswers)
+	}
+	if left := processesWith(t, "sleep "+marker); len(left) > 0 {
+		t.Fatalf("processes of the participant's group left running: %v", left)
+	}
+
+	rep, err = conformance.Run(testkit.Context(t, time.Minute), conformance.Config{
+		Participant: "quits", Command: "echo cannot start >&2; exit 3", DatabaseURL: testkit.AdminURL(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := rep.Check(conformance.CheckAnswers); c.Passed || !strings.Contains(c.Why, "exit status 3") || !strings.Contains(c.Why, "cannot start") {
+		t.Fatalf("check %+v, want the exit status and the output", c)
+	}
+}
+
+// processesWith lists the pids whose command line contains s.
+func processesWith(t *testing.T, s string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // gone
+		}
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			pids = append(pids, filepath.Base(filepath.Dir(d)))
+		}
+	}
+	return pids
 }

@@ -42,6 +42,9 @@ func startProcess(command, dir string, env []string, out io.Writer) (*process, e
 		w = io.MultiWriter(p.out, out)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	// A descendant that left the group may hold the output pipe open: Wait
+	// does not wait for it longer than this once the participant exited.
+	cmd.WaitDelay = stopGrace
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("conformance: start participant %q: %w", command, err)
 	}
