@@ -46,21 +46,25 @@ function checkString(what, s) {
   if (LONE_SURROGATE_RE.test(s)) throw invalid(`${what} contains an unpaired surrogate`);
 }
 
-// checkValue walks every string (member names included) and number of v.
+// checkValue walks every string (member names included) and number of v,
+// without recursion (a deeply nested value must not overflow the stack).
 function checkValue(where, v) {
-  if (typeof v === 'string') return checkString(`a string in ${where}`, v);
-  if (typeof v === 'number') {
-    if (!Number.isFinite(v)) throw invalid(`a number in ${where} is out of range`);
-    return undefined;
-  }
-  if (Array.isArray(v)) return v.forEach((x) => checkValue(where, x));
-  if (v && typeof v === 'object') {
-    for (const [k, x] of Object.entries(v)) {
-      checkString(`a member name in ${where}`, k);
-      checkValue(where, x);
+  const todo = [v];
+  while (todo.length > 0) {
+    const x = todo.pop();
+    if (typeof x === 'string') {
+      checkString(`a string in ${where}`, x);
+    } else if (typeof x === 'number') {
+      if (!Number.isFinite(x)) throw invalid(`a number in ${where} is out of range`);
+    } else if (Array.isArray(x)) {
+      todo.push(...x);
+    } else if (x && typeof x === 'object') {
+      for (const [k, y] of Object.entries(x)) {
+        checkString(`a member name in ${where}`, k);
+        todo.push(y);
+      }
     }
   }
-  return undefined;
 }
 
 // headerMap turns kafkajs headers into a map of strings, checking that they
@@ -117,8 +121,18 @@ function nameField(obj, name, required) {
 }
 
 // decodeCommand parses and validates a command record's value and checks
-// its headers against the body.
+// its headers against the body. Whatever goes wrong is an InvalidMessage:
+// retrying a record that does not decode would never help.
 function decodeCommand(value, headers) {
+  try {
+    return decode(value, headers);
+  } catch (e) {
+    if (e instanceof InvalidMessage) throw e;
+    throw invalid(`cannot decode: ${e.message}`);
+  }
+}
+
+function decode(value, headers) {
   if (!value || value.length === 0) throw invalid('empty value');
   if (value.length > LIMITS.value) throw invalid(`the value is ${value.length} bytes, over ${LIMITS.value}`);
   let obj;
@@ -148,7 +162,8 @@ function decodeCommand(value, headers) {
   if (!RFC3339_RE.test(cmd.sent_at) || Number.isNaN(Date.parse(cmd.sent_at))) throw invalid('field "sent_at" is not an RFC 3339 timestamp');
   if (cmd.payload !== null) {
     if (typeof cmd.payload !== 'object' || Array.isArray(cmd.payload)) throw invalid('field "payload" is not a JSON object');
-    if (bytes(JSON.stringify(cmd.payload)) > LIMITS.payload) throw invalid(`field "payload" is over ${LIMITS.payload} bytes`);
+    // Only a value over the payload bound can hold a payload over it.
+    if (value.length > LIMITS.payload && bytes(JSON.stringify(cmd.payload)) > LIMITS.payload) throw invalid(`field "payload" is over ${LIMITS.payload} bytes`);
   }
   if (headers['message-id'] !== undefined && headers['message-id'].toLowerCase() !== cmd.message_id) {
     throw invalid(`header "message-id" is ${JSON.stringify(headers['message-id'])} but body message_id is ${cmd.message_id}`);
