@@ -13,6 +13,7 @@ const LIMITS = {
   ownHeader: 1024, // one of our headers' values (bytes)
   headers: 16 << 10, // all headers together (bytes)
   attempt: 2147483647,
+  depth: 10000, // nesting (encoding/json's limit)
 };
 const ACTIONS = ['forward', 'compensate', 'query'];
 const OWN_HEADERS = ['message-id', 'saga-id', 'content-type', 'dlq-reason', 'dlq-original-topic', 'dlq-original-offset'];
@@ -47,21 +48,25 @@ function checkString(what, s) {
 }
 
 // checkValue walks every string (member names included) and number of v,
-// without recursion (a deeply nested value must not overflow the stack).
+// without recursion (a deeply nested value must not overflow the stack),
+// refusing nesting deeper than the Go decoder reads.
 function checkValue(where, v) {
-  const todo = [v];
+  const todo = [[v, 0]];
   while (todo.length > 0) {
-    const x = todo.pop();
+    const [x, depth] = todo.pop();
     if (typeof x === 'string') {
       checkString(`a string in ${where}`, x);
     } else if (typeof x === 'number') {
       if (!Number.isFinite(x)) throw invalid(`a number in ${where} is out of range`);
-    } else if (Array.isArray(x)) {
-      todo.push(...x);
     } else if (x && typeof x === 'object') {
-      for (const [k, y] of Object.entries(x)) {
-        checkString(`a member name in ${where}`, k);
-        todo.push(y);
+      if (depth >= LIMITS.depth) throw invalid(`${where} is nested deeper than ${LIMITS.depth}`);
+      if (Array.isArray(x)) {
+        for (const y of x) todo.push([y, depth + 1]);
+      } else {
+        for (const [k, y] of Object.entries(x)) {
+          checkString(`a member name in ${where}`, k);
+          todo.push([y, depth + 1]);
+        }
       }
     }
   }
