@@ -33,6 +33,7 @@ const (
 	CheckForwardAfterQueryClosed  = "forward-after-query-closed-refused"
 	CheckPoisonUndecodable        = "poison-undecodable-json"
 	CheckPoisonHeaderMismatch     = "poison-header-contradicts-body"
+	CheckPoisonNoMessageID        = "poison-no-message-id"
 	CheckPoisonUnknownStep        = "poison-unknown-step"
 	CheckPoisonNUL                = "poison-nul-in-string"
 	CheckPoisonUTF8               = "poison-invalid-utf8"
@@ -72,6 +73,7 @@ func (r *run) runChecks(ctx context.Context) {
 		{CheckForwardAfterQueryClosed, r.forwardAfterQueryClosed},
 		{CheckPoisonUndecodable, r.poison(poisonUndecodable)},
 		{CheckPoisonHeaderMismatch, r.poison(poisonHeaderMismatch)},
+		{CheckPoisonNoMessageID, r.poison(poisonNoMessageID)},
 		{CheckPoisonUnknownStep, r.poison(poisonUnknownStep)},
 		{CheckPoisonNUL, r.poison(poisonNUL)},
 		{CheckPoisonUTF8, r.poison(poisonUTF8)},
