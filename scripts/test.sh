@@ -6,8 +6,9 @@
 # Needs: Postgres on 127.0.0.1:5432 (user postgres, trust; or set
 # SAGAFLOW_TEST_DATABASE_URL), Debian's chromium (the status page is tested
 # in headless Chromium) and promtool (from Debian's prometheus package; the
-# metrics exposition is checked with it). On a Debian machine where this runs
-# as root, missing packages are installed.
+# metrics exposition is checked with it), and Node 20 with npm (the Node.js
+# participant is installed with npm ci and run against the conformance kit).
+# On a Debian machine where this runs as root, missing packages are installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -71,6 +71,26 @@ func UseEmbedded(asked, configured bool, probe func() error) (bool, string) {
 	return false, "Postgres answers at the default address"
 }
 
+// Postgres returns the Postgres URL to run on: dsn, or, when UseEmbedded
+// says so (asked, configured, a probe of dsn bounded by probeTimeout), the
+// URL of a throwaway server it starts. stop stops that server (nothing to
+// do for dsn); the caller must call it.
+func Postgres(ctx context.Context, asked, configured bool, dsn string, probeTimeout time.Duration, log *slog.Logger) (url string, stop func() error, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	use, reason := UseEmbedded(asked, configured, func() error { return Probe(ctx, dsn, probeTimeout) })
+	if !use {
+		return dsn, func() error { return nil }, nil
+	}
+	log.Info("starting a throwaway Postgres", slog.String("reason", reason))
+	pg, err := StartEmbeddedPostgres(ctx, EmbeddedOptions{Logger: log})
+	if err != nil {
+		return "", nil, err
+	}
+	return pg.URL(), pg.Stop, nil
+}
+
 // Probe reports whether a Postgres server answers at dsn within timeout
 // (connects, authenticates and answers a ping).
 func Probe(ctx context.Context, dsn string, timeout time.Duration) error {
@@ -486,6 +506,13 @@ func tail(b []byte, n int) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// Tail keeps the last bytes written to it: a child process's output, for
+// error messages.
+type Tail = tailBuffer
+
+// NewTail returns a Tail that keeps the last max bytes.
+func NewTail(max int) *Tail { return &tailBuffer{max: max} }
 
 // tailBuffer keeps the last max bytes written to it (the server's log, for
 // error messages).

@@ -1,0 +1,69 @@
+'use strict';
+// A sagaflow participant in Node.js: the wire contract in its own Postgres
+// schema (barrier, inbox, outbox, relay, dead letters, the query action) and
+// the conformance step. See README.md.
+//
+//   SAGAFLOW_KAFKA_BROKERS   comma-separated bootstrap brokers (required)
+//   SAGAFLOW_DATABASE_URL    Postgres URL (required)
+//   SAGAFLOW_PARTICIPANT     its name: consumes <name>.commands (required)
+//   SAGAFLOW_REPLY_TOPIC     the reply topics it answers on, comma-separated
+//                            (default saga.replies)
+//   SAGAFLOW_SCHEMA          its schema (default: the name, as an identifier)
+//   SAGAFLOW_KAFKA_PARTITIONS partitions of the topics it creates (default 4)
+
+const { Pool } = require('pg');
+const { Store } = require('./lib/store');
+const { Participant } = require('./lib/participant');
+const { conformanceStep } = require('./lib/conformance');
+const { TOPIC_RE } = require('./lib/wire');
+
+function log(level, msg, attrs = {}) {
+  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...attrs })}\n`);
+}
+
+function config(env) {
+  const missing = ['SAGAFLOW_KAFKA_BROKERS', 'SAGAFLOW_DATABASE_URL', 'SAGAFLOW_PARTICIPANT'].filter((k) => !env[k]);
+  if (missing.length > 0) throw new Error(`${missing.join(', ')} not set`);
+  const name = env.SAGAFLOW_PARTICIPANT;
+  if (!TOPIC_RE.test(`${name}.commands.dlq`)) throw new Error(`SAGAFLOW_PARTICIPANT ${JSON.stringify(name)} does not make legal topic names`);
+  const replyTopics = (env.SAGAFLOW_REPLY_TOPIC || 'saga.replies').split(',').map((s) => s.trim()).filter(Boolean);
+  const bad = replyTopics.find((t) => !TOPIC_RE.test(t));
+  if (bad !== undefined) throw new Error(`SAGAFLOW_REPLY_TOPIC: ${JSON.stringify(bad)} is not a legal topic name`);
+  let schema = env.SAGAFLOW_SCHEMA || name.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+  if (!/^[a-z_]/.test(schema)) schema = `p_${schema}`;
+  return {
+    name, replyTopics, schema: schema.slice(0, 63),
+    brokers: env.SAGAFLOW_KAFKA_BROKERS.split(',').map((s) => s.trim()).filter(Boolean),
+    databaseURL: env.SAGAFLOW_DATABASE_URL,
+    partitions: Number.parseInt(env.SAGAFLOW_KAFKA_PARTITIONS || '4', 10),
+  };
+}
+
+async function main() {
+  const cfg = config(process.env);
+  const pool = new Pool({ connectionString: cfg.databaseURL, max: 4 });
+  pool.on('error', (e) => log('warn', 'idle Postgres connection failed', { error: e.message }));
+  const store = new Store(pool, cfg.schema);
+  const participant = new Participant({
+    name: cfg.name, brokers: cfg.brokers, pool, store, replyTopics: cfg.replyTopics,
+    partitions: cfg.partitions, steps: [conformanceStep(store)], log,
+  });
+  let stopping = false;
+  const stop = async (signal) => {
+    if (stopping) return;
+    stopping = true;
+    log('info', 'stopping', { signal });
+    setTimeout(() => process.exit(1), 10000).unref();
+    await participant.stop();
+    await pool.end();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  await participant.start();
+}
+
+main().catch((e) => {
+  log('error', 'participant failed', { error: e.stack || e.message });
+  process.exit(1);
+});

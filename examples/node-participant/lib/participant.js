@@ -1,0 +1,145 @@
+'use strict';
+// The participant: consumes its command topic with a consumer group and, for
+// each record in partition order, in one transaction: dedupes it by its
+// message-id (inbox), runs it behind the barrier and writes the reply to the
+// outbox; then commits the offset. A record that does not decode or
+// validate, or whose effects Postgres refuses, goes to "<topic>.dlq" with a
+// dlq-reason header and the partition moves on; a database or broker outage
+// is retried as long as it takes, never dead-lettered.
+
+const { Kafka, Partitioners, logLevel } = require('kafkajs');
+const { InvalidMessage, headerMap, recordMessageID, decodeCommand, replyRecord, cut } = require('./wire');
+const { Relay } = require('./relay');
+
+// Postgres refusing the content (SQLSTATE classes 22 data, 23 integrity,
+// 54 limits): the command is dead-lettered, retrying would not help.
+const permanent = (e) => e instanceof InvalidMessage || (typeof e.code === 'string' && /^(22|23|54)/.test(e.code));
+
+class Participant {
+  constructor({ name, brokers, pool, store, steps, replyTopics, partitions, log }) {
+    Object.assign(this, { name, pool, store, replyTopics, partitions, log });
+    this.steps = new Map(steps.map((s) => [s.name, s]));
+    this.commandTopic = `${name}.commands`;
+    this.dlqTopic = `${this.commandTopic}.dlq`;
+    this.kafka = new Kafka({ clientId: `${name}-node`, brokers, logLevel: logLevel.WARN });
+    this.producer = this.kafka.producer({
+      createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as the Java client
+      allowAutoTopicCreation: false,
+      maxInFlightRequests: 1,
+    });
+    this.consumer = this.kafka.consumer({
+      groupId: name, sessionTimeout: 10000, rebalanceTimeout: 10000, heartbeatInterval: 1000,
+      maxWaitTimeInMs: 250, allowAutoTopicCreation: false,
+    });
+    this.relay = new Relay({ pool, producer: this.producer, store, log });
+    this.stopping = false;
+  }
+
+  // ensureTopics creates the command topic, its dead-letter topic and the
+  // reply topics if they do not exist (nothing is created by publishing).
+  async ensureTopics() {
+    const admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      const have = new Set(await admin.listTopics());
+      const want = [this.commandTopic, this.dlqTopic, ...this.replyTopics].filter((t) => !have.has(t));
+      if (want.length > 0) {
+        await admin.createTopics({ waitForLeaders: true, topics: want.map((topic) => ({ topic, numPartitions: this.partitions })) });
+      }
+    } finally {
+      await admin.disconnect();
+    }
+  }
+
+  async start() {
+    await this.store.migrate([...this.steps.values()].flatMap((s) => s.ddl || []));
+    await this.ensureTopics();
+    await this.producer.connect();
+    this.relayDone = this.relay.run();
+    await this.consumer.connect();
+    await this.consumer.subscribe({ topic: this.commandTopic, fromBeginning: true });
+    await this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
+        let next = null;
+        for (const m of batch.messages) {
+          if (!isRunning() || isStale() || this.stopping) break;
+          await this.handle(batch.topic, batch.partition, m);
+          resolveOffset(m.offset);
+          next = (BigInt(m.offset) + 1n).toString();
+          await heartbeat();
+        }
+        if (next !== null) await this.consumer.commitOffsets([{ topic: batch.topic, partition: batch.partition, offset: next }]);
+      },
+    });
+    this.log('info', 'participant running', { topic: this.commandTopic, group: this.name });
+  }
+
+  // handle processes one record until it is applied, skipped as a
+  // duplicate or dead-lettered.
+  async handle(topic, partition, m) {
+    const where = { topic, partition, offset: m.offset };
+    let headers;
+    let messageID;
+    try {
+      headers = headerMap(m.headers);
+      messageID = recordMessageID(headers);
+    } catch (e) {
+      return this.deadLetter(where, m, e.message);
+    }
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.store.tx(async (c) => {
+          if (!(await this.store.claimMessage(c, messageID))) return; // consumed before
+          const cmd = decodeCommand(m.value, headers);
+          if (!this.replyTopics.includes(cmd.reply_to)) {
+            throw new InvalidMessage(`invalid message: field "reply_to" is ${JSON.stringify(cut(cmd.reply_to, 120))}, not one of the reply topics participant ${this.name} answers on (${this.replyTopics.join(', ')})`);
+          }
+          const res = await this.store.execute(c, cmd, this.steps.get(cmd.step));
+          await this.store.enqueue(c, replyRecord(cmd, res));
+        });
+        this.relay.wake();
+        return undefined;
+      } catch (e) {
+        if (permanent(e)) return this.deadLetter(where, m, e.message);
+        if (this.stopping) throw e;
+        this.log('warn', 'command failed; retrying', { ...where, error: e.message, attempt });
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
+      }
+    }
+  }
+
+  // deadLetter publishes the record to the dead-letter topic with its key,
+  // value and headers and the reason, retrying until the broker takes it.
+  async deadLetter(where, m, reason) {
+    this.log('warn', 'command dead-lettered', { ...where, reason });
+    const headers = { ...m.headers };
+    Object.assign(headers, {
+      'dlq-reason': cut(reason, 1024),
+      'dlq-original-topic': where.topic,
+      'dlq-original-partition': String(where.partition),
+      'dlq-original-offset': String(where.offset),
+    });
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.producer.send({ topic: this.dlqTopic, acks: -1, messages: [{ key: m.key, value: m.value, headers }] });
+        return;
+      } catch (e) {
+        if (this.stopping) throw e;
+        this.log('warn', 'dead letter not published; retrying', { ...where, error: e.message });
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
+      }
+    }
+  }
+
+  async stop() {
+    this.stopping = true;
+    await this.consumer.disconnect().catch(() => {});
+    this.relay.stop();
+    await this.relayDone;
+    await this.producer.disconnect().catch(() => {});
+  }
+}
+
+module.exports = { Participant };

@@ -1,0 +1,202 @@
+'use strict';
+// The participant's own schema: the barrier (one row per saga, step and
+// action ever decided), the inbox (message ids consumed), the outbox
+// (replies waiting for the relay), and the barrier protocol that runs a
+// command's handler inside the transaction of its inbox row, barrier row and
+// reply (docs/DESIGN.md, "Participant duties").
+
+const { InvalidMessage, cut } = require('./wire');
+
+// InvalidPayload is what a handler throws for a payload that does not fit:
+// a definite "no", recorded as failure "invalid_payload: ...".
+class InvalidPayload extends Error {}
+
+const REASON_COMPENSATED = 'compensated';
+const REASON_EMPTY = 'empty';
+const REASON_CLOSED_BY_QUERY = 'closed_by_query';
+
+const ident = (s) => `"${s.replace(/"/g, '""')}"`;
+
+class Store {
+  constructor(pool, schema) {
+    this.pool = pool;
+    this.schema = schema;
+    const q = (t) => `${ident(schema)}.${ident(t)}`;
+    this.t = { barrier: q('barrier'), inbox: q('inbox'), outbox: q('outbox') };
+    this.q = q;
+  }
+
+  // migrate creates the schema and its tables (and extra, the business
+  // tables' DDL) under an advisory lock, so that replicas starting together
+  // do not race.
+  async migrate(extra = []) {
+    const { t } = this;
+    await this.tx(async (c) => {
+      await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${this.schema}.migrate`]);
+      await c.query(`CREATE SCHEMA IF NOT EXISTS ${ident(this.schema)}`);
+      await c.query(`CREATE TABLE IF NOT EXISTS ${t.barrier} (
+        saga_id uuid NOT NULL, step text NOT NULL,
+        action text NOT NULL CHECK (action IN ('forward', 'compensate')),
+        outcome text NOT NULL CHECK (outcome IN ('pending', 'success', 'failure')),
+        reason text NOT NULL DEFAULT '', payload jsonb, closed boolean NOT NULL DEFAULT false,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (saga_id, step, action))`);
+      await c.query(`CREATE TABLE IF NOT EXISTS ${t.inbox} (
+        message_id uuid PRIMARY KEY, received_at timestamptz NOT NULL DEFAULT now())`);
+      await c.query(`CREATE TABLE IF NOT EXISTS ${t.outbox} (
+        id bigserial PRIMARY KEY, topic text NOT NULL, key text NOT NULL, value text NOT NULL,
+        headers jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+      for (const sql of extra) await c.query(sql);
+    });
+  }
+
+  // tx runs fn(client) in a transaction (READ COMMITTED), committing if it
+  // returns and rolling back if it throws.
+  async tx(fn) {
+    const c = await this.pool.connect();
+    try {
+      await c.query('BEGIN');
+      const out = await fn(c);
+      await c.query('COMMIT');
+      return out;
+    } catch (e) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw e;
+    } finally {
+      c.release();
+    }
+  }
+
+  // claimMessage inserts the record's message id in the inbox; false: it was
+  // consumed before (a redelivery), do nothing.
+  async claimMessage(c, messageID) {
+    const r = await c.query(`INSERT INTO ${this.t.inbox} (message_id) VALUES ($1) ON CONFLICT DO NOTHING`, [messageID]);
+    return r.rowCount === 1;
+  }
+
+  async enqueue(c, rec) {
+    await c.query(`INSERT INTO ${this.t.outbox} (topic, key, value, headers) VALUES ($1, $2, $3, $4)`,
+      [rec.topic, rec.key, rec.value, JSON.stringify(rec.headers)]);
+  }
+
+  async read(c, cmd, action) {
+    const r = await c.query(`SELECT outcome, reason, payload::text AS payload, closed FROM ${this.t.barrier}
+      WHERE saga_id = $1 AND step = $2 AND action = $3`, [cmd.saga_id, cmd.step, action]);
+    if (r.rowCount === 0) return null;
+    const row = r.rows[0];
+    if (row.outcome === 'pending') throw new Error(`barrier row ${cmd.saga_id} ${cmd.step} ${action} is pending in this transaction`);
+    return { outcome: row.outcome, reason: row.reason, payload: row.payload === null ? null : JSON.parse(row.payload), closed: row.closed };
+  }
+
+  async insertPending(c, cmd, action) {
+    const r = await c.query(`INSERT INTO ${this.t.barrier} (saga_id, step, action, outcome) VALUES ($1, $2, $3, 'pending')
+      ON CONFLICT DO NOTHING`, [cmd.saga_id, cmd.step, action]);
+    return r.rowCount === 1;
+  }
+
+  // closeForward records the forward as closed unless it has a row; true if
+  // it closed it (nothing was recorded for the forward).
+  async closeForward(c, cmd, reason) {
+    const r = await c.query(`INSERT INTO ${this.t.barrier} (saga_id, step, action, outcome, reason, closed)
+      VALUES ($1, $2, 'forward', 'failure', $3, true) ON CONFLICT DO NOTHING`, [cmd.saga_id, cmd.step, reason]);
+    return r.rowCount === 1;
+  }
+
+  async record(c, cmd, action, res) {
+    const payload = res.payload === null || res.payload === undefined ? null : JSON.stringify(res.payload);
+    const r = await c.query(`UPDATE ${this.t.barrier} SET outcome = $4, reason = $5, payload = $6::text::jsonb
+      WHERE saga_id = $1 AND step = $2 AND action = $3 RETURNING payload::text AS payload`,
+    [cmd.saga_id, cmd.step, action, res.outcome, res.reason || '', payload]);
+    const stored = r.rows[0].payload; // as Postgres stores it, like every copy's answer
+    return { outcome: res.outcome, reason: res.reason || '', payload: stored === null ? null : JSON.parse(stored) };
+  }
+
+  // runHandler runs fn in a savepoint: kept for a success, rolled back
+  // otherwise. A thrown InvalidPayload becomes a failure.
+  async runHandler(c, fn, cmd) {
+    await c.query('SAVEPOINT handler');
+    let res;
+    try {
+      res = await fn(c, cmd);
+    } catch (e) {
+      if (!(e instanceof InvalidPayload)) throw e;
+      res = { outcome: 'failure', reason: cut(`invalid_payload: ${e.message}`, 1024), invalidPayload: true };
+    }
+    if (!['success', 'failure', 'retry'].includes(res.outcome)) throw new Error(`handler of ${cmd.step} answered outcome ${res.outcome}`);
+    await c.query(res.outcome === 'success' ? 'RELEASE SAVEPOINT handler' : 'ROLLBACK TO SAVEPOINT handler');
+    return res;
+  }
+
+  // execute runs cmd behind the barrier (handlers: {forward, compensate} of
+  // its step) and returns {outcome, reason, payload} to answer with.
+  async execute(c, cmd, handlers) {
+    if (!handlers) throw new InvalidMessage(`invalid message: unknown step ${JSON.stringify(cmd.step)}`);
+    switch (cmd.action) {
+      case 'forward': return this.forward(c, cmd, handlers.forward);
+      case 'compensate': return this.compensate(c, cmd, handlers.compensate);
+      default: return this.query(c, cmd);
+    }
+  }
+
+  async forward(c, cmd, fn) {
+    await c.query('SAVEPOINT claim');
+    if (!(await this.insertPending(c, cmd, 'forward'))) {
+      // Decided before: by a copy, or closed by a compensation or a query.
+      await c.query('RELEASE SAVEPOINT claim');
+      const rec = await this.read(c, cmd, 'forward');
+      if (rec.closed) return { outcome: 'failure', reason: rec.reason || REASON_COMPENSATED, payload: null };
+      return rec;
+    }
+    const res = await this.runHandler(c, fn, cmd);
+    if (res.outcome === 'retry') {
+      // Nothing recorded, not even the barrier row: the next copy runs afresh.
+      await c.query('ROLLBACK TO SAVEPOINT claim');
+      await c.query('RELEASE SAVEPOINT claim');
+      return { outcome: 'retry', reason: res.reason, payload: null };
+    }
+    const rec = await this.record(c, cmd, 'forward', { outcome: res.outcome, reason: res.reason, payload: res.outcome === 'success' ? res.payload : null });
+    await c.query('RELEASE SAVEPOINT claim');
+    return rec;
+  }
+
+  async compensate(c, cmd, fn) {
+    await c.query('SAVEPOINT claim');
+    if (!(await this.insertPending(c, cmd, 'compensate'))) {
+      await c.query('RELEASE SAVEPOINT claim');
+      return this.read(c, cmd, 'compensate');
+    }
+    // Closing the forward waits for a concurrent forward's transaction.
+    let empty = await this.closeForward(c, cmd, REASON_COMPENSATED);
+    if (!empty) empty = (await this.read(c, cmd, 'forward')).outcome === 'failure';
+    if (empty || !fn) {
+      const rec = await this.record(c, cmd, 'compensate', { outcome: 'success', reason: REASON_EMPTY });
+      await c.query('RELEASE SAVEPOINT claim');
+      return rec;
+    }
+    const res = await this.runHandler(c, fn, cmd);
+    if (res.outcome === 'success' || res.invalidPayload) {
+      const rec = await this.record(c, cmd, 'compensate', res);
+      await c.query('RELEASE SAVEPOINT claim');
+      return rec;
+    }
+    // A compensation is retried until it succeeds: record nothing.
+    await c.query('ROLLBACK TO SAVEPOINT claim');
+    await c.query('RELEASE SAVEPOINT claim');
+    return { outcome: 'retry', reason: res.reason, payload: null };
+  }
+
+  // query answers what the barrier recorded for the forward, closing it if
+  // nothing was (in this transaction, so a late forward is refused).
+  async query(c, cmd) {
+    const answer = (state, output) => ({ outcome: 'success', reason: '', payload: output ? { state, output } : { state } });
+    if (await this.closeForward(c, cmd, REASON_CLOSED_BY_QUERY)) return answer('closed');
+    const fwd = await this.read(c, cmd, 'forward');
+    if (fwd.closed) return answer('closed');
+    if (fwd.outcome === 'failure') return answer('failed');
+    const comp = await this.read(c, cmd, 'compensate');
+    if (comp && comp.outcome === 'success') return answer('compensated');
+    return answer('done', fwd.payload);
+  }
+}
+
+module.exports = { Store, InvalidPayload, ident };

@@ -1,0 +1,53 @@
+package conformance
+
+// The conformance step, as the wire contract defines it (docs/DESIGN.md,
+// "The conformance step"). A participant under test handles it on its
+// command topic, in its own schema, behind its barrier.
+
+// Names of the conformance step.
+const (
+	// StepName is the step the kit sends commands for.
+	StepName = "conformance"
+	// SagaType is the saga_type of the kit's commands.
+	SagaType = "conformance"
+	// ModeSucceed records one effect row for the key and answers success
+	// with Output.
+	ModeSucceed = "succeed"
+	// ModeFail answers failure with ReasonFail and leaves nothing.
+	ModeFail = "fail"
+	// ModeRetry answers retry with ReasonRetry and records nothing.
+	ModeRetry = "retry"
+	// ReasonFail is the reason of a ModeFail answer.
+	ReasonFail = "conformance_fail"
+	// ReasonRetry is the reason of a ModeRetry answer.
+	ReasonRetry = "conformance_retry"
+	// TopicPrefix starts the names of the kit's own topics: the reply
+	// topic it gives the participant (SAGAFLOW_REPLY_TOPIC),
+	// "conformance.<participant>.replies", and a topic that exists and that
+	// no participant may write to, "conformance.<participant>.elsewhere"
+	// (the kit names it as the reply_to of a command that must be
+	// dead-lettered).
+	TopicPrefix = "conformance."
+)
+
+// Environment variables the participant under test reads.
+const (
+	EnvBrokers     = "SAGAFLOW_KAFKA_BROKERS"
+	EnvDatabaseURL = "SAGAFLOW_DATABASE_URL"
+	EnvParticipant = "SAGAFLOW_PARTICIPANT"
+	EnvReplyTopic  = "SAGAFLOW_REPLY_TOPIC"
+)
+
+// Input is the payload of a conformance command: the forward's key and
+// mode; a compensation carries the key only (Mode empty).
+type Input struct {
+	Key  string `json:"key"`
+	Mode string `json:"mode,omitempty"`
+}
+
+// Output is the payload of a successful forward or compensation: the key
+// and the number of effect rows for it after this execution.
+type Output struct {
+	Key     string `json:"key"`
+	Effects int    `json:"effects"`
+}
