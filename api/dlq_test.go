@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/dlq"
+	"github.com/sagaflow/sagaflow/inbox/dlq"
 )
 
 // setupDLQ is setup with the orchestrator schema's dead-letter store and

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sagaflow/sagaflow/dlq"
+	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/outbox"
 )
 

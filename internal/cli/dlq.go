@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
-	"github.com/sagaflow/sagaflow/dlq"
+	"github.com/sagaflow/sagaflow/inbox/dlq"
 )
 
 // dlqCmd is `orchestrator dlq`: dead letters and dead outbox rows of the
