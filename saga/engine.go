@@ -488,20 +488,21 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() Event
 // transaction). A reply for an unknown saga or step returns an error
 // wrapping message.ErrInvalid, so the inbox sends it to the dead-letter topic.
 func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) error {
-	pc := e.inboxPost(ctx)
-	_, _, err := e.apply(ctx, tx, r.SagaID, func() Event {
-		return Event{Kind: EventReply, At: e.cfg.Now(), Reply: &r}
-	}, pc)
-	if err == nil {
-		e.afterInbox(ctx, pc)
+	// One hot path: a reply alone is a batch of one, re-decided on the
+	// saga's new version when someone else moved it since it was loaded.
+	for attempt := 0; ; attempt++ {
+		err := e.ApplyReplies(ctx, tx, []message.Reply{r})
+		switch {
+		case !errors.Is(err, ErrBatchFallback):
+			return err
+		case errors.Is(err, ErrNotFound):
+			return fmt.Errorf("%w: reply %s: unknown saga %s", message.ErrInvalid, r.MessageID, r.SagaID)
+		case errors.Is(err, ErrUnknownStep):
+			return fmt.Errorf("%w: %v", message.ErrInvalid, err)
+		case attempt >= maxVersionConflicts:
+			return fmt.Errorf("saga %s: gave up after %d version conflicts", r.SagaID, attempt+1)
+		}
 	}
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return fmt.Errorf("%w: reply %s: unknown saga %s", message.ErrInvalid, r.MessageID, r.SagaID)
-	case errors.Is(err, ErrUnknownStep):
-		return fmt.Errorf("%w: %v", message.ErrInvalid, err)
-	}
-	return err
 }
 
 // ErrBatchFallback is wrapped by ApplyReplies when the batch cannot be
@@ -551,7 +552,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		in, ok := next[r.SagaID]
 		if !ok {
 			if in, ok = loaded[r.SagaID]; !ok {
-				return fmt.Errorf("reply %s: saga %s not found: %w", r.MessageID, r.SagaID, ErrBatchFallback)
+				return fmt.Errorf("reply %s: saga %s: %w: %w", r.MessageID, r.SagaID, ErrNotFound, ErrBatchFallback)
 			}
 			cur[r.SagaID] = &change{prev: in}
 		}
@@ -561,7 +562,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		}
 		d, err := Decide(def, in, Event{Kind: EventReply, At: e.cfg.Now(), Reply: r})
 		if errors.Is(err, ErrUnknownStep) {
-			return fmt.Errorf("%v: %w", err, ErrBatchFallback)
+			return fmt.Errorf("%w: %w", err, ErrBatchFallback)
 		}
 		if err != nil {
 			return err
