@@ -267,6 +267,7 @@ func (e *env) waitTerminal(timeout time.Duration) {
 	defer cancel()
 	left, err := workload.WaitTerminal(ctx, e.check, e.schemas.Orchestrator, 20*time.Millisecond)
 	if err != nil {
+		e.logJournalOf(`state IN ('running', 'compensating')`)
 		e.t.Fatalf("%d sagas still not terminal: %v", left, err)
 	}
 }

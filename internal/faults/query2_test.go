@@ -123,11 +123,19 @@ AND EXISTS (SELECT 1 FROM ` + e.schemas.Payment + `.barrier b WHERE b.saga_id = 
 
 // logFailedJournal logs the journal of one failed saga, if any, to explain
 // a failure.
-func (e *env) logFailedJournal() {
+func (e *env) logFailedJournal() { e.logJournalOf(`state = 'failed'`) }
+
+// logJournalOf logs the steps and journal of one saga matching where.
+func (e *env) logJournalOf(where string) {
 	e.t.Helper()
 	ctx := testkit.Context(e.t, 10*time.Second)
+	var steps string
+	if err := e.check.QueryRow(ctx, `SELECT steps::text FROM `+e.schemas.Orchestrator+`.sagas WHERE `+where+` LIMIT 1`).Scan(&steps); err != nil {
+		return
+	}
+	e.t.Logf("saga steps: %s", steps)
 	rows, err := e.check.Query(ctx, `SELECT j.event, j.step, j.action, j.actor, j.reason FROM `+e.schemas.Orchestrator+`.journal j
-WHERE j.saga_id = (SELECT id FROM `+e.schemas.Orchestrator+`.sagas WHERE state = 'failed' LIMIT 1) ORDER BY j.id`)
+WHERE j.saga_id = (SELECT id FROM `+e.schemas.Orchestrator+`.sagas WHERE `+where+` LIMIT 1) ORDER BY j.id`)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -137,6 +145,6 @@ WHERE j.saga_id = (SELECT id FROM `+e.schemas.Orchestrator+`.sagas WHERE state =
 		if err := rows.Scan(&ev, &step, &action, &actor, &reason); err != nil {
 			e.t.Fatal(err)
 		}
-		e.t.Logf("failed saga journal: %s %s %s %s %s", ev, step, action, actor, reason)
+		e.t.Logf("journal: %s %s %s %s %s", ev, step, action, actor, reason)
 	}
 }
