@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/outbox"
 )
 
@@ -108,13 +107,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return fmt.Errorf("relay %s: dispatcher: Run: already running", d.ob.Schema())
 	}
 	defer d.running.Store(false)
-	tr := kafkaclient.Transport(d.cfg.Dialer, "sagaflow-dispatcher")
-	tr.DialTimeout = d.cfg.WriteTimeout
-	w := newWriter(d.cfg, tr)
-	defer func() {
-		_ = w.Close()
-		tr.CloseIdleConnections()
-	}()
+	w, closeWriter := openWriter(d.cfg, "sagaflow-dispatcher", d.log)
+	defer closeWriter()
 	var wg sync.WaitGroup
 	wg.Go(d.recordLoop)
 	defer func() {

@@ -47,3 +47,7 @@ func (c *Cycler) Close() {
 	_ = c.w.Close()
 	c.tr.CloseIdleConnections()
 }
+
+// SetDispatchAfterPublish installs the dispatcher's crash hook: f runs
+// after a publish and before the delete; an error drops the delete.
+func SetDispatchAfterPublish(d *Dispatcher, f func() error) { d.afterPublish = f }

@@ -193,15 +193,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 
-	tr := kafkaclient.Transport(r.cfg.Dialer, "sagaflow-relay")
-	tr.DialTimeout = r.cfg.WriteTimeout
-	w := newWriter(r.cfg, tr)
-	defer func() {
-		if err := w.Close(); err != nil {
-			r.log.Warn("relay: close kafka writer", "error", err)
-		}
-		tr.CloseIdleConnections()
-	}()
+	w, closeWriter := openWriter(r.cfg, "sagaflow-relay", r.log)
+	defer closeWriter()
 
 	var wg sync.WaitGroup
 	statsCtx, stopStats := context.WithCancel(ctx)
@@ -254,6 +247,20 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// openWriter is a writer of its own transport (client id name) for c, and
+// the func that closes both.
+func openWriter(c Config, name string, log *slog.Logger) (*kafka.Writer, func()) {
+	tr := kafkaclient.Transport(c.Dialer, name)
+	tr.DialTimeout = c.WriteTimeout
+	w := newWriter(c, tr)
+	return w, func() {
+		if err := w.Close(); err != nil {
+			log.Warn("close kafka writer", "client", name, "error", err)
+		}
+		tr.CloseIdleConnections()
+	}
 }
 
 func newWriter(c Config, tr *kafka.Transport) *kafka.Writer {
