@@ -40,6 +40,14 @@
 //     handler (empty compensation).
 //   - A forward arriving after its compensation is not executed and answers
 //     failure with reason "compensated" (anti-hanging).
+//   - A query (action "query", for any registered step) answers what the
+//     barrier recorded for the forward: done (with its output), failed,
+//     compensated, or closed; closed is recorded when nothing was (reason
+//     "closed_by_query"), so a forward arriving later is refused with that
+//     reason. Queries record nothing of their own.
+//   - Replies are published right after the inbox transaction commits (the
+//     reply dispatcher, see relay.Dispatcher; Config.NoDispatch turns it off);
+//     the relay publishes what a crash left behind.
 //
 // # The barrier protocol
 //
