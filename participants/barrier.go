@@ -106,7 +106,7 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 	case message.Compensate:
 		if h.compensate == nil {
 			res = recorded{outcome: string(message.Failure), reason: ReasonNoCompensation}
-			p.log(cmd).WarnContext(ctx, "compensate command for a step without compensation")
+			p.log(ctx, cmd).WarnContext(ctx, "compensate command for a step without compensation")
 		} else {
 			res, err = p.compensate(ctx, tx, cmd, h.compensate)
 		}
@@ -134,14 +134,35 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 	return reply, nil
 }
 
-func (p *Participant) log(cmd message.Command) *slog.Logger {
-	return p.cfg.Logger.With(
+func (p *Participant) log(ctx context.Context, cmd message.Command) *slog.Logger {
+	l := p.cfg.Logger.With(
 		slog.String("participant", p.cfg.Name),
 		slog.String("saga_id", cmd.SagaID.String()),
 		slog.String("step", cmd.Step),
 		slog.String("action", string(cmd.Action)),
 		slog.String("message_id", cmd.MessageID.String()),
 	)
+	if id := traceIDOf(ctx); id != "" {
+		l = l.With(slog.String("trace_id", id))
+	}
+	return l
+}
+
+type traceKey struct{}
+
+// withTrace carries the trace id of record r's traceparent header (if
+// valid) in ctx, for the SDK's log lines about the command.
+func withTrace(ctx context.Context, r message.Record) context.Context {
+	tp, _ := r.Header(message.HeaderTraceParent)
+	if id := message.TraceID(tp); id != "" {
+		return context.WithValue(ctx, traceKey{}, id)
+	}
+	return ctx
+}
+
+func traceIDOf(ctx context.Context) string {
+	id, _ := ctx.Value(traceKey{}).(string)
+	return id
 }
 
 // forward: claim the forward row, then run the handler in a nested
@@ -168,14 +189,14 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 		if rec.closed {
 			// Closed by its compensation (reason compensated) or by a
 			// query (closed_by_query): never executed.
-			p.log(cmd).InfoContext(ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
+			p.log(ctx, cmd).InfoContext(ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
 			reason := rec.reason
 			if reason == "" {
 				reason = ReasonCompensated
 			}
 			return recorded{outcome: string(message.Failure), reason: reason}, nil
 		}
-		p.log(cmd).DebugContext(ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
+		p.log(ctx, cmd).DebugContext(ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
 		return rec, nil
 	}
 
@@ -189,7 +210,7 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 		if err := claim.Rollback(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
 		}
-		p.log(cmd).DebugContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
+		p.log(ctx, cmd).DebugContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
 		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
 	case message.Success, message.Failure:
 		var payload *string
@@ -206,7 +227,7 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
 		if handled {
-			p.log(cmd).DebugContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
+			p.log(ctx, cmd).DebugContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
 		}
 		return rec, nil
 	}
@@ -233,7 +254,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err != nil {
 			return recorded{}, err
 		}
-		p.log(cmd).DebugContext(ctx, "duplicate compensation answered from the barrier", slog.String("outcome", rec.outcome))
+		p.log(ctx, cmd).DebugContext(ctx, "duplicate compensation answered from the barrier", slog.String("outcome", rec.outcome))
 		return rec, nil
 	}
 
@@ -265,7 +286,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(cmd).DebugContext(ctx, "empty compensation: no forward effect to undo")
+		p.log(ctx, cmd).DebugContext(ctx, "empty compensation: no forward effect to undo")
 		return rec, nil
 	}
 
@@ -290,14 +311,14 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(cmd).DebugContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
+		p.log(ctx, cmd).DebugContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
 		return rec, nil
 	case res.Outcome == message.Retry || res.Outcome == message.Failure:
 		// Compensations are retried until they succeed: record nothing.
 		if err := claim.Rollback(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
 		}
-		p.log(cmd).WarnContext(ctx, "compensation answered retry", slog.String("handler_outcome", string(res.Outcome)), slog.String("reason", res.Reason))
+		p.log(ctx, cmd).WarnContext(ctx, "compensation answered retry", slog.String("handler_outcome", string(res.Outcome)), slog.String("reason", res.Reason))
 		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
 	}
 	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
@@ -321,7 +342,7 @@ func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.
 		if err := sp.Rollback(ctx); err != nil {
 			return Result{}, false, fmt.Errorf("%s: roll back handler savepoint: %w", op, err)
 		}
-		p.log(cmd).WarnContext(ctx, "command payload rejected by the handler", slog.String("error", herr.Error()))
+		p.log(ctx, cmd).WarnContext(ctx, "command payload rejected by the handler", slog.String("error", herr.Error()))
 		return Result{Outcome: message.Failure, Reason: message.Truncate(ReasonInvalidPayloadPrefix+herr.Error(), message.MaxReasonBytesDefault)}, false, nil
 	}
 	// A reason is text of at most 1 KiB on the wire: a handler's longer or

@@ -26,6 +26,7 @@ func (p *Participant) Migrations() ([]migrations.Set, error) {
 // unknown step) means the record belongs on the dead-letter topic; any other
 // error means tx must be rolled back and the record processed again.
 func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Record) error {
+	ctx = withTrace(ctx, m)
 	cmd, err := message.DecodeCommand(m.Value)
 	if err != nil {
 		return fmt.Errorf("participant %q: topic %s partition %d offset %d: %w", p.cfg.Name, m.Topic, m.Partition, m.Offset, err)

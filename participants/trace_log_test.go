@@ -1,0 +1,66 @@
+package participants_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The SDK's log lines about a command carry the trace id of the record's
+// traceparent, next to saga_id.
+func TestParticipantLogLinesCarryTheTraceID(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	var logs lockedBuffer
+	p, err := participants.New(pool, &participants.Config{Name: "pt", Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Migrate(t, pool, testkit.MustSets(t)(p.Migrations()))
+	if err := p.Handle("reserve", func(_ context.Context, _ pgx.Tx, _ message.Command) (participants.Result, error) {
+		return participants.Success(nil), nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	cmd := command(uuid.New(), "reserve", message.Forward)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	h := message.Headers(cmd.MessageID, cmd.SagaID)
+	h[message.HeaderTraceParent] = "00-" + traceID + "-00f067aa0ba902b7-01"
+	m := record(t, cmd, h)
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return p.HandleMessage(ctx, tx, m) }); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `"msg":"forward executed"`) || !strings.Contains(out, `"trace_id":"`+traceID+`"`) {
+		t.Fatalf("log lines lack the trace id:\n%s", out)
+	}
+}
