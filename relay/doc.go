@@ -3,6 +3,18 @@
 // them once Kafka acknowledged them (or, with Config.KeepSent, marks them
 // sent and keeps them as history for retention to purge).
 //
+// # Dispatch after commit
+//
+// A process that commits outbox rows itself (the saga engine, a participant)
+// usually does not wait for the relay: it writes them leased
+// (outbox.EnqueueDirect: due only after a lease, no NOTIFY) and hands them to
+// its Dispatcher right after the commit, which publishes them at once and
+// deletes them after the acknowledgement. The relay then only publishes what
+// a dispatcher left behind (a crash between commit and publish or between
+// publish and delete, a Kafka refusal, a full queue) once the lease ends, and
+// every row written the plain way (outbox.Enqueue). See Dispatcher for the
+// order it keeps.
+//
 // # How it runs
 //
 // A Relay opens a dedicated Postgres connection of its own (not a pooled one)
