@@ -78,3 +78,17 @@ func (o *Outbox) EnqueueDirect(ctx context.Context, tx DB, lease time.Duration, 
 	}
 	return p, nil
 }
+
+// Release makes leased rows due to the relay now, instead of when their
+// lease ends: the dispatcher could not publish them (Kafka refused, or did
+// not answer), so there is nothing to wait for.
+func (o *Outbox) Release(ctx context.Context, db DB, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	t := pgx.Identifier{o.schema, "outbox"}.Sanitize()
+	if _, err := db.Exec(ctx, `UPDATE `+t+` SET available_at = now() WHERE id = ANY($1) AND sent_at IS NULL AND available_at > now()`, ids); err != nil {
+		return fmt.Errorf("outbox %s: release %d leased rows: %w", o.schema, len(ids), err)
+	}
+	return nil
+}

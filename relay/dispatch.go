@@ -36,7 +36,9 @@ const (
 // publish and delete (the process died between commit and publish, or
 // between publish and delete; Kafka refused it; the queue was full) becomes
 // due to the relay when its lease ends and is published then, so delivery
-// stays at least once (receivers dedupe by message-id).
+// stays at least once (receivers dedupe by message-id). A batch Kafka does
+// not take is released to the relay at once (outbox.Release) rather than
+// after its lease.
 //
 // Order: the dispatcher publishes in the order of Send, one WriteMessages
 // call at a time, so the rows of one key that one process commits one after
@@ -167,11 +169,18 @@ func (d *Dispatcher) publish(ctx context.Context, w *kafka.Writer, batch []*outb
 	err := w.WriteMessages(wctx, msgs...)
 	cancel()
 	if err != nil {
-		// Some may have gone out: all stay for the relay after the lease
-		// (a message published twice is deduped by its receiver).
+		// Some may have gone out: all go to the relay (a message published
+		// twice is deduped by its receiver), at once rather than after the
+		// lease: the relay retries with its backoff and parks what Kafka
+		// keeps refusing.
 		d.log.Warn("dispatcher: publish failed; the rows are left to the relay", "rows", len(ids), "error", err)
 		if d.m != nil {
 			d.m.publishErrors.Add(float64(len(ids)))
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.WriteTimeout)
+		defer cancel()
+		if rerr := d.ob.Release(rctx, d.pool, ids); rerr != nil {
+			d.log.Warn("dispatcher: rows not released; the relay publishes them after their lease", "rows", len(ids), "error", rerr)
 		}
 		return
 	}

@@ -118,3 +118,19 @@ func TestDispatcherCrashAfterPublishBeforeDelete(t *testing.T) {
 		t.Fatal("the relay's copy has another message id: receivers could not dedupe it")
 	}
 }
+
+// A row the dispatcher cannot publish (here: a topic that does not exist)
+// is released to the relay at once, not left for its lease of an hour.
+func TestDispatcherReleasesWhatItCannotPublish(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d, err := relay.NewDispatcher(f.pool, f.ob, &relay.Config{Brokers: f.brokers, WriteTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDispatcher(t, d)
+	d.Send(f.enqueueDirect(t, time.Hour, msg("no-such-topic-"+testkit.RandomSuffix(4), "k", `{"n":1}`)))
+	testkit.Eventually(t, 30*time.Second, "the row released to the relay", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE available_at <= now()`) == 1, nil
+	})
+}
