@@ -31,9 +31,9 @@ const (
 	// where the engine reports every end at once (Config.OnFinished) and
 	// polls only back it up.
 	inProcessPollInterval = 100 * time.Millisecond
-	TimeoutDefault      = 5 * time.Minute
-	MaxConnsDefault     = 16
-	LanesDefault        = 4
+	TimeoutDefault        = 5 * time.Minute
+	MaxConnsDefault       = 16
+	LanesDefault          = 4
 	// PartitionsDefault is the partitions of every topic of a run. On two
 	// cores more partitions cost more than they give: each partition is a
 	// fetch session of its own in every consumer (and a produce batch of its
