@@ -489,37 +489,11 @@ func TestForwardRacingCompensation(t *testing.T) {
 	if err := f.p.Handle("reserve", effect(participants.Success(nil), nil), effect(participants.Success(nil), nil)); err != nil {
 		t.Fatal(err)
 	}
-	const sagas = 50
-	ids := make([]uuid.UUID, sagas)
+	ids, fwd, comp := f.race(t, 50, message.Forward, message.Compensate)
 	type pair struct{ fwd, comp message.Reply }
-	replies := make([]pair, sagas)
-	errs := make(chan error, 2*sagas)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range sagas {
-		ids[i] = uuid.New()
-		wg.Go(func() {
-			<-start
-			r, err := f.execErr(command(ids[i], "reserve", message.Forward))
-			if err != nil {
-				errs <- fmt.Errorf("saga %d forward: %w", i, err)
-			}
-			replies[i].fwd = r
-		})
-		wg.Go(func() {
-			<-start
-			r, err := f.execErr(command(ids[i], "reserve", message.Compensate))
-			if err != nil {
-				errs <- fmt.Errorf("saga %d compensate: %w", i, err)
-			}
-			replies[i].comp = r
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	replies := make([]pair, len(ids))
+	for i := range ids {
+		replies[i] = pair{fwd[i], comp[i]}
 	}
 	var both, neither int
 	for i, id := range ids {
@@ -565,4 +539,37 @@ func TestUncleanLongReasonIsCutNotFatal(t *testing.T) {
 	if again := f.exec(t, copyOf(cmd)); again.Reason != r.Reason {
 		t.Fatalf("a copy is answered %q, want the recorded %q", again.Reason, r.Reason)
 	}
+}
+
+// race sends, for each of n new sagas, the step "reserve" with action a and
+// with action b at the same moment, and returns the sagas and both answers.
+func (f *fixture) race(t *testing.T, n int, a, b message.Action) (ids []uuid.UUID, ra, rb []message.Reply) {
+	t.Helper()
+	ids, ra, rb = make([]uuid.UUID, n), make([]message.Reply, n), make([]message.Reply, n)
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		ids[i] = uuid.New()
+		for _, side := range []struct {
+			action message.Action
+			into   []message.Reply
+		}{{a, ra}, {b, rb}} {
+			wg.Go(func() {
+				<-start
+				r, err := f.execErr(command(ids[i], "reserve", side.action))
+				if err != nil {
+					errs <- fmt.Errorf("saga %d %s: %w", i, side.action, err)
+				}
+				side.into[i] = r
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return ids, ra, rb
 }

@@ -1,8 +1,6 @@
 package participants_test
 
 import (
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -108,38 +106,7 @@ func TestForwardRacingQuery(t *testing.T) {
 	if err := f.p.Handle("reserve", effect(participants.Success(nil), nil), effect(participants.Success(nil), nil)); err != nil {
 		t.Fatal(err)
 	}
-	const sagas = 40
-	ids := make([]uuid.UUID, sagas)
-	fwd := make([]message.Reply, sagas)
-	qry := make([]message.Reply, sagas)
-	errs := make(chan error, 2*sagas)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range sagas {
-		ids[i] = uuid.New()
-		wg.Go(func() {
-			<-start
-			r, err := f.execErr(command(ids[i], "reserve", message.Forward))
-			if err != nil {
-				errs <- fmt.Errorf("saga %d forward: %w", i, err)
-			}
-			fwd[i] = r
-		})
-		wg.Go(func() {
-			<-start
-			r, err := f.execErr(command(ids[i], "reserve", message.Query))
-			if err != nil {
-				errs <- fmt.Errorf("saga %d query: %w", i, err)
-			}
-			qry[i] = r
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	ids, fwd, qry := f.race(t, 40, message.Forward, message.Query)
 	var done, closed int
 	for i, id := range ids {
 		a, err := message.DecodeQueryAnswer(qry[i].Payload)

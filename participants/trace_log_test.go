@@ -1,11 +1,9 @@
 package participants_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,29 +15,12 @@ import (
 	"github.com/sagaflow/sagaflow/participants"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The SDK's log lines about a command carry the trace id of the record's
 // traceparent, next to saga_id.
 func TestParticipantLogLinesCarryTheTraceID(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)
-	var logs lockedBuffer
+	var logs testkit.Output // safe for the handler's writes and the reads
 	p, err := participants.New(pool, &participants.Config{Name: "pt", Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
