@@ -128,22 +128,17 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	}
 
 	ctx, hooks := withHooks(ctx)
-	tx, err := c.pool.Begin(ctx)
+	// BEGIN, the dedupe insert and the savepoint the handler runs under go
+	// to Postgres in one round trip.
+	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics)
 	if err != nil {
-		return res, fmt.Errorf("inbox: begin batch transaction (%d messages): %w", len(batch), err)
+		return res, fmt.Errorf("%w (batch of %d messages)", err, len(batch))
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-
-	// The dedupe insert and the savepoint the handler runs under go to
-	// Postgres in one round trip.
-	fresh, err := dedupe(ctx, tx, c.table, ids, topics)
-	if err != nil {
-		return res, err
-	}
 	var ms []kafka.Message
 	var msIdx []int
 	for i, it := range items {

@@ -28,11 +28,7 @@ func BenchmarkBatchDedupe(b *testing.B) {
 		for i := range ids {
 			ids[i] = uuid.New()
 		}
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		fresh, err := dedupe(ctx, tx, table, ids, topics)
+		tx, fresh, err := beginDeduped(ctx, pool, table, ids, topics)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,36 +3,45 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"github.com/sagaflow/sagaflow/internal/pgid"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/internal/pgid"
 )
 
-// dedupe records ids in the inbox table in one statement, sets
-// batchSavepoint after it in the same round trip, and returns the ids that
-// were not there yet.
-func dedupe(ctx context.Context, tx pgx.Tx, table string, ids []uuid.UUID, topics []string) (map[uuid.UUID]bool, error) {
+// beginDeduped begins the batch transaction, records ids in the inbox
+// table and sets batchSavepoint, all in one round trip (BEGIN pipelined
+// with the statements), and returns the transaction and the ids that were
+// not there yet. With no ids it only begins. On error nothing is left open.
+func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string) (pgx.Tx, map[uuid.UUID]bool, error) {
 	fresh := make(map[uuid.UUID]bool, len(ids))
-	if len(ids) == 0 {
-		return fresh, nil
-	}
 	b := &pgx.Batch{}
-	b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
-		pgid.UUIDs(ids), topics).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id pgtype.UUID
-			if err := rows.Scan(&id); err != nil {
-				return fmt.Errorf("scan: %w", err)
+	b.BeginTx(pgx.TxOptions{})
+	if len(ids) > 0 {
+		b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
+			pgid.UUIDs(ids), topics).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id pgtype.UUID
+				if err := rows.Scan(&id); err != nil {
+					return fmt.Errorf("scan: %w", err)
+				}
+				fresh[uuid.UUID(id.Bytes)] = true
 			}
-			fresh[uuid.UUID(id.Bytes)] = true
-		}
-		return rows.Err()
-	})
-	b.Queue("SAVEPOINT " + batchSavepoint)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("inbox: record %d message ids in %s: %w", len(ids), table, err)
+			return rows.Err()
+		})
+		b.Queue("SAVEPOINT " + batchSavepoint)
 	}
-	return fresh, nil
+	br := pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		if len(ids) == 0 {
+			return nil, nil, fmt.Errorf("inbox: begin batch transaction: %w", err)
+		}
+		return nil, nil, fmt.Errorf("inbox: begin the batch transaction and record %d message ids in %s: %w", len(ids), table, err)
+	}
+	return tx, fresh, nil
 }

@@ -292,6 +292,32 @@ func (o *Outbox) DeleteSent(ctx context.Context, db DB, ids []int64) error {
 	return nil
 }
 
+// ForgetPublished deletes ids (keep: marks them sent) after Kafka
+// acknowledged them, in a transaction of its own whose commit does not wait
+// for its WAL flush (synchronous_commit off), all in one round trip. It is
+// for rows already published: if Postgres crashes before that commit
+// reaches the disk the rows come back, and are published again once their
+// lease ends, which receivers dedupe by message-id. db must not be inside a
+// transaction (a pool or an idle connection).
+func (o *Outbox) ForgetPublished(ctx context.Context, db DB, ids []int64, keep bool) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	sql := o.deleteSentSQL
+	if keep {
+		sql = o.markSentSQL
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue(sql, ids)
+	b.Queue("COMMIT")
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("outbox %s: forget %d published rows: %w", o.schema, len(ids), err)
+	}
+	return nil
+}
+
 // MarkFailed records a failed publication of id and makes it due again at
 // retryAt, so one undeliverable row does not hold back the others.
 func (o *Outbox) MarkFailed(ctx context.Context, db DB, id int64, cause string, retryAt time.Time) error {

@@ -60,8 +60,7 @@ WHERE saga_id = $1 AND step = $2 AND action = $3
 RETURNING payload::text`,
 		insertSuccess: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, payload)
 SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)
-ON CONFLICT DO NOTHING
-RETURNING saga_id, step, payload::text`,
+ON CONFLICT DO NOTHING`,
 		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
 VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
 ON CONFLICT DO NOTHING`,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sagaflow/sagaflow/inbox"
@@ -77,60 +78,96 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		return err
 	}
 	sagaIDs, stepNames, payloads := make([]pgtype.UUID, n), make([]string, n), make([]*string, n)
+	withPayload := false
 	for i, cmd := range cmds {
 		pl, err := encodePayload(results[i].Payload)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
 		}
 		sagaIDs[i], stepNames[i], payloads[i] = pgtype.UUID{Bytes: cmd.SagaID, Valid: true}, cmd.Step, pl
+		withPayload = withPayload || pl != nil
 	}
-	rows, err := tx.Query(ctx, p.barrier.insertSuccess, sagaIDs, stepNames, payloads)
-	if err != nil {
-		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+	b := &pgx.Batch{}
+	var stored map[batchKey]*string
+	recorded := 0
+	if withPayload {
+		// Each reply carries its payload as Postgres stored it (jsonb's
+		// key order: the bytes the answer to a later copy carries), so
+		// the insert returns them before the replies are made.
+		rows, err := tx.Query(ctx, p.barrier.insertSuccess+returningPayload, sagaIDs, stepNames, payloads)
+		if err != nil {
+			return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+		}
+		if stored, err = scanStored(rows, n); err != nil {
+			return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+		}
+		recorded = len(stored)
+	} else {
+		// No payload: the replies are known already, and the barrier
+		// rows and the replies go in one round trip.
+		b.Queue(p.barrier.insertSuccess, sagaIDs, stepNames, payloads).Exec(func(ct pgconn.CommandTag) error {
+			recorded = int(ct.RowsAffected())
+			return nil
+		})
 	}
-	type key struct {
-		saga uuid.UUID
-		step string
+	if !withPayload || recorded == n {
+		msgs := make([]outbox.Message, n)
+		for i, cmd := range cmds {
+			reply := message.Reply{
+				MessageID: uuid.New(), InReplyTo: cmd.MessageID, SagaID: cmd.SagaID, Step: cmd.Step,
+				Action: cmd.Action, Outcome: message.Success,
+			}
+			if pl := stored[batchKey{cmd.SagaID, cmd.Step}]; pl != nil && *pl != "null" {
+				reply.Payload = []byte(*pl)
+			}
+			value, err := message.EncodeReply(reply)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
+			}
+			msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), ms[i])}
+		}
+		after, err := p.queueEnqueue(ctx, b, msgs...)
+		if err != nil {
+			return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("participant %q: record %d forward outcomes and enqueue their replies: %w", p.cfg.Name, n, err)
+		}
+		if recorded == n {
+			after()
+			return nil
+		}
 	}
-	stored := make(map[key]*string, n)
+	// A copy, a compensation, or a repeat within the batch got there first
+	// (the insert skipped its row): declined, and HandleCommands undoes
+	// the batch's writes.
+	return errDecline
+}
+
+// returningPayload makes insertSuccess return what it stored.
+const returningPayload = "\nRETURNING saga_id, step, payload::text"
+
+// batchKey names a command of a batch.
+type batchKey struct {
+	saga uuid.UUID
+	step string
+}
+
+// scanStored reads insertSuccess+returningPayload's rows.
+func scanStored(rows pgx.Rows, n int) (map[batchKey]*string, error) {
+	defer rows.Close()
+	stored := make(map[batchKey]*string, n)
 	for rows.Next() {
-		var k key
+		var k batchKey
 		var id pgtype.UUID
 		var pl *string
 		if err := rows.Scan(&id, &k.step, &pl); err != nil {
-			rows.Close()
-			return fmt.Errorf("participant %q: record forward outcomes: %w", p.cfg.Name, err)
+			return nil, err
 		}
 		k.saga = uuid.UUID(id.Bytes)
 		stored[k] = pl
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
-	}
-	if len(stored) != n {
-		// A copy, a compensation, or a repeat within the batch got there first.
-		return errDecline
-	}
-	msgs := make([]outbox.Message, n)
-	for i, cmd := range cmds {
-		reply := message.Reply{
-			MessageID: uuid.New(), InReplyTo: cmd.MessageID, SagaID: cmd.SagaID, Step: cmd.Step,
-			Action: cmd.Action, Outcome: message.Success,
-		}
-		if pl := stored[key{cmd.SagaID, cmd.Step}]; pl != nil && *pl != "null" {
-			reply.Payload = []byte(*pl)
-		}
-		value, err := message.EncodeReply(reply)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
-		}
-		msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), ms[i])}
-	}
-	if err := p.enqueue(ctx, tx, msgs...); err != nil {
-		return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
-	}
-	return nil
+	return stored, rows.Err()
 }
 
 // forwardAll runs the forward handlers of cmds and returns their results in

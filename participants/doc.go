@@ -92,7 +92,9 @@
 // a step registered with HandleForwardBatch, the Func per command
 // otherwise), then records all the success barrier rows in one statement
 // (skipping any row a copy or a compensation got first) and enqueues all
-// the replies in one statement. Anything else, a skipped barrier row
+// the replies in another (one round trip for both when no handler returned
+// a payload; otherwise the replies carry the payloads as stored, read back
+// first). Anything else, a skipped barrier row
 // included, declines the batch: HandleCommands undoes its writes
 // (inbox.Undo) and runs HandleMessage for each command in a savepoint, so the protocol above decides every
 // unplain case, and at most one execution of a forward ever commits.

@@ -74,14 +74,27 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 // inbox transaction commits (published at once; the relay takes them only
 // after the lease); otherwise the relay publishes them.
 func (p *Participant) enqueue(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
-	d := p.dispatch.Load()
-	if d == nil || !d.Active() || !inbox.InHandler(ctx) {
-		return p.outbox.Enqueue(ctx, tx, msgs...)
-	}
-	pend, err := p.outbox.EnqueueDirect(ctx, tx, d.Lease(), msgs...)
+	b := &pgx.Batch{}
+	after, err := p.queueEnqueue(ctx, b, msgs...)
 	if err != nil {
 		return err
 	}
-	inbox.AfterCommit(ctx, func() { d.Send(pend) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	after()
 	return nil
+}
+
+// queueEnqueue is enqueue's insert added to b; call after once b ran.
+func (p *Participant) queueEnqueue(ctx context.Context, b *pgx.Batch, msgs ...outbox.Message) (after func(), err error) {
+	d := p.dispatch.Load()
+	if d == nil || !d.Active() || !inbox.InHandler(ctx) {
+		return func() {}, p.outbox.QueueEnqueue(b, msgs...)
+	}
+	pend, err := p.outbox.QueueEnqueueDirect(b, d.Lease(), msgs...)
+	if err != nil {
+		return nil, err
+	}
+	return func() { inbox.AfterCommit(ctx, func() { d.Send(pend) }) }, nil
 }

@@ -26,6 +26,9 @@ const (
 	// dispatchQueue bounds the pending sets waiting for the dispatcher; a
 	// Send that finds it full leaves the rows to the relay.
 	dispatchQueue = 4096
+	// deleteLinger is how long the dispatcher gathers published rows
+	// before deleting them in one statement.
+	deleteLinger = 10 * time.Millisecond
 )
 
 // Dispatcher publishes the rows its process just committed (outbox
@@ -197,11 +200,17 @@ func (d *Dispatcher) publish(ctx context.Context, w *kafka.Writer, batch []*outb
 	d.done <- ids
 }
 
-// recordLoop deletes (marks sent) the published rows, gathering what is
-// waiting into one statement. A failure leaves them to the relay, which
-// publishes them again after the lease (deduped by the receivers).
+// recordLoop deletes (marks sent) the published rows, gathering what
+// arrives within deleteLinger (or up to 4 batches) into one statement whose
+// commit does not wait for the disk (outbox.ForgetPublished): nothing waits
+// for these deletes, and a lost one only makes the relay publish its rows
+// again after their lease (deduped by the receivers). A failure leaves them
+// to the relay the same way.
 func (d *Dispatcher) recordLoop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for ids := range d.done {
+		timer.Reset(deleteLinger)
 	gather:
 		for len(ids) < 4*d.cfg.BatchSize {
 			select {
@@ -210,17 +219,13 @@ func (d *Dispatcher) recordLoop() {
 					break gather
 				}
 				ids = append(ids, more...)
-			default:
+			case <-timer.C:
 				break gather
 			}
 		}
+		timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.WriteTimeout)
-		var err error
-		if d.cfg.KeepSent {
-			err = d.ob.MarkSent(ctx, d.pool, ids)
-		} else {
-			err = d.ob.DeleteSent(ctx, d.pool, ids)
-		}
+		err := d.ob.ForgetPublished(ctx, d.pool, ids, d.cfg.KeepSent)
 		cancel()
 		if err != nil {
 			d.log.Warn("dispatcher: published rows not deleted; the relay publishes them again after their lease", "rows", len(ids), "error", err)

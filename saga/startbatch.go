@@ -164,9 +164,10 @@ func (b *startBatcher) run(batch []*pendingStart) {
 }
 
 // startPipelined is the fast path of a batch of starts: BEGIN, the saga,
-// timer, journal and outbox inserts go to Postgres in one round trip, then
-// COMMIT. It commits only if every saga was new; otherwise (an idempotency
-// key that exists, any error) it rolls back and reports false, and the
+// timer, journal and outbox inserts and COMMIT go to Postgres in one round
+// trip. The saga insert fails on an existing idempotency key, so the
+// pipelined COMMIT runs only if every saga was new; otherwise (that, or
+// any error) the transaction is rolled back and it reports false, and the
 // batch takes the path that handles those cases.
 func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]started, bool) {
 	ss, ps := e.decideStarts(batch)
@@ -187,21 +188,21 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	inserted := make(map[uuid.UUID]bool, len(ins))
-	if err := e.st.queueInsertMany(b, ins, inserted); err != nil {
+	if err := e.st.queueInsert(b, e.st.insertNewSQL, ins, inserted); err != nil {
 		return nil, false
 	}
 	pc := &postCommit{}
 	if err := e.queueWrites(b, ds, pc); err != nil {
 		return nil, false
 	}
-	err = conn.SendBatch(ctx, b).Close()
-	if err != nil || len(inserted) != len(ins) {
-		_, _ = conn.Exec(ctx, "ROLLBACK")
-		return nil, false
-	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		// The outcome of a failed COMMIT is unknown: the slow path's
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		// A statement failed (the server skipped the rest, COMMIT
+		// included), or the outcome of COMMIT is unknown: the slow path's
 		// insert finds committed sagas by their idempotency keys.
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
 		return nil, false
 	}
 	e.flush(pc)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,7 +30,7 @@ type store struct {
 	discrepancies, reconcileRuns, outbox string
 
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
-	loadManySQL, updateManySQL, insertManySQL                 string
+	loadManySQL, updateManySQL, insertManySQL, insertNewSQL   string
 	setTimerSQL, deleteTimerSQL                               string
 	journalPageSQL, journalCountSQL                           string
 }
@@ -68,6 +69,10 @@ ON CONFLICT (type, idempotency_key) DO NOTHING
 RETURNING id, next_wakeup_at),
 ` + insertTimers + `
 SELECT id FROM ins`
+	// insertNewSQL is insertManySQL for sagas that must all be new: an
+	// existing idempotency key fails the statement (unique_violation), so
+	// a pipelined COMMIT after it never runs.
+	s.insertNewSQL = strings.Replace(s.insertManySQL, "ON CONFLICT (type, idempotency_key) DO NOTHING\n", "", 1)
 	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
 	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
 	s.updateManySQL = `WITH upd AS (UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
@@ -132,6 +137,12 @@ func (s *store) insertMany(ctx context.Context, db DB, ins []*Instance) (map[uui
 // queueInsertMany adds insertMany's statement to b; inserted receives the
 // ids it inserted.
 func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid.UUID]bool) error {
+	return s.queueInsert(b, s.insertManySQL, ins, inserted)
+}
+
+// queueInsert adds the insert of ins with sql (insertManySQL or
+// insertNewSQL) to b.
+func (s *store) queueInsert(b *pgx.Batch, sql string, ins []*Instance, inserted map[uuid.UUID]bool) error {
 	n := len(ins)
 	ids := make([]uuid.UUID, n)
 	types, aggs, keys, states, currents, flags := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -151,7 +162,7 @@ func (s *store) queueInsertMany(b *pgx.Batch, ins []*Instance, inserted map[uuid
 		states[i], currents[i], datas[i], stepss[i], versions[i], flags[i] = string(in.State), currentStepName(in), in.Data, js, in.Version, in.Flag
 		deadlines[i], created[i], updated[i], finished[i], wakeups[i] = in.DeadlineAt, in.CreatedAt, in.UpdatedAt, in.FinishedAt, in.NextWakeup()
 	}
-	b.Queue(s.insertManySQL, pgid.UUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
+	b.Queue(sql, pgid.UUIDs(ids), types, defVersions, aggs, keys, states, currents, datas, stepss,
 		versions, flags, deadlines, created, updated, finished, secrets, tps, tss, wakeups).Query(collectIDs(inserted, fmt.Sprintf("insert %d sagas", n)))
 	return nil
 }

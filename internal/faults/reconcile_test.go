@@ -55,8 +55,23 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		}
 	}
 	e.waitTerminal(settle)
-	if n := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'failed'`); n != 0 {
-		t.Fatalf("%d sagas still failed after the reconciler asked again", n)
+	// The re-query of a pivot gets the step's short timeouts (200 ms, five
+	// queries): on a loaded machine an answer can miss them and the saga
+	// fails again, as it would in production; the next run asks again,
+	// as the reconciler's cadence would.
+	for pass := 2; ; pass++ {
+		n := e.count(`SELECT count(*) FROM ` + e.schemas.Orchestrator + `.sagas WHERE state = 'failed'`)
+		if n == 0 {
+			break
+		}
+		if pass > 5 {
+			t.Fatalf("%d sagas still failed after %d reconciler runs asked again", n, pass-1)
+		}
+		t.Logf("run %d: %d sagas failed again (their queries timed out); asking again", pass, n)
+		if _, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil); err != nil {
+			t.Fatal(err)
+		}
+		e.waitTerminal(settle)
 	}
 	if n := e.count(`SELECT count(DISTINCT saga_id) FROM `+e.schemas.Orchestrator+`.journal WHERE event = $1 AND actor = $2`, saga.JournalQueryAnswered, saga.ActorReconciler); n < failed {
 		t.Fatalf("%d sagas journaled a query answered by the reconciler, want %d", n, failed)
