@@ -130,7 +130,23 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	ctx, hooks := withHooks(ctx)
 	// BEGIN, the dedupe insert and the savepoint the handler runs under go
 	// to Postgres in one round trip.
-	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics)
+	var queue func(*pgx.Batch)
+	if c.cfg.Prefetch != nil {
+		queue = func(b *pgx.Batch) {
+			// The records the handler may get: well-formed, first in the
+			// batch (whether they are copies is known only after).
+			cand := make([]kafka.Message, 0, len(items))
+			for _, it := range items {
+				if it.bad == "" && !it.repeat {
+					cand = append(cand, it.m)
+				}
+			}
+			if v := c.cfg.Prefetch(b, toRecords(cand)); v != nil {
+				ctx = context.WithValue(ctx, prefetchKey{}, v)
+			}
+		}
+	}
+	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics, queue)
 	if err != nil {
 		return res, fmt.Errorf("%w (batch of %d messages)", err, len(batch))
 	}

@@ -119,6 +119,9 @@ type Config struct {
 	// Metrics receives the consumer's metrics; nil keeps them on a private
 	// registry.
 	Metrics *Metrics
+	// Prefetch, when set, queues the handler's first reads in the round
+	// trip that begins each batch transaction (see Prefetch).
+	Prefetch Prefetch
 	// Advanced holds the tuning knobs (fetching, queues, isolation, dead
 	// letters, backoff, consumer-group timers); their defaults suit most
 	// deployments. Its fields are promoted: cfg.SessionTimeout works.

@@ -16,7 +16,8 @@ import (
 // table and sets batchSavepoint, all in one round trip (BEGIN pipelined
 // with the statements), and returns the transaction and the ids that were
 // not there yet. With no ids it only begins. On error nothing is left open.
-func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string) (pgx.Tx, map[uuid.UUID]bool, error) {
+// queue, when not nil, adds the handler's prefetch reads after them.
+func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string, queue func(*pgx.Batch)) (pgx.Tx, map[uuid.UUID]bool, error) {
 	fresh := make(map[uuid.UUID]bool, len(ids))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
@@ -33,6 +34,9 @@ func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []u
 			return rows.Err()
 		})
 		b.Queue("SAVEPOINT " + batchSavepoint)
+		if queue != nil {
+			queue(b)
+		}
 	}
 	br := pool.SendBatch(ctx, b)
 	tx := br.Tx()

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
@@ -110,6 +111,8 @@ func (c Config) validate() error {
 		return errors.New("orchestrator: Config.Inbox.Topics is set; the service consumes the engine's reply topic (Config.Engine.ReplyTopic): leave it empty")
 	case c.Inbox.Schema != "":
 		return errors.New("orchestrator: Config.Inbox.Schema is set; the service uses the engine's schema (Config.Engine.Schema): leave it empty")
+	case c.Inbox.Prefetch != nil:
+		return errors.New("orchestrator: Config.Inbox.Prefetch is set; the service prefetches the sagas of each reply batch itself: leave it nil")
 	case len(c.Relay.Brokers) > 0:
 		return errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
 	case c.Relay.Dialer != nil:
@@ -180,6 +183,9 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if c.Run.Replies {
 		ic := c.Inbox
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
+		// The sagas a reply batch concerns (named by the saga-id headers)
+		// are loaded in the round trip that begins its transaction.
+		ic.Prefetch = func(b *pgx.Batch, recs []message.Record) any { return eng.QueueLoad(b, headerSagaIDs(recs)) }
 		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
@@ -280,7 +286,8 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 		return out, nil
 	}
 	end := s.replySpans(ms, rs, idx)
-	err := s.engine.ApplyReplies(ctx, tx, rs)
+	pre, _ := inbox.Prefetched(ctx).(*saga.Preloaded)
+	err := s.engine.ApplyRepliesPreloaded(ctx, tx, rs, pre)
 	defer func() { end(err) }()
 	switch {
 	case err == nil:
@@ -350,4 +357,25 @@ func runAll(ctx context.Context, cancel context.CancelFunc, fns ...func(context.
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// headerSagaIDs returns the distinct saga ids the records' saga-id headers
+// name (a record without one, or with one that does not parse, names
+// none: its saga is loaded when its reply is applied).
+func headerSagaIDs(recs []message.Record) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(recs))
+	seen := make(map[uuid.UUID]bool, len(recs))
+	for _, r := range recs {
+		for _, h := range r.Headers {
+			if h.Key != message.HeaderSagaID {
+				continue
+			}
+			if id, err := uuid.ParseBytes(h.Value); err == nil && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+			break
+		}
+	}
+	return ids
 }

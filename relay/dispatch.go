@@ -28,7 +28,7 @@ const (
 	dispatchQueue = 4096
 	// deleteLinger is how long the dispatcher gathers published rows
 	// before deleting them in one statement.
-	deleteLinger = 10 * time.Millisecond
+	deleteLinger = 50 * time.Millisecond
 )
 
 // Dispatcher publishes the rows its process just committed (outbox

@@ -520,6 +520,13 @@ var ErrBatchFallback = errors.New("apply the replies one by one")
 // nothing was written (tx is as before); any other error means tx must be
 // rolled back.
 func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply) error {
+	return e.ApplyRepliesPreloaded(ctx, tx, rs, nil)
+}
+
+// ApplyRepliesPreloaded is ApplyReplies taking the sagas pre loaded, in
+// the same transaction, before the replies were decoded (QueueLoad); the
+// sagas pre did not load are loaded here. A nil pre loads them all.
+func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -531,7 +538,7 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 			ids = append(ids, rs[i].SagaID)
 		}
 	}
-	loaded, err := e.st.loadMany(ctx, tx, ids)
+	loaded, err := pre.take(ctx, e.st, tx, ids)
 	if err != nil {
 		return err
 	}

@@ -162,3 +162,64 @@ func TestApplyRepliesFallsBackWithoutWriting(t *testing.T) {
 		t.Fatalf("%d step-succeeded journal rows, want 1", succeeded)
 	}
 }
+
+// Sagas preloaded in the transaction's first round trip (QueueLoad) are
+// applied like loaded ones; a saga moved by someone else after the preload
+// makes the batch write nothing and fall back, and a saga the preload did
+// not ask for is loaded then.
+func TestApplyRepliesPreloaded(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	var ins []saga.Instance
+	for _, k := range []string{"p1", "p2"} {
+		in, _, err := env.eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: k, AggregateID: "o-" + k, Data: order("o-" + k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins = append(ins, in)
+	}
+	cmds := pendingCommands(t, env)
+	byID := map[uuid.UUID]message.Command{}
+	for _, c := range cmds {
+		byID[c.SagaID] = c
+	}
+	preloadThen := func(ids []uuid.UUID, between func(), rs ...message.Reply) error {
+		b := &pgx.Batch{}
+		b.BeginTx(pgx.TxOptions{})
+		pre := env.eng.QueueLoad(b, ids)
+		br := env.pool.SendBatch(ctx, b)
+		tx := br.Tx()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		between()
+		if err := env.eng.ApplyRepliesPreloaded(ctx, tx, rs, pre); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	// Moved after the preload: nothing written, ErrBatchFallback.
+	p1 := ins[0].ID
+	err := preloadThen([]uuid.UUID{p1}, func() {
+		if _, err := env.pool.Exec(ctx, `UPDATE orch.sagas SET version = version + 1 WHERE id = $1`, p1); err != nil {
+			t.Fatal(err)
+		}
+	}, successReply(byID[p1]))
+	if !errors.Is(err, saga.ErrBatchFallback) {
+		t.Fatalf("saga moved after the preload: err = %v, want ErrBatchFallback", err)
+	}
+	if got, _ := get(t, env, p1); got.CurrentStep() != orderapi.StepReserveInventory || got.Version != 2 {
+		t.Fatalf("after the declined batch: step %q version %d, want still %s at version 2 (the bump only)", got.CurrentStep(), got.Version, orderapi.StepReserveInventory)
+	}
+	// Preloaded p1 (fresh now) and p2 not asked for: both move.
+	if err := preloadThen([]uuid.UUID{p1}, func() {}, successReply(byID[p1]), successReply(byID[ins[1].ID])); err != nil {
+		t.Fatalf("preloaded batch: %v", err)
+	}
+	for _, in := range ins {
+		if got, _ := get(t, env, in.ID); got.CurrentStep() != orderapi.StepLockCoupon {
+			t.Fatalf("saga %s at %q after the preloaded batch, want %s", in.ID, got.CurrentStep(), orderapi.StepLockCoupon)
+		}
+	}
+}
