@@ -30,6 +30,7 @@ func (e *Engine) QueueLoad(b *pgx.Batch, ids []uuid.UUID) *Preloaded {
 	for _, id := range ids {
 		p.asked[id] = true
 	}
+	b.Queue(genericPlans)
 	b.Queue(e.st.loadManySQL, pgid.UUIDs(ids)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			in, err := scanInstance(rows)
@@ -46,6 +47,14 @@ func (e *Engine) QueueLoad(b *pgx.Batch, ids []uuid.UUID) *Preloaded {
 	})
 	return p
 }
+
+// genericPlans makes the rest of the transaction run its prepared
+// statements on their generic plans. The engine's loads and updates find
+// sagas by id (index scans either way), but with their array parameters
+// Postgres keeps preferring a custom plan, made anew at every execution:
+// planning the batch update took longer than running it (0.3 ms a call,
+// measured with pg_stat_statements' track_planning in the bench).
+const genericPlans = "SET LOCAL plan_cache_mode = force_generic_plan"
 
 // take returns the sagas ids: those p loaded (an id p asked for and did
 // not find does not exist), the others loaded from db now. A nil p, or one
