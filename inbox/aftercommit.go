@@ -1,6 +1,10 @@
 package inbox
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // commitHooks are the functions handlers registered with AfterCommit
 // during one batch transaction; mark is where the running handler call
@@ -8,6 +12,12 @@ import "context"
 type commitHooks struct {
 	fns  []func()
 	mark int
+	// tails are the handler's deferred writes (CommitWith) not sent yet;
+	// tailMark is where the running call's began. defer is whether the
+	// running call may defer writes at all.
+	tails    []*pgx.Batch
+	tailMark int
+	defer_   bool
 }
 
 type hooksKey struct{}
@@ -46,12 +56,54 @@ func AfterCommit(ctx context.Context, fn func()) bool {
 func InHandler(ctx context.Context) bool { return hooksOf(ctx) != nil }
 
 // begin marks the start of a handler call.
-func (h *commitHooks) begin() { h.mark = len(h.fns) }
+func (h *commitHooks) begin() { h.mark, h.tailMark = len(h.fns), len(h.tails) }
 
-// drop forgets what the current handler call registered.
+// drop forgets what the current handler call registered (AfterCommit and
+// the CommitWith writes it has not sent yet).
 func (h *commitHooks) drop() {
 	clear(h.fns[h.mark:])
 	h.fns = h.fns[:h.mark]
+	if h.tailMark < len(h.tails) {
+		clear(h.tails[h.tailMark:])
+		h.tails = h.tails[:h.tailMark]
+	}
+}
+
+// takeTails returns the deferred writes and forgets them (they are being
+// sent).
+func (h *commitHooks) takeTails() []*pgx.Batch {
+	t := h.tails
+	h.tails, h.tailMark = nil, 0
+	return t
+}
+
+// CanDefer reports whether the handler may defer its last writes to the
+// commit with CommitWith: inside a handler whose batch is not being split
+// to isolate a failing message (then every error must surface in the call
+// that caused it).
+func CanDefer(ctx context.Context) bool {
+	h := hooksOf(ctx)
+	return h != nil && h.defer_
+}
+
+// CommitWith defers the statements of b to the round trip that commits the
+// batch transaction (they are sent with COMMIT), or, if the handler or the
+// inbox sends any other statement in the transaction first, to just before
+// that statement, so every later read sees them. Use it for the last
+// writes of a handler whose results nothing needs: queue statements
+// without callbacks that can fail (their results are read after COMMIT
+// ran), and make a statement that must not pass raise an error instead
+// (the transaction then rolls back and the batch is retried, as after any
+// transient error). Like AfterCommit, deferred writes are dropped with the
+// handler's other writes (a failed call, Undo, a split). It returns false,
+// and defers nothing, where CanDefer is false: send b yourself then.
+func CommitWith(ctx context.Context, b *pgx.Batch) bool {
+	h := hooksOf(ctx)
+	if h == nil || !h.defer_ || b == nil || b.Len() == 0 {
+		return false
+	}
+	h.tails = append(h.tails, b)
+	return true
 }
 
 func (h *commitHooks) run() {

@@ -146,7 +146,8 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 			}
 		}
 	}
-	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics, queue)
+	hooks.defer_ = !isolate
+	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics, queue, hooks)
 	if err != nil {
 		return res, fmt.Errorf("%w (batch of %d messages)", err, len(batch))
 	}

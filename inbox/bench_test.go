@@ -28,7 +28,7 @@ func BenchmarkBatchDedupe(b *testing.B) {
 		for i := range ids {
 			ids[i] = uuid.New()
 		}
-		tx, fresh, err := beginDeduped(ctx, pool, table, ids, topics, nil)
+		tx, fresh, err := beginDeduped(ctx, pool, table, ids, topics, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,9 +15,15 @@ import (
 // beginDeduped begins the batch transaction, records ids in the inbox
 // table and sets batchSavepoint, all in one round trip (BEGIN pipelined
 // with the statements), and returns the transaction and the ids that were
-// not there yet. With no ids it only begins. On error nothing is left open.
-// queue, when not nil, adds the handler's prefetch reads after them.
-func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string, queue func(*pgx.Batch)) (pgx.Tx, map[uuid.UUID]bool, error) {
+// not there yet. With no ids it only begins. queue, when not nil, adds the
+// handler's prefetch reads after them. The transaction holds its own pool
+// connection (see batchTx); hooks are the batch's. On error nothing is
+// left open.
+func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string, queue func(*pgx.Batch), hooks *commitHooks) (pgx.Tx, map[uuid.UUID]bool, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inbox: begin batch transaction: %w", err)
+	}
 	fresh := make(map[uuid.UUID]bool, len(ids))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
@@ -38,8 +44,8 @@ func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []u
 			queue(b)
 		}
 	}
-	br := pool.SendBatch(ctx, b)
-	tx := br.Tx()
+	br := conn.Conn().SendBatch(ctx, b)
+	tx := &batchTx{Tx: br.Tx(), conn: conn, hooks: hooks}
 	if err := br.Close(); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		if len(ids) == 0 {

@@ -105,6 +105,7 @@ func EachMessage(f func(ctx context.Context, tx pgx.Tx, r message.Record) error)
 			if herr != nil && h != nil {
 				clear(h.fns[mark:]) // this message's writes are rolled back
 				h.fns = h.fns[:mark]
+				// (its deferred writes go with the savepoint's rollback)
 			}
 			if herr == nil {
 				if err := sp.Commit(ctx); err != nil {
@@ -172,11 +173,13 @@ func stack() []byte { return debug.Stack() }
 // inbox's savepoint stays set, so the Handler can go on in the same call.
 // It lets a handler try a fast path and fall back to a slower one.
 func Undo(ctx context.Context, tx pgx.Tx) error {
+	// What it registered with AfterCommit and CommitWith goes with its
+	// writes (dropped first: a deferred write is not sent to be undone).
+	if h := hooksOf(ctx); h != nil {
+		h.drop()
+	}
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
 		return fmt.Errorf("inbox: undo the handler's writes: %w", err)
-	}
-	if h := hooksOf(ctx); h != nil {
-		h.drop() // what it registered with AfterCommit goes with its writes
 	}
 	return nil
 }

@@ -549,10 +549,6 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 	cur := make(map[uuid.UUID]*change, len(loaded))
 	next := make(map[uuid.UUID]Instance, len(loaded))
 	var decided []Decision
-	type observed struct {
-		in Instance
-		d  Decision
-	}
 	obs := make([]observed, 0, len(rs))
 	for i := range rs {
 		r := &rs[i]
@@ -594,6 +590,10 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 		upd = append(upd, &n)
 		prev = append(prev, c.prev.Version)
 	}
+	pc := e.inboxPost(ctx)
+	if pc != nil && canDefer(ctx) {
+		return e.deferWrites(ctx, upd, prev, decided, pc, func() { e.observeReplies(ctx, obs) })
+	}
 	// One round trip: a savepoint, the version-checked update of every
 	// changed saga, the journal and the commands. On a version conflict the
 	// savepoint undoes all of it.
@@ -606,7 +606,6 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 			return err
 		}
 	}
-	pc := e.inboxPost(ctx)
 	if err := e.queueWrites(b, decided, pc); err != nil {
 		return err
 	}
@@ -622,15 +621,7 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 		}
 		return fmt.Errorf("apply %d replies: %d of %d sagas moved since loaded: %w", len(rs), len(upd)-len(done), len(upd), ErrBatchFallback)
 	}
-	for _, o := range obs {
-		e.cfg.Metrics.observe(o.in.Type, EventReply, o.in, o.d)
-		if !o.d.Changed {
-			e.logIgnored(ctx, &o.in, o.d)
-		} else if o.d.Next.State != o.in.State {
-			e.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "saga moved", slog.String("saga_id", o.in.ID.String()),
-				slog.String("from", string(o.in.State)), slog.String("to", string(o.d.Next.State)), slog.String("step", o.d.Next.CurrentStep()), traceAttr(&o.d.Next))
-		}
-	}
+	e.observeReplies(ctx, obs)
 	e.afterInbox(ctx, pc)
 	return nil
 }

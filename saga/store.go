@@ -31,6 +31,7 @@ type store struct {
 
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL, insertNewSQL   string
+	updateCheckedSQL                                          string
 	setTimerSQL, deleteTimerSQL                               string
 	journalPageSQL, journalCountSQL                           string
 }
@@ -85,6 +86,11 @@ WHERE s.id = u.id AND s.version = u.prev
 RETURNING s.id, s.next_wakeup_at),
 ` + syncTimers + `
 SELECT id FROM upd`
+	// updateCheckedSQL is updateManySQL that fails (40001) unless every
+	// saga was updated ($13 of them): for an update whose result is read
+	// only after the COMMIT sent with it (migration 011).
+	s.updateCheckedSQL = strings.Replace(s.updateManySQL, "SELECT id FROM upd",
+		"SELECT "+pgx.Identifier{schema, "require_updated"}.Sanitize()+"(count(*), $13) FROM upd", 1)
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
 	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored)
 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[])`
@@ -264,6 +270,27 @@ func (s *store) loadMany(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.
 // version is still prev[i], in one statement; done receives the ids it
 // wrote (an id missing was moved by someone else first).
 func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, done map[uuid.UUID]bool) error {
+	args, err := s.updateArgs(next, prev)
+	if err != nil {
+		return err
+	}
+	b.Queue(s.updateManySQL, args...).Query(collectIDs(done, fmt.Sprintf("update %d sagas", len(next))))
+	return nil
+}
+
+// queueUpdateChecked adds to b the update of each next[i] if its stored
+// version is still prev[i], failing the statement (40001) unless all were.
+func (s *store) queueUpdateChecked(b *pgx.Batch, next []*Instance, prev []int64) error {
+	args, err := s.updateArgs(next, prev)
+	if err != nil {
+		return err
+	}
+	b.Queue(s.updateCheckedSQL, append(args, len(next))...)
+	return nil
+}
+
+// updateArgs are the arguments of updateManySQL.
+func (s *store) updateArgs(next []*Instance, prev []int64) ([]any, error) {
 	n := len(next)
 	ids := make([]uuid.UUID, n)
 	states, currents, flags := make([]string, n), make([]string, n), make([]string, n)
@@ -273,15 +300,13 @@ func (s *store) queueUpdateMany(b *pgx.Batch, next []*Instance, prev []int64, do
 	for i, in := range next {
 		js, err := appendSteps(nil, in.Steps)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ids[i], states[i], currents[i], flags[i] = in.ID, string(in.State), currentStepName(in), in.Flag
 		datas[i], stepss[i], versions[i] = in.Data, js, in.Version
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
-	b.Queue(s.updateManySQL, pgid.UUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished).
-		Query(collectIDs(done, fmt.Sprintf("update %d sagas", n)))
-	return nil
+	return []any{pgid.UUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished}, nil
 }
 
 func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (Instance, error) {
