@@ -20,7 +20,10 @@
 //	batch.go      one batch: precheck, dedupe, Handler, isolation, commit, retries
 //	classify.go   what an error says about the message (permanent, transient, unavailable)
 //	precheck.go   header checks before anything else reads a record
-//	dedupe.go     the inbox table statement
+//	dedupe.go     BEGIN with the inbox table statement (and Prefetch's reads)
+//	tx.go         the batch transaction the Handler gets (CommitWith, savepoints)
+//	prefetch.go   Prefetch, Prefetched
+//	aftercommit.go AfterCommit, CommitWith, CanDefer
 //	deadletter.go dead-letter records that are always writable
 //	watchdog.go   recreating a membership that holds partitions but consumes nothing
 //	handler.go    Handler, Result, EachMessage, Permanent, Undo
@@ -46,9 +49,11 @@
 //     envelope's headers (message-id, saga-id, content-type) UTF-8 text
 //     without NUL and short, all headers within Config.MaxHeaderBytes. A
 //     record that fails goes to the dead-letter topic unhandled.
-//  2. One round trip inserts every id into the inbox table (ON CONFLICT DO
-//     NOTHING) and sets a savepoint; ids already there are duplicates and are
-//     skipped. An id repeated inside one batch is handled once.
+//  2. One round trip begins the transaction, inserts every id into the
+//     inbox table (ON CONFLICT DO NOTHING), sets a savepoint and runs the
+//     handler's reads queued by Config.Prefetch; ids already there are
+//     duplicates and are skipped. An id repeated inside one batch is
+//     handled once.
 //  3. The Handler gets the new messages and returns a Result per message:
 //     Applied, Duplicate, DeadLetter (with a reason; it wrote nothing for
 //     it) or RetryLater.
@@ -67,7 +72,11 @@
 //     dead letter.
 //  5. Dead-lettered messages' inbox rows are deleted (an operator can replay
 //     the record once its cause is fixed), their dead-letter records are
-//     published, then the transaction commits, then the offsets.
+//     published, then the transaction commits, the handler's writes
+//     deferred with CommitWith sent in the same round trip as COMMIT (an
+//     error there counts as the handler's: after Config.IsolateAfter the
+//     batch is split, and nothing is deferred while it is), then the
+//     offsets.
 //
 // # Guarantees
 //

@@ -16,7 +16,8 @@
 // round trip takes or releases the listen lock), publishes, and records the
 // result: published rows are deleted (or, keeping sent history, marked sent)
 // in the round trip of the next claim, or by
-// [Outbox.DeleteSent] / [Outbox.MarkSent] on the way out; [Outbox.MarkFailed] (retry
+// [Outbox.DeleteSent] / [Outbox.MarkSent] on the way out (a dispatcher uses
+// [Outbox.ForgetPublished], an asynchronous commit); [Outbox.MarkFailed] (retry
 // later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
 // rest). [Outbox.Stats] reports pending depth, the age of the oldest
 // unsent row and dead rows; retention deletes kept sent rows by age.

@@ -9,7 +9,9 @@
 // usually does not wait for the relay: it writes them leased
 // (outbox.EnqueueDirect: due only after a lease, no NOTIFY) and hands them to
 // its Dispatcher right after the commit, which publishes them at once and
-// deletes them after the acknowledgement. The relay then only publishes what
+// deletes them after the acknowledgement (gathered for 50 ms, in a
+// transaction that does not wait for its WAL flush:
+// outbox.ForgetPublished). The relay then only publishes what
 // a dispatcher left behind (a crash between commit and publish or between
 // publish and delete, a Kafka refusal, a full queue) once the lease ends, and
 // every row written the plain way (outbox.Enqueue). See Dispatcher for the
