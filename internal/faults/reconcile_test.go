@@ -101,8 +101,12 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 	if checks.Checked == 0 {
 		t.Fatalf("no finished saga was checked: %+v", checks)
 	}
-	testkit.Eventually(t, settle, "the check answers journaled", func() (bool, error) {
-		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event IN ($1, $2)`, saga.JournalCheckAgrees, saga.JournalDifference) >= checks.Checked, nil
+	// A check asks about every step of its saga: wait for the victim's
+	// difference itself, not just for as many answers as sagas checked
+	// (the other sagas' agreements can make up that count first).
+	testkit.Eventually(t, settle, "the check answers journaled, the victim's difference among them", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event IN ($1, $2)`, saga.JournalCheckAgrees, saga.JournalDifference) >= checks.Checked &&
+			e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event = $1 AND saga_id = $2`, saga.JournalDifference, victim) > 0, nil
 	})
 	found, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
 	if err != nil {
