@@ -43,7 +43,7 @@ func canDefer(ctx context.Context) bool { return inbox.CanDefer(ctx) }
 func (e *Engine) deferWrites(ctx context.Context, upd []*Instance, prev []int64, decided []Decision, pc *postCommit, after func()) error {
 	b := &pgx.Batch{}
 	if len(upd) > 0 {
-		b.Queue(genericPlans)
+		queuePlanSettings(b, len(upd))
 		if err := e.st.queueUpdateChecked(b, upd, prev); err != nil {
 			return err
 		}

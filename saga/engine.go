@@ -600,7 +600,7 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 	b := &pgx.Batch{}
 	done := make(map[uuid.UUID]bool, len(upd))
 	if len(upd) > 0 {
-		b.Queue(genericPlans)
+		queuePlanSettings(b, len(upd))
 		b.Queue("SAVEPOINT " + applySavepoint)
 		if err := e.st.queueUpdateMany(b, upd, prev, done); err != nil {
 			return err

@@ -76,13 +76,17 @@ SELECT id FROM ins`
 	s.insertNewSQL = strings.Replace(s.insertManySQL, "ON CONFLICT (type, idempotency_key) DO NOTHING\n", "", 1)
 	s.loadSQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = $1`
 	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
+	// "s.id = ANY($1)" repeats the join's condition as an index condition
+	// on sagas: without it the planner, with statistics of a smaller
+	// table, joined a large batch by scanning the whole table (43 ms a
+	// call at 1,024 sagas in flight, against 8 ms).
 	s.updateManySQL = `WITH upd AS (UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
   version = u.version, flag = u.flag, deadline_at = u.deadline_at, next_wakeup_at = u.next_wakeup_at,
   updated_at = u.updated_at, finished_at = u.finished_at
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::bigint[], $8::text[],
   $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
   AS u(id, prev, state, current_step, data, steps, version, flag, deadline_at, next_wakeup_at, updated_at, finished_at)
-WHERE s.id = u.id AND s.version = u.prev
+WHERE s.id = ANY($1::uuid[]) AND s.id = u.id AND s.version = u.prev
 RETURNING s.id, s.next_wakeup_at),
 ` + syncTimers + `
 SELECT id FROM upd`

@@ -139,14 +139,6 @@ func (st *stack) measure(ctx context.Context) (Result, error) {
 		}
 		next = c.Warmup
 	}
-	// Statistics, as autovacuum keeps them on a live database. The tables
-	// were created empty moments ago: without this the plans made for
-	// empty tables (sequential scans of sagas by id) stay cached on the
-	// pooled connections while the tables grow, and every saga update
-	// scans the table (autovacuum analyzes only after its next naptime).
-	if _, err := st.orchPool.Exec(ctx, "ANALYZE"); err != nil {
-		return abort(fmt.Errorf("bench: analyze after the warm-up: %w", err))
-	}
 
 	// Baselines.
 	before, err := readCounters(ctx, st.orchPool, c.Database)
