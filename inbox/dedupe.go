@@ -45,7 +45,8 @@ func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []u
 		}
 	}
 	br := conn.Conn().SendBatch(ctx, b)
-	tx := &batchTx{Tx: br.Tx(), conn: conn, hooks: hooks}
+	tx := &batchTx{flushing: flushing{Tx: br.Tx()}, conn: conn, hooks: hooks}
+	tx.root = tx
 	if err := br.Close(); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		if len(ids) == 0 {

@@ -16,10 +16,10 @@ import (
 // statement sent through it first sends the deferred writes pending, so
 // later statements see them.
 type batchTx struct {
-	pgx.Tx // the transaction begun on conn; its Commit and Rollback are never used
-	conn   *pgxpool.Conn
-	hooks  *commitHooks
-	closed bool
+	flushing // the transaction begun on conn; its Commit and Rollback are never used
+	conn     *pgxpool.Conn
+	hooks    *commitHooks
+	closed   bool
 }
 
 var _ pgx.Tx = (*batchTx)(nil)
@@ -51,6 +51,55 @@ func (t *batchTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return beginNested(ctx, t, t.Tx)
 }
 
+// flushing is a transaction (or savepoint) of root whose statements send
+// root's deferred writes first.
+type flushing struct {
+	pgx.Tx
+	root *batchTx
+}
+
+func (t *flushing) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.root.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *flushing) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.root.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *flushing) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.root.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *flushing) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.root.flush(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *flushing) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.root.flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *flushing) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.root.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
 // beginNested sets a savepoint in parent (after the deferred writes
 // pending) and returns it as a nestedTx of root.
 func beginNested(ctx context.Context, root *batchTx, parent pgx.Tx) (pgx.Tx, error) {
@@ -65,15 +114,14 @@ func beginNested(ctx context.Context, root *batchTx, parent pgx.Tx) (pgx.Tx, err
 	if root.hooks != nil {
 		mark = len(root.hooks.tails)
 	}
-	return &nestedTx{Tx: n, root: root, mark: mark}, nil
+	return &nestedTx{flushing: flushing{Tx: n, root: root}, mark: mark}, nil
 }
 
 // nestedTx is a savepoint of a batchTx (Begin): its statements, too, send
 // the deferred writes pending first; rolling it back drops the writes
 // deferred since it was set (they are part of what it undoes).
 type nestedTx struct {
-	pgx.Tx
-	root *batchTx
+	flushing
 	mark int
 }
 
@@ -88,90 +136,6 @@ func (t *nestedTx) Rollback(ctx context.Context) error {
 		h.tailMark = min(h.tailMark, t.mark)
 	}
 	return t.Tx.Rollback(ctx)
-}
-
-func (t *nestedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.root.flush(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return t.Tx.Exec(ctx, sql, args...)
-}
-
-func (t *nestedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.root.flush(ctx); err != nil {
-		return nil, err
-	}
-	return t.Tx.Query(ctx, sql, args...)
-}
-
-func (t *nestedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.root.flush(ctx); err != nil {
-		return errRow{err}
-	}
-	return t.Tx.QueryRow(ctx, sql, args...)
-}
-
-func (t *nestedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.root.flush(ctx); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return t.Tx.SendBatch(ctx, b)
-}
-
-func (t *nestedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.root.flush(ctx); err != nil {
-		return 0, err
-	}
-	return t.Tx.CopyFrom(ctx, table, cols, src)
-}
-
-func (t *nestedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.root.flush(ctx); err != nil {
-		return nil, err
-	}
-	return t.Tx.Prepare(ctx, name, sql)
-}
-
-func (t *batchTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.flush(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return t.Tx.Exec(ctx, sql, args...)
-}
-
-func (t *batchTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.flush(ctx); err != nil {
-		return nil, err
-	}
-	return t.Tx.Query(ctx, sql, args...)
-}
-
-func (t *batchTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.flush(ctx); err != nil {
-		return errRow{err}
-	}
-	return t.Tx.QueryRow(ctx, sql, args...)
-}
-
-func (t *batchTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.flush(ctx); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return t.Tx.SendBatch(ctx, b)
-}
-
-func (t *batchTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.flush(ctx); err != nil {
-		return 0, err
-	}
-	return t.Tx.CopyFrom(ctx, table, cols, src)
-}
-
-func (t *batchTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.flush(ctx); err != nil {
-		return nil, err
-	}
-	return t.Tx.Prepare(ctx, name, sql)
 }
 
 // Commit sends the deferred writes and COMMIT in one round trip and
