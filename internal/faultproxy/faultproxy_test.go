@@ -88,8 +88,15 @@ func TestForwardsAndCounts(t *testing.T) {
 	if err != nil || got != "hello" {
 		t.Fatalf("round trip = %q, %v; want hello", got, err)
 	}
-	s := p.Stats()
-	if s.Connections != 1 || s.Active != 1 || s.BytesUp != 6 || s.BytesDown != 6 || s.Cuts != 0 {
+	// A direction's byte count is added once its write to the other side
+	// returned: the echo can reach the client before the client->target
+	// copy has counted its bytes, so the counts settle just after.
+	var s faultproxy.Stats
+	testkit.Eventually(t, 5*time.Second, "the byte counts settled", func() (bool, error) {
+		s = p.Stats()
+		return s.BytesUp == 6 && s.BytesDown == 6, nil
+	})
+	if s.Connections != 1 || s.Active != 1 || s.Cuts != 0 {
 		t.Fatalf("stats = %+v", s)
 	}
 }
