@@ -366,15 +366,10 @@ func headerSagaIDs(recs []message.Record) []uuid.UUID {
 	ids := make([]uuid.UUID, 0, len(recs))
 	seen := make(map[uuid.UUID]bool, len(recs))
 	for _, r := range recs {
-		for _, h := range r.Headers {
-			if h.Key != message.HeaderSagaID {
-				continue
-			}
-			if id, err := uuid.ParseBytes(h.Value); err == nil && !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-			break
+		v, _ := r.Header(message.HeaderSagaID)
+		if id, err := uuid.Parse(v); err == nil && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
 	}
 	return ids
