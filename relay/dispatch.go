@@ -43,9 +43,11 @@ const (
 // not take is released to the relay at once (outbox.Release) rather than
 // after its lease.
 //
-// Order: the dispatcher publishes in the order of Send, one WriteMessages
-// call at a time, so the rows of one key that one process commits one after
-// the other reach Kafka in that order. A row that falls back to the relay is
+// Order: the dispatcher publishes in the order of Send, one produce per
+// partition at a time (over its own connections to the partition leaders,
+// partitioned as the relay's Writer partitions: see direct), so the rows
+// of one key that one process commits one after the other reach Kafka in
+// that order. A row that falls back to the relay is
 // published after its lease, after later rows of its key that were
 // dispatched: the saga engine sends at most one command per saga at a time,
 // and a re-send or compensation overtaking an older copy is what the
@@ -112,8 +114,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return fmt.Errorf("relay %s: dispatcher: Run: already running", d.ob.Schema())
 	}
 	defer d.running.Store(false)
-	w, closeWriter := openWriter(d.cfg, "sagaflow-dispatcher", d.log)
-	defer closeWriter()
+	w := newDirect(d.cfg, "sagaflow-dispatcher")
+	defer w.close()
 	var wg sync.WaitGroup
 	wg.Go(d.recordLoop)
 	defer func() {
@@ -154,7 +156,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 // publish writes the batch's messages with one call; on success their rows
 // go to the deleter, on failure they are left to the relay.
-func (d *Dispatcher) publish(ctx context.Context, w *kafka.Writer, batch []*outbox.Pending) {
+func (d *Dispatcher) publish(ctx context.Context, w *direct, batch []*outbox.Pending) {
 	var msgs []kafka.Message
 	var ids []int64
 	for _, p := range batch {
@@ -169,7 +171,7 @@ func (d *Dispatcher) publish(ctx context.Context, w *kafka.Writer, batch []*outb
 	}
 	start := time.Now()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.WriteTimeout)
-	err := w.WriteMessages(wctx, msgs...)
+	err := w.write(wctx, msgs)
 	cancel()
 	if err != nil {
 		// Some may have gone out: all go to the relay (a message published
