@@ -54,6 +54,14 @@ const (
 	// Kafka reader is closed and recreated (kafka-go's group session does not always recover from a
 	// cut connection or a coordinator that stopped answering).
 	StallTimeoutDefault = 20 * time.Second
+	// CommitIntervalDefault is the most often the consumer commits its
+	// offsets to the group: a batch's offsets are committed right after it
+	// when no commit happened for this long, else with the next commit,
+	// together with the batches handled in between. The batch is in the
+	// database before its offsets are handed over, so a crash only makes
+	// the group redeliver (and the inbox dedupe) what was handled since the
+	// last commit.
+	CommitIntervalDefault = 100 * time.Millisecond
 	// RestartAfterErrorsDefault is the number of consecutive fetch (or
 	// offset commit) failures after which the reader is recreated.
 	RestartAfterErrorsDefault = 5
@@ -182,6 +190,8 @@ type Advanced struct {
 	StallTimeout time.Duration
 	// RestartAfterErrors: see RestartAfterErrorsDefault (the default).
 	RestartAfterErrors int
+	// CommitInterval: see CommitIntervalDefault (the default).
+	CommitInterval time.Duration
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -198,6 +208,7 @@ func (c Config) WithDefaults() Config {
 	out.HeartbeatInterval = cmp.Or(out.HeartbeatInterval, min(HeartbeatIntervalMax, out.SessionTimeout/3))
 	out.RebalanceTimeout = cmp.Or(out.RebalanceTimeout, RebalanceTimeoutDefault)
 	out.StallTimeout = cmp.Or(out.StallTimeout, StallTimeoutDefault)
+	out.CommitInterval = cmp.Or(out.CommitInterval, CommitIntervalDefault)
 	out.RestartAfterErrors = cmp.Or(out.RestartAfterErrors, RestartAfterErrorsDefault)
 	out.BatchBytes = cmp.Or(out.BatchBytes, BatchBytesDefault)
 	out.QueueMessages = cmp.Or(out.QueueMessages, 2*out.BatchSize)
@@ -249,6 +260,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inbox: Config.RebalanceTimeout is %s, want at least 1s", c.RebalanceTimeout)
 	case c.StallTimeout < 0 || (c.StallTimeout > 0 && c.StallTimeout < time.Second):
 		return fmt.Errorf("inbox: Config.StallTimeout is %s, want at least 1s", c.StallTimeout)
+	case c.CommitInterval < 0 || c.CommitInterval > time.Minute:
+		return fmt.Errorf("inbox: Config.CommitInterval is %s, want between 0 (the default) and 1m", c.CommitInterval)
 	case c.RestartAfterErrors < 0:
 		return fmt.Errorf("inbox: Config.RestartAfterErrors is %d, want > 0", c.RestartAfterErrors)
 	case c.BatchBytes < 0:

@@ -35,6 +35,7 @@ type Consumer struct {
 	mBatch, mWait, mBatchTime             prometheus.Observer
 	mRestarts, mIsolated, mShortened      prometheus.Counter
 	mPaused, mLost                        prometheus.Counter
+	mCommits, mCommitErrors               prometheus.Counter
 
 	running atomic.Bool
 
@@ -68,24 +69,26 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		}
 	}
 	return &Consumer{
-		pool:        pool,
-		handler:     h,
-		cfg:         c,
-		log:         c.Logger.With("consumer", c.Name, "group", c.GroupID),
-		table:       pgx.Identifier{c.Schema, "inbox"}.Sanitize(),
-		deadRows:    deadRowsSQL(c.Schema),
-		mMessages:   m.messages.WithLabelValues(c.Name),
-		mDuplicates: m.duplicates.WithLabelValues(c.Name),
-		mDLQ:        m.dlq.WithLabelValues(c.Name),
-		mErrors:     m.handleErrors.WithLabelValues(c.Name),
-		mBatch:      m.batchSize.WithLabelValues(c.Name),
-		mWait:       m.recordWait.WithLabelValues(c.Name),
-		mBatchTime:  m.batchTime.WithLabelValues(c.Name),
-		mRestarts:   m.restarts.WithLabelValues(c.Name),
-		mIsolated:   m.isolated.WithLabelValues(c.Name),
-		mShortened:  m.shortened.WithLabelValues(c.Name),
-		mPaused:     m.paused.WithLabelValues(c.Name),
-		mLost:       m.lost.WithLabelValues(c.Name),
+		pool:          pool,
+		handler:       h,
+		cfg:           c,
+		log:           c.Logger.With("consumer", c.Name, "group", c.GroupID),
+		table:         pgx.Identifier{c.Schema, "inbox"}.Sanitize(),
+		deadRows:      deadRowsSQL(c.Schema),
+		mMessages:     m.messages.WithLabelValues(c.Name),
+		mDuplicates:   m.duplicates.WithLabelValues(c.Name),
+		mDLQ:          m.dlq.WithLabelValues(c.Name),
+		mErrors:       m.handleErrors.WithLabelValues(c.Name),
+		mBatch:        m.batchSize.WithLabelValues(c.Name),
+		mWait:         m.recordWait.WithLabelValues(c.Name),
+		mBatchTime:    m.batchTime.WithLabelValues(c.Name),
+		mRestarts:     m.restarts.WithLabelValues(c.Name),
+		mIsolated:     m.isolated.WithLabelValues(c.Name),
+		mShortened:    m.shortened.WithLabelValues(c.Name),
+		mPaused:       m.paused.WithLabelValues(c.Name),
+		mLost:         m.lost.WithLabelValues(c.Name),
+		mCommits:      m.commits.WithLabelValues(c.Name),
+		mCommitErrors: m.commitErrors.WithLabelValues(c.Name),
 	}, nil
 }
 

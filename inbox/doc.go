@@ -7,7 +7,9 @@
 // # What it owns
 //
 // The Consumer owns a kafka-go ConsumerGroup (membership, generations,
-// synchronous offset commits), one kafka-go Reader per assigned partition,
+// offset commits: at most one per Config.CommitInterval, covering every
+// batch handled since the one before, sent by a committer goroutine so a
+// lane never waits for Kafka), one kafka-go Reader per assigned partition,
 // a kafka-go Writer for the dead-letter topics and the rows of the "inbox"
 // table of one Postgres schema (created by the "messaging" migration set).
 // It owns no other table: the Handler writes its own effects through the
@@ -106,15 +108,19 @@
 //   - Crash before the database commit: nothing of the batch is kept, the
 //     offsets were not committed; the batch is redelivered and handled.
 //   - Crash after the database commit, before the offset commit: the batch
-//     is redelivered; the inbox rows make every message a duplicate, so the
-//     Handler does not run again (duplicates are counted).
+//     (with the others handled since the last commit: at most
+//     Config.CommitInterval's worth) is redelivered; the inbox rows make
+//     every message a duplicate, so the Handler does not run again
+//     (duplicates are counted).
 //   - Crash after the dead-letter publish, before the database commit: the
 //     message is redelivered and dead-lettered again. Dead-lettering is at
 //     least once, never lost.
 //   - Rebalance: the generation ends, the fetchers stop, each lane finishes
-//     its batch in flight (its offset commit may fail: logged; the next
-//     owner gets the batch again and dedupes it), and what was queued is
-//     dropped, to be fetched by the partition's next owner.
+//     its batch in flight, the committer commits what the lanes handed it
+//     (this may fail: logged; the next owner gets those batches again and
+//     dedupes them), and what was queued is dropped, to be fetched by the
+//     partition's next owner. A clean stop commits the same way, so a
+//     restart redelivers nothing.
 //   - A member killed or cut off from the broker: the coordinator drops it
 //     after Config.SessionTimeout (6s by default); a rebalance waits at most
 //     Config.RebalanceTimeout for the members to rejoin. Heartbeats every

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,6 +470,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"RebalanceTimeout", func(c *inbox.Config) { c.RebalanceTimeout = time.Millisecond }},
 		{"StallTimeout", func(c *inbox.Config) { c.StallTimeout = -time.Second }},
 		{"RestartAfterErrors", func(c *inbox.Config) { c.RestartAfterErrors = -1 }},
+		{"CommitInterval", func(c *inbox.Config) { c.CommitInterval = -time.Second }},
+		{"CommitInterval", func(c *inbox.Config) { c.CommitInterval = time.Hour }},
 	}
 	for _, tc := range cases {
 		cfg := base()
@@ -767,5 +770,53 @@ func TestRecordWaitAndBatchTimeAreObserved(t *testing.T) {
 	sizes, sizeSum := hist("test_inbox_batch_size")
 	if batches == 0 || batches != sizes || sizeSum != n || batchSum <= 0 {
 		t.Fatalf("batch time: %d observations (%.3f s); batch size: %d observations of %v messages; want one time per committed batch of the %d", batches, batchSum, sizes, sizeSum, n)
+	}
+}
+
+// Offsets are committed at most every CommitInterval, one commit covering
+// every batch handled since the one before, and the lanes never wait for
+// them: many more batches than commits, and in the end the group has no lag.
+func TestOffsetCommitsCoalesceAcrossBatches(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1)
+	m := newMetrics(t)
+	var batches atomic.Int64
+	each := inbox.EachMessage(writeEffect)
+	h := func(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
+		batches.Add(1)
+		return each(ctx, tx, ms)
+	}
+	cfg := oneLane(e.config(m))
+	cfg.CommitInterval = 400 * time.Millisecond
+	c, err := inbox.New(e.pool, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	const n = 40
+	ids := make([]uuid.UUID, n)
+	start := time.Now()
+	for i := range ids {
+		ids[i] = uuid.New()
+		e.produce(t, record(ids[i], "c"+strconv.Itoa(i)))
+		waitCounter(t, m.Messages("test"), float64(i+1), "message handled")
+	}
+	elapsed := time.Since(start)
+	effectsOncePerID(t, e.pool, ids)
+	testkit.Eventually(t, wait, "offsets committed up to the end", func() (bool, error) {
+		return lag(t, e.brokers, e.group, e.topic, 1) == 0, nil
+	})
+	commits := testutil.ToFloat64(m.OffsetCommits("test"))
+	// One commit per interval the messages took, the first at once, and
+	// the last after the last batch.
+	most := float64(elapsed/cfg.CommitInterval) + 2
+	if b := batches.Load(); b < n {
+		t.Fatalf("%d batches for %d messages handed over one at a time", b, n)
+	}
+	if commits < 1 || commits > most {
+		t.Fatalf("%v offset commits for %d batches in %s, want 1 to %v (at most one per %s)", commits, batches.Load(), elapsed, most, cfg.CommitInterval)
+	}
+	if got := testutil.ToFloat64(m.OffsetCommitErrors("test")); got != 0 {
+		t.Fatalf("%v offset commit errors", got)
 	}
 }

@@ -140,10 +140,16 @@ func (c *Consumer) generation(sctx, gctx context.Context, gen *kafka.Generation,
 	}
 	c.log.Debug("inbox: joined a generation", "generation", gen.ID, "partitions", assigned)
 
+	cm := newCommitter(c, gen, st)
+	lanesDone, commits := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(commits)
+		cm.run(ctx, lanesDone)
+	}()
 	errs := make(chan error, len(lanes))
 	for _, l := range lanes {
 		go func() {
-			err := c.serve(ctx, gen, w, l, st)
+			err := c.serve(ctx, cm, w, l, st)
 			if err != nil {
 				cancel()
 			}
@@ -157,7 +163,11 @@ func (c *Consumer) generation(sctx, gctx context.Context, gen *kafka.Generation,
 		}
 	}
 	cancel()
+	// The lanes are done (an in-flight batch finishes after cancel): the
+	// committer commits what they handed it, then returns.
+	close(lanesDone)
 	fetchers.Wait()
+	<-commits
 	// What was fetched and not handled is dropped: the partition's next
 	// owner starts from the committed offset, and the inbox dedupes.
 	for _, l := range lanes {
@@ -247,7 +257,7 @@ func (c *Consumer) fetch(ctx context.Context, l *lane, q *partQueue, offset int6
 }
 
 // serve runs the batches of lane l until ctx ends.
-func (c *Consumer) serve(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, l *lane, st *state) error {
+func (c *Consumer) serve(ctx context.Context, cm *committer, w *kafka.Writer, l *lane, st *state) error {
 	for {
 		batch := l.take(c.cfg.BatchSize, c.cfg.BatchBytes)
 		if len(batch) == 0 {
@@ -268,45 +278,136 @@ func (c *Consumer) serve(ctx context.Context, gen *kafka.Generation, w *kafka.Wr
 			st.busy.Add(-1)
 			return err
 		}
-		c.commitOffsets(ctx, gen, batch, st)
+		cm.add(batch)
 		st.busy.Add(-1)
 		st.touch()
 	}
 }
 
-// commitOffsets commits the offsets after batch to the group. A failure is
-// logged: the batch is in the database, a redelivery is deduplicated.
-func (c *Consumer) commitOffsets(ctx context.Context, gen *kafka.Generation, batch []kafka.Message, st *state) {
-	offs := map[string]map[int]int64{}
+// committer commits the offsets of the batches its generation's lanes
+// handled, at most every CommitInterval: one commit covers every batch
+// handled since the one before (a lone batch after a quiet spell is
+// committed at once). A lane hands its batch's offsets over once the batch
+// is in the database and goes on with the next batch without waiting for
+// Kafka.
+type committer struct {
+	c   *Consumer
+	gen *kafka.Generation
+	st  *state
+
+	mu      sync.Mutex
+	pending map[string]map[int]int64
+	kick    chan struct{}
+}
+
+func newCommitter(c *Consumer, gen *kafka.Generation, st *state) *committer {
+	return &committer{c: c, gen: gen, st: st, pending: map[string]map[int]int64{}, kick: make(chan struct{}, 1)}
+}
+
+// add records the offsets after batch as due for commit.
+func (cm *committer) add(batch []kafka.Message) {
+	cm.mu.Lock()
 	for _, m := range batch {
-		p := offs[m.Topic]
-		if p == nil {
-			p = map[int]int64{}
-			offs[m.Topic] = p
-		}
-		if m.Offset+1 > p[m.Partition] {
-			p[m.Partition] = m.Offset + 1
-		}
+		mergeOffset(cm.pending, m.Topic, m.Partition, m.Offset+1)
 	}
-	err := gen.CommitOffsets(offs)
-	if err == nil {
-		st.commitFailures.Store(0)
+	cm.mu.Unlock()
+	select {
+	case cm.kick <- struct{}{}:
+	default:
+	}
+}
+
+func mergeOffset(offs map[string]map[int]int64, topic string, partition int, next int64) {
+	p := offs[topic]
+	if p == nil {
+		p = map[int]int64{}
+		offs[topic] = p
+	}
+	if next > p[partition] {
+		p[partition] = next
+	}
+}
+
+// take returns the pending offsets (nil if none) and clears them.
+func (cm *committer) take() map[string]map[int]int64 {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if len(cm.pending) == 0 {
+		return nil
+	}
+	offs := cm.pending
+	cm.pending = map[string]map[int]int64{}
+	return offs
+}
+
+// run commits until lanesDone is closed (every lane of the generation has
+// returned), then commits what is left once. ctx ending (a rebalance, a
+// stop) does not end it: a lane finishes its batch in flight and hands its
+// offsets over after that.
+func (cm *committer) run(ctx context.Context, lanesDone <-chan struct{}) {
+	interval := cm.c.cfg.CommitInterval
+	var last time.Time
+	for {
+		select {
+		case <-cm.kick:
+		case <-lanesDone:
+			cm.commit(ctx)
+			return
+		}
+		if wait := interval - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-lanesDone:
+				t.Stop()
+				cm.commit(ctx)
+				return
+			}
+		}
+		last = time.Now()
+		cm.commit(ctx)
+	}
+}
+
+// commit commits the pending offsets. A failure is logged and the offsets
+// are kept for the next commit: the batches are in the database, and a
+// redelivery is deduplicated.
+func (cm *committer) commit(ctx context.Context) {
+	offs := cm.take()
+	if offs == nil {
 		return
 	}
-	n := st.commitFailures.Add(1)
+	err := cm.gen.CommitOffsets(offs)
+	if err == nil {
+		cm.c.mCommits.Inc()
+		cm.st.commitFailures.Store(0)
+		return
+	}
+	cm.c.mCommitErrors.Inc()
+	cm.mu.Lock()
+	for topic, parts := range offs {
+		for part, next := range parts {
+			mergeOffset(cm.pending, topic, part, next)
+		}
+	}
+	cm.mu.Unlock()
+	n := cm.st.commitFailures.Add(1)
 	if ctx.Err() != nil {
 		// The generation ended (a rebalance) or we are stopping: the next
-		// owner of the partitions gets the batch again and dedupes it.
-		c.log.Debug("inbox: offsets not committed as the generation ended; the batch will be redelivered and deduplicated", "err", err)
+		// owner of the partitions gets the batches again and dedupes them.
+		cm.c.log.Debug("inbox: offsets not committed as the generation ended; the batches will be redelivered and deduplicated", "err", err)
 		return
 	}
-	if int(n) >= c.cfg.RestartAfterErrors {
-		c.log.Warn("inbox: offset commits keep failing; recreating the consumer group (the batch will be redelivered and deduplicated)",
+	if int(n) >= cm.c.cfg.RestartAfterErrors {
+		cm.c.log.Warn("inbox: offset commits keep failing; recreating the consumer group (the batches will be redelivered and deduplicated)",
 			"err", err, "failures", n)
-		st.restart(errRestart)
+		cm.st.restart(errRestart)
 		return
 	}
-	c.log.Warn("inbox: commit offsets failed; the batch will be redelivered and deduplicated",
-		"err", err, "messages", len(batch), "first_topic", batch[0].Topic,
-		"first_partition", batch[0].Partition, "first_offset", batch[0].Offset)
+	cm.c.log.Warn("inbox: commit offsets failed; retrying with the next commit (the batches would be redelivered and deduplicated)",
+		"err", err, "failures", n)
+	select {
+	case cm.kick <- struct{}{}:
+	default:
+	}
 }

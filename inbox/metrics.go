@@ -22,6 +22,8 @@ type Metrics struct {
 	shortened    *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	paused       *prometheus.CounterVec
+	commits      *prometheus.CounterVec
+	commitErrors *prometheus.CounterVec
 }
 
 // NewMetrics creates the inbox collectors under namespace ns and registers
@@ -39,6 +41,8 @@ type Metrics struct {
 //	<ns>_dlq_shortened_total{consumer}        dead letters replaced by a shortened record
 //	<ns>_dlq_lost_total{consumer}             dead letters the broker refused even shortened (logged only)
 //	<ns>_inbox_partition_pauses_total{consumer} times a partition's queue was full and its fetch paused
+//	<ns>_inbox_offset_commits_total{consumer} offset commits to the group (each covers the batches since the last)
+//	<ns>_inbox_offset_commit_errors_total{consumer} offset commits that failed (retried with the next)
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("inbox: NewMetrics: registerer is nil")
@@ -96,8 +100,16 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Namespace: ns, Name: "inbox_partition_pauses_total",
 			Help: "Times a partition's fetch-ahead queue was full (its lane busy) and fetching of that partition paused.",
 		}, labels),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_offset_commits_total",
+			Help: "Offset commits to the consumer group; one covers every batch handled since the one before (at most one per CommitInterval).",
+		}, labels),
+		commitErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_offset_commit_errors_total",
+			Help: "Offset commits that failed; their offsets go with the next commit (a crash before it redelivers the batches, which the inbox dedupes).",
+		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused} {
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused, m.commits, m.commitErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
 		}
@@ -133,6 +145,17 @@ func (m *Metrics) Restarts(consumer string) prometheus.Counter {
 // PartitionPauses returns the counter of partition fetch pauses for consumer.
 func (m *Metrics) PartitionPauses(consumer string) prometheus.Counter {
 	return m.paused.WithLabelValues(consumer)
+}
+
+// OffsetCommits returns the counter of offset commits for consumer.
+func (m *Metrics) OffsetCommits(consumer string) prometheus.Counter {
+	return m.commits.WithLabelValues(consumer)
+}
+
+// OffsetCommitErrors returns the counter of failed offset commits for
+// consumer.
+func (m *Metrics) OffsetCommitErrors(consumer string) prometheus.Counter {
+	return m.commitErrors.WithLabelValues(consumer)
 }
 
 // BatchSplits returns the counter of batch splits for consumer.
