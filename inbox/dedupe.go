@@ -2,10 +2,12 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,7 +21,26 @@ import (
 // handler's prefetch reads after them. The transaction holds its own pool
 // connection (see batchTx); hooks are the batch's. On error nothing is
 // left open.
+//
+// The first attempt inserts the ids expecting none of them to be there (a
+// plain INSERT: for Postgres one index descent per index and row, where
+// INSERT ... ON CONFLICT first probes the unique index, inserts a
+// speculative row, then confirms it with a WAL record of its own). A batch
+// holding a message seen before (a redelivery) fails that insert with a
+// unique violation (which Postgres logs); the batch then begins again with
+// the insert that skips the ids already there and tells which are new.
 func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string, queue func(*pgx.Batch), hooks *commitHooks) (pgx.Tx, map[uuid.UUID]bool, error) {
+	tx, fresh, err := beginDedupedAs(ctx, pool, table, ids, topics, queue, hooks, false)
+	var pgErr *pgconn.PgError
+	if err != nil && len(ids) > 0 && errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return beginDedupedAs(ctx, pool, table, ids, topics, queue, hooks, true)
+	}
+	return tx, fresh, err
+}
+
+// beginDedupedAs is one attempt of beginDeduped: with skipSeen the insert
+// skips the ids already recorded, else it fails on one.
+func beginDedupedAs(ctx context.Context, pool *pgxpool.Pool, table string, ids []uuid.UUID, topics []string, queue func(*pgx.Batch), hooks *commitHooks, skipSeen bool) (pgx.Tx, map[uuid.UUID]bool, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inbox: begin batch transaction: %w", err)
@@ -27,7 +48,13 @@ func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []u
 	fresh := make(map[uuid.UUID]bool, len(ids))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	if len(ids) > 0 {
+	switch {
+	case len(ids) > 0 && !skipSeen:
+		for _, id := range ids {
+			fresh[id] = true
+		}
+		b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[])", pgid.UUIDs(ids), topics)
+	case len(ids) > 0:
 		b.Queue("INSERT INTO "+table+" (message_id, topic) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING RETURNING message_id",
 			pgid.UUIDs(ids), topics).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -39,6 +66,8 @@ func beginDeduped(ctx context.Context, pool *pgxpool.Pool, table string, ids []u
 			}
 			return rows.Err()
 		})
+	}
+	if len(ids) > 0 {
 		b.Queue("SAVEPOINT " + batchSavepoint)
 		if queue != nil {
 			queue(b)

@@ -44,6 +44,10 @@ type barrier struct {
 	// closeByQuery closes a forward nothing was recorded for (a query).
 	closeByQuery string
 	// insertSuccess records successful forwards of a batch (HandleBatch).
+	// A plain INSERT, not ON CONFLICT: a row already there fails it (and
+	// the batch goes one by one), which spares Postgres the speculative
+	// insertion (an index probe and a confirm record per row) in the
+	// common case.
 	insertSuccess string
 }
 
@@ -59,8 +63,7 @@ ON CONFLICT DO NOTHING`,
 WHERE saga_id = $1 AND step = $2 AND action = $3
 RETURNING payload::text`,
 		insertSuccess: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, payload)
-SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)
-ON CONFLICT DO NOTHING`,
+SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)`,
 		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
 VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
 ON CONFLICT DO NOTHING`,

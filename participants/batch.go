@@ -54,8 +54,8 @@ var errUntouched = fmt.Errorf("%w before any write", errDecline)
 //
 // The barrier rows are inserted after the handlers rather than before: a
 // concurrent copy or compensation that claimed a row first makes the insert
-// skip it, and the whole batch, handler writes included, is rolled back and
-// redone one by one. So at most one execution of a forward ever commits, and
+// fail (a unique violation), and the whole batch, handler writes included,
+// is rolled back and redone one by one. So at most one execution of a forward ever commits, and
 // a forward closed by its compensation is never executed, as in Execute.
 func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.Record) error {
 	cmds := make([]message.Command, len(ms))
@@ -96,10 +96,10 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		// the insert returns them before the replies are made.
 		rows, err := tx.Query(ctx, p.barrier.insertSuccess+returningPayload, sagaIDs, stepNames, payloads)
 		if err != nil {
-			return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+			return claimed(fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err))
 		}
 		if stored, err = scanStored(rows, n); err != nil {
-			return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err)
+			return claimed(fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err))
 		}
 		recorded = len(stored)
 	} else {
@@ -131,7 +131,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 			return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("participant %q: record %d forward outcomes and enqueue their replies: %w", p.cfg.Name, n, err)
+			return claimed(fmt.Errorf("participant %q: record %d forward outcomes and enqueue their replies: %w", p.cfg.Name, n, err))
 		}
 		if recorded == n {
 			after()
@@ -139,9 +139,20 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		}
 	}
 	// A copy, a compensation, or a repeat within the batch got there first
-	// (the insert skipped its row): declined, and HandleCommands undoes
+	// (the insert did not record its row): declined, and HandleCommands undoes
 	// the batch's writes.
 	return errDecline
+}
+
+// claimed marks err as a decline when it is the unique violation of a
+// barrier row someone else recorded first (a copy, a compensation, a repeat
+// within the batch).
+func claimed(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %v", errDecline, err)
+	}
+	return err
 }
 
 // returningPayload makes insertSuccess return what it stored.
