@@ -93,8 +93,9 @@ func CanDefer(ctx context.Context) bool {
 // writes of a handler whose results nothing needs: queue statements
 // without callbacks that can fail (their results are read after COMMIT
 // ran), and make a statement that must not pass raise an error instead
-// (the transaction then rolls back and the batch is retried, as after any
-// transient error). Like AfterCommit, deferred writes are dropped with the
+// (the transaction then rolls back and the batch runs again at once with
+// nothing deferred: CanDefer is false, the handler sends its writes itself
+// and sees the error in its own call). Like AfterCommit, deferred writes are dropped with the
 // handler's other writes (a failed call, Undo, a split). It returns false,
 // and defers nothing, where CanDefer is false: send b yourself then.
 func CommitWith(ctx context.Context, b *pgx.Batch) bool {

@@ -31,7 +31,13 @@ const singleTries = 3
 
 // handlerError is a transient failure of the Handler itself (as opposed to
 // the inbox's own statements); enough of them in a row isolate the batch.
-type handlerError struct{ err error }
+type handlerError struct {
+	err error
+	// deferred: the handler's deferred writes (CommitWith) failed. The
+	// batch is retried at once with nothing deferred, so a write that must
+	// fail fails in the call that sent it, where the handler sees it.
+	deferred bool
+}
 
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
@@ -58,9 +64,10 @@ func (c *Consumer) runBatch(ctx context.Context, w *kafka.Writer, batch []kafka.
 	// The batch runs to its end even when ctx is cancelled meanwhile.
 	work := context.WithoutCancel(ctx)
 	handlerFailures := 0
+	noDefer := false
 	for attempt := 1; ; attempt++ {
 		isolate := handlerFailures >= c.cfg.IsolateAfter
-		res, err := c.process(work, w, batch, isolate)
+		res, err := c.process(work, w, batch, isolate, noDefer)
 		if err == nil {
 			c.mMessages.Add(float64(res.handled))
 			c.mDuplicates.Add(float64(res.duplicates))
@@ -71,7 +78,17 @@ func (c *Consumer) runBatch(ctx context.Context, w *kafka.Writer, batch []kafka.
 		}
 		c.mErrors.Inc()
 		var he *handlerError
-		if errors.As(err, &he) {
+		if errors.As(err, &he) && he.deferred && !noDefer {
+			// Deferring is only a saving of round trips: the same batch
+			// again at once, its writes sent as the handler makes them
+			// (a version conflict of the engine, a barrier row a copy
+			// recorded first: the handler then takes its other path).
+			noDefer = true
+			c.log.Debug("inbox: the handler's deferred writes failed; the batch runs again at once with nothing deferred",
+				"err", err, "messages", len(batch), "first_topic", batch[0].Topic, "first_partition", batch[0].Partition, "first_offset", batch[0].Offset)
+			continue
+		}
+		if he != nil {
 			handlerFailures++
 		}
 		wait := c.backoff(attempt)
@@ -106,7 +123,9 @@ type item struct {
 // process runs one batch in one transaction. Any error means the
 // transaction was rolled back and the batch must be retried. With isolate,
 // a transient handler error splits the batch as a permanent one does.
-func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.Message, isolate bool) (res batchResult, err error) {
+//
+// With noDefer the handler's CommitWith defers nothing (CanDefer is false).
+func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.Message, isolate, noDefer bool) (res batchResult, err error) {
 	items := make([]item, len(batch))
 	seen := make(map[uuid.UUID]bool, len(batch))
 	ids := make([]uuid.UUID, 0, len(batch))
@@ -146,7 +165,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 			}
 		}
 	}
-	hooks.defer_ = !isolate
+	hooks.defer_ = !isolate && !noDefer
 	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics, queue, hooks)
 	if err != nil {
 		return res, fmt.Errorf("%w (batch of %d messages)", err, len(batch))

@@ -18,9 +18,10 @@ import (
 // Writes deferred with CommitWith reach the database with the commit (or
 // before the handler's next statement, which sees them), are dropped with
 // a failed call (a retried message writes once), and one that fails at
-// the commit counts as the handler's failure: the batch is split, nothing
-// is deferred then, and the message whose write fails is dead-lettered
-// while the others are applied once.
+// the commit makes the batch run again at once with nothing deferred: the
+// write then fails in the handler's own call (a permanent error here), the
+// batch is split, and the message whose write fails is dead-lettered while
+// the others are applied once.
 func TestCommitWithDefersToTheCommit(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)

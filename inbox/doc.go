@@ -75,9 +75,10 @@
 //  5. Dead-lettered messages' inbox rows are deleted (an operator can replay
 //     the record once its cause is fixed), their dead-letter records are
 //     published, then the transaction commits, the handler's writes
-//     deferred with CommitWith sent in the same round trip as COMMIT (an
-//     error there counts as the handler's: after Config.IsolateAfter the
-//     batch is split, and nothing is deferred while it is), then the
+//     deferred with CommitWith sent in the same round trip as COMMIT (when
+//     they fail, the batch runs again at once with nothing deferred, so
+//     the failing write fails in the handler's own call and is classified
+//     as above), then the
 //     offsets.
 //
 // # Guarantees

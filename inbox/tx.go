@@ -31,10 +31,9 @@ func (t *batchTx) flush(ctx context.Context) error {
 	}
 	b := joinBatches(t.hooks.takeTails())
 	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
-		// The handler's writes: counted as its failure, so a batch whose
-		// deferred writes keep failing is split (and then nothing is
-		// deferred, so the failure shows in the call that caused it).
-		return &handlerError{err: fmt.Errorf("inbox: the handler's deferred writes: %w", err)}
+		// The handler's writes: the batch runs again with nothing
+		// deferred, so the failure shows in the call that caused it.
+		return &handlerError{err: fmt.Errorf("inbox: the handler's deferred writes: %w", err), deferred: true}
 	}
 	return nil
 }
@@ -166,7 +165,7 @@ func (t *batchTx) Commit(ctx context.Context) error {
 		_, _ = t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 	}
 	if err != nil && deferred && Classify(err) != ClassUnavailable {
-		return &handlerError{err: fmt.Errorf("with the handler's deferred writes: %w", err)}
+		return &handlerError{err: fmt.Errorf("with the handler's deferred writes: %w", err), deferred: true}
 	}
 	return err
 }

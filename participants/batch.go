@@ -90,6 +90,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 	b := &pgx.Batch{}
 	var stored map[batchKey]*string
 	recorded := 0
+	deferring := false
 	if withPayload {
 		// Each reply carries its payload as Postgres stored it (jsonb's
 		// key order: the bytes the answer to a later copy carries), so
@@ -102,6 +103,15 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 			return claimed(fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, n, err))
 		}
 		recorded = len(stored)
+	} else if deferring = inbox.CanDefer(ctx); deferring {
+		// No payload, in an inbox batch: the barrier rows and the
+		// replies go with the COMMIT (inbox.CommitWith). The insert
+		// records all of them or fails (a row someone recorded first):
+		// the commit fails then, and the inbox runs the batch again at
+		// once with nothing deferred, which takes the path below and
+		// declines.
+		b.Queue(p.barrier.insertSuccess, sagaIDs, stepNames, payloads)
+		recorded = n
 	} else {
 		// No payload: the replies are known already, and the barrier
 		// rows and the replies go in one round trip.
@@ -129,6 +139,10 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		after, err := p.queueEnqueue(ctx, b, msgs...)
 		if err != nil {
 			return fmt.Errorf("participant %q: enqueue %d replies: %w", p.cfg.Name, n, err)
+		}
+		if deferring && inbox.CommitWith(ctx, b) {
+			after()
+			return nil
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return claimed(fmt.Errorf("participant %q: record %d forward outcomes and enqueue their replies: %w", p.cfg.Name, n, err))
