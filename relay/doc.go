@@ -8,7 +8,10 @@
 // A process that commits outbox rows itself (the saga engine, a participant)
 // usually does not wait for the relay: it writes them leased
 // (outbox.EnqueueDirect: due only after a lease, no NOTIFY) and hands them to
-// its Dispatcher right after the commit, which publishes them at once and
+// its Dispatcher right after the commit, which publishes them at once (one
+// produce request per partition, over its own kafka-go Conn to the
+// partition's leader: see direct.go; the same partitioner as the relay's
+// Writer, so a key lands on one partition whichever publishes it) and
 // deletes them after the acknowledgement (gathered for 50 ms, in a
 // transaction that does not wait for its WAL flush:
 // outbox.ForgetPublished). The relay then only publishes what
