@@ -9,8 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/internal/kafkaclient"
-	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
 )
@@ -25,22 +23,8 @@ import (
 // applied once.
 func TestDeferredBarrierConflictGoesOneByOne(t *testing.T) {
 	t.Parallel()
-	pool := testkit.Pool(t)
-	brokers := testkit.Brokers(t)
-	cmdTopic := testkit.Topic(t, brokers, "ptd-commands", 1)
-	replyTopic := testkit.Topic(t, brokers, "ptd-replies", 1)
-	p, err := participants.New(pool, &participants.Config{
-		Name: "pt", Brokers: brokers, CommandTopic: cmdTopic,
-		GroupID: "ptd-" + testkit.RandomSuffix(4), ReplyTopics: []string{replyTopic},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Migrate(t, pool, testkit.MustSets(t)(p.Migrations()))
-	ctx := testkit.Context(t, 60*time.Second)
-	if _, err := pool.Exec(ctx, `CREATE TABLE pt.effects (saga_id uuid NOT NULL, step text NOT NULL, action text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	k := newKafkaParticipant(t, "ptd", 1)
+	p, pool, brokers, replyTopic, ctx := k.p, k.pool, k.brokers, k.replies, k.ctx
 	var forwards atomic.Int32
 	if err := p.Handle("reserve", effect(participants.Success(nil), &forwards), effect(participants.Success(nil), nil)); err != nil {
 		t.Fatal(err)
@@ -55,21 +39,13 @@ func TestDeferredBarrierConflictGoesOneByOne(t *testing.T) {
 		}
 	})
 
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
-	defer w.Close()
+	w := k.writer(t)
 	send := func(cs ...message.Command) {
 		t.Helper()
 		var ms []kafka.Message
 		for _, c := range cs {
 			c.ReplyTo = replyTopic
-			r := record(t, c, message.Headers(c.MessageID, c.SagaID))
-			m := kafka.Message{Key: r.Key, Value: r.Value}
-			for _, h := range r.Headers {
-				m.Headers = append(m.Headers, kafka.Header(h))
-			}
-			ms = append(ms, m)
+			ms = append(ms, toKafka(t, c))
 		}
 		if err := w.WriteMessages(ctx, ms...); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
@@ -19,25 +18,8 @@ import (
 // to the dead-letter topic without blocking the partition.
 func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 	t.Parallel()
-	pool := testkit.Pool(t)
-	brokers := testkit.Brokers(t)
-	cmdTopic := testkit.Topic(t, brokers, "pt-commands", 2)
-	replyTopic := testkit.Topic(t, brokers, "pt-replies", 1)
-	p, err := participants.New(pool, &participants.Config{
-		Name:         "pt",
-		Brokers:      brokers,
-		CommandTopic: cmdTopic,
-		GroupID:      "pt-" + testkit.RandomSuffix(4),
-		ReplyTopics:  []string{replyTopic},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Migrate(t, pool, testkit.MustSets(t)(p.Migrations()))
-	ctx := testkit.Context(t, 60*time.Second)
-	if _, err := pool.Exec(ctx, `CREATE TABLE pt.effects (saga_id uuid NOT NULL, step text NOT NULL, action text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	k := newKafkaParticipant(t, "pt", 2)
+	p, pool, brokers, cmdTopic, replyTopic, ctx := k.p, k.pool, k.brokers, k.cmdTopic, k.replies, k.ctx
 	if err := p.Handle("reserve", effect(participants.Success(map[string]int{"qty": 2}), nil), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -67,18 +49,8 @@ func TestRunAnswersCommandsAndDeadLettersGarbage(t *testing.T) {
 	second := command(uuid.New(), "reserve", message.Forward)
 	first.ReplyTo, second.ReplyTo = replyTopic, replyTopic
 	garbage := []byte(`{"message_id": "not-a-uuid", "saga_id": 42}`)
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cmdTopic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
-	defer w.Close()
-	toRecord := func(c message.Command) kafka.Message {
-		r := record(t, c, message.Headers(c.MessageID, c.SagaID))
-		m := kafka.Message{Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			m.Headers = append(m.Headers, kafka.Header(h))
-		}
-		return m
-	}
+	w := k.writer(t)
+	toRecord := func(c message.Command) kafka.Message { return toKafka(t, c) }
 	// One key: all three land on one partition in this order, so the second
 	// command is answered only if the garbage did not block the partition.
 	garbageRec := kafka.Message{Key: []byte(first.AggregateID), Value: garbage,
