@@ -334,21 +334,32 @@ func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string
 	return out, rows.Err()
 }
 
-// InFlight counts non-terminal sagas by state.
+// InFlight counts non-terminal sagas by state, on the open sagas' partial
+// index (sagas_open_idx): an index scan, not a bitmap of it nor the table,
+// so the entries of finished sagas' old row versions are marked dead as it
+// passes them and later calls skip them (the gauge runs every few seconds;
+// a bitmap or sequential scan read every version of every recent saga each
+// time: 35 ms a call at 1,024 in flight, against under 1 ms).
 func (e *Engine) InFlight(ctx context.Context) (map[State]int64, error) {
-	rows, err := e.pool.Query(ctx, `SELECT state, count(*) FROM `+e.st.sagas+` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`)
-	if err != nil {
+	out := map[State]int64{}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN READ ONLY")
+	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue("SET LOCAL enable_bitmapscan = off")
+	b.Queue(`SELECT state, count(*) FROM `+e.st.sagas+` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var s string
+			var n int64
+			if err := rows.Scan(&s, &n); err != nil {
+				return err
+			}
+			out[State(s)] = n
+		}
+		return rows.Err()
+	})
+	b.Queue("COMMIT")
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("count sagas in flight: %w", err)
 	}
-	defer rows.Close()
-	out := map[State]int64{}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, err
-		}
-		out[State(s)] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -104,4 +104,15 @@ ANALYZE orch.sagas;`)
 	if len(l.Sagas) != 150 { // 50 running + 50 compensating (unmoved for over a minute) + 50 failed
 		t.Fatalf("stuck lists %d sagas, want 150", len(l.Sagas))
 	}
+	// The in-flight gauge (an index scan of the open sagas) counts them
+	// by state, twice the same.
+	for range 2 {
+		in, err := e.InFlight(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in) != 3 || in[Running] != 50 || in[Failed] != 50 || in[Compensating] != 50 {
+			t.Fatalf("InFlight = %v, want 50 running, 50 failed, 50 compensating", in)
+		}
+	}
 }
