@@ -346,7 +346,7 @@ func (e *Engine) InFlight(ctx context.Context) (map[State]int64, error) {
 	b.Queue("BEGIN READ ONLY")
 	b.Queue("SET LOCAL enable_seqscan = off")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
-	b.Queue(`SELECT state, count(*) FROM `+e.st.sagas+` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT state, count(*) FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var s string
 			var n int64
