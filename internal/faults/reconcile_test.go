@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -113,7 +114,14 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	if found.ByKind["participant_closed_step_succeeded"] != 1 || found.Open != 1 {
-		t.Fatalf("after the checks: %+v, want the one tampered record open", found)
+		var dbg []string
+		rows, _ := e.check.Query(ctx, `SELECT j.id::text || ' ' || j.at::text || ' ' || j.event || ' ' || j.ignored::text || ' ' || j.from_state || '->' || j.to_state || ' ' || coalesce(j.step, '') || ' | saga updated ' || s.updated_at::text || ' v' || s.version::text FROM `+e.schemas.Orchestrator+`.journal j JOIN `+e.schemas.Orchestrator+`.sagas s ON s.id = j.saga_id WHERE j.saga_id = $1 ORDER BY j.id`, victim)
+		for rows != nil && rows.Next() {
+			var l string
+			_ = rows.Scan(&l)
+			dbg = append(dbg, l)
+		}
+		t.Fatalf("after the checks: %+v, want the one tampered record open; the victim's journal:\n%s", found, strings.Join(dbg, "\n"))
 	}
 	open, err := e.engine.OpenDiscrepancies(ctx, 10)
 	if err != nil || len(open) != 1 || open[0].SagaID.String() != victim || open[0].Step != orderapi.StepReserveInventory {
