@@ -353,15 +353,23 @@ type Stats struct {
 // the entries of rows dead to everyone as it passes them and later calls
 // skip them (measured: 56 ms a call at 1,024 sagas in flight, against
 // under 1 ms; docs/perf/results.md, session 9).
+//
+// In the caller's own transaction (db a pgx.Tx) the query runs as it is:
+// the planner settings would outlast it there, and BEGIN/COMMIT must not.
 func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
 	var age float64
 	b := &pgx.Batch{}
-	b.Queue("BEGIN READ ONLY")
-	b.Queue("SET LOCAL enable_seqscan = off")
-	b.Queue("SET LOCAL enable_bitmapscan = off")
+	_, inTx := db.(pgx.Tx)
+	if !inTx {
+		b.Queue("BEGIN READ ONLY")
+		b.Queue("SET LOCAL enable_seqscan = off")
+		b.Queue("SET LOCAL enable_bitmapscan = off")
+	}
 	b.Queue(o.statsSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&s.Pending, &age, &s.Dead) })
-	b.Queue("COMMIT")
+	if !inTx {
+		b.Queue("COMMIT")
+	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.schema, err)
 	}
