@@ -99,9 +99,11 @@ ORDER BY id LIMIT $1`
 	o.deleteSentSQL = `DELETE FROM ` + t + ` WHERE id = ANY($1)`
 	o.markFailedSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, available_at = $3 WHERE id = $1 AND sent_at IS NULL`
 	o.markDeadSQL = `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2, dead_at = now() WHERE id = $1 AND sent_at IS NULL`
-	o.statsSQL = `SELECT count(*) FILTER (WHERE dead_at IS NULL),
-  coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8,
-  count(*) FILTER (WHERE dead_at IS NOT NULL) FROM ` + t + ` WHERE sent_at IS NULL`
+	// Live unsent rows through outbox_unsent_idx, dead ones through
+	// outbox_dead_idx: the two partial indexes the relay keeps anyway.
+	o.statsSQL = `SELECT u.n, coalesce(extract(epoch FROM now() - u.oldest), 0)::float8,
+  (SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND sent_at IS NULL)
+FROM (SELECT count(*) AS n, min(created_at) AS oldest FROM ` + t + ` WHERE sent_at IS NULL AND dead_at IS NULL) u`
 	return o, nil
 }
 

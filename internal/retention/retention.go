@@ -178,7 +178,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 			p.simple(s+".outbox", c.SentOutboxAfter,
 				`DELETE FROM `+ob+` WHERE id IN (SELECT id FROM `+ob+` WHERE sent_at < $1 ORDER BY sent_at LIMIT $2)`),
 			p.simple(s+".inbox", c.InboxAfter,
-				`DELETE FROM `+ib+` WHERE message_id IN (SELECT message_id FROM `+ib+` WHERE received_at < $1 ORDER BY received_at LIMIT $2)`),
+				`DELETE FROM `+ib+` WHERE message_id IN (SELECT message_id FROM `+ib+` WHERE received_at < $1 LIMIT $2)`),
 			p.barrier(s, c.BarrierAfter),
 		)
 	}
