@@ -18,6 +18,11 @@ type commitHooks struct {
 	tails    []*pgx.Batch
 	tailMark int
 	defer_   bool
+	// lazy: the batch's message ids are recorded when it commits
+	// (beginLazy), so the handler may be running on a copy of a message
+	// seen before: anything but every message applied runs the batch
+	// again with the ids recorded first.
+	lazy bool
 }
 
 type hooksKey struct{}

@@ -37,10 +37,24 @@ type handlerError struct {
 	// batch is retried at once with nothing deferred, so a write that must
 	// fail fails in the call that sent it, where the handler sees it.
 	deferred bool
+	// transient: a deferred error that is also a transient failure of the
+	// handler's (a batch that began lazily): counted as one.
+	transient bool
 }
 
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
+
+// errLazy is what fails a batch that began lazily (beginLazy) when the
+// handler did anything but apply every message: the message may be a copy,
+// which only the dedupe insert before the handler tells. The batch runs
+// again at once, its ids recorded first (as with a failed deferred write).
+// With failed the handler's call failed (counted as an attempt when the
+// failure is transient); else it answered something other than Applied.
+func errLazy(err error, failed bool) error {
+	return &handlerError{err: fmt.Errorf("%w (the batch runs again with its message ids recorded first)", err), deferred: true,
+		transient: failed && Classify(err) == ClassTransient}
+}
 
 // retryLater is a Handler's RetryLater result as an error.
 type retryLater struct {
@@ -76,18 +90,27 @@ func (c *Consumer) runBatch(ctx context.Context, w *kafka.Writer, batch []kafka.
 			c.mBatchTime.Observe(time.Since(start).Seconds())
 			return nil
 		}
-		c.mErrors.Inc()
 		var he *handlerError
 		if errors.As(err, &he) && he.deferred && !noDefer {
+			c.mReruns.Inc()
+			if he.transient {
+				// The handler failed: an attempt like any other,
+				// retried at once.
+				c.mErrors.Inc()
+				handlerFailures++
+			}
 			// Deferring is only a saving of round trips: the same batch
-			// again at once, its writes sent as the handler makes them
-			// (a version conflict of the engine, a barrier row a copy
-			// recorded first: the handler then takes its other path).
+			// again at once, its ids recorded first and its writes sent
+			// as the handler makes them (a version conflict of the
+			// engine, a barrier row a copy recorded first: the handler
+			// then takes its other path; a copy of a message seen
+			// before: skipped).
 			noDefer = true
-			c.log.Debug("inbox: the handler's deferred writes failed; the batch runs again at once with nothing deferred",
+			c.log.Debug("inbox: a deferred write failed or a lazily begun batch did not apply every message; the batch runs again at once with its ids recorded first and nothing deferred",
 				"err", err, "messages", len(batch), "first_topic", batch[0].Topic, "first_partition", batch[0].Partition, "first_offset", batch[0].Offset)
 			continue
 		}
+		c.mErrors.Inc()
 		if he != nil {
 			handlerFailures++
 		}
@@ -166,7 +189,20 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		}
 	}
 	hooks.defer_ = !isolate && !noDefer
-	tx, fresh, err := beginDeduped(ctx, c.pool, c.table, ids, topics, queue, hooks)
+	// A batch of well-formed messages for a handler that reads nothing
+	// ahead records its ids at the end (one round trip fewer): see
+	// beginLazy.
+	hooks.lazy = hooks.defer_ && queue == nil && len(ids) > 0
+	for _, it := range items {
+		hooks.lazy = hooks.lazy && it.bad == ""
+	}
+	var tx pgx.Tx
+	var fresh map[uuid.UUID]bool
+	if hooks.lazy {
+		tx, fresh, err = beginLazy(ctx, c.pool, c.table, ids, topics, hooks)
+	} else {
+		tx, fresh, err = beginDeduped(ctx, c.pool, c.table, ids, topics, queue, hooks)
+	}
 	if err != nil {
 		return res, fmt.Errorf("%w (batch of %d messages)", err, len(batch))
 	}
@@ -191,6 +227,9 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 		}
 		for k, i := range msIdx {
 			results[i] = rs[k]
+			if hooks.lazy && rs[k].Outcome != Applied {
+				return res, errLazy(fmt.Errorf("inbox: the handler answered %s for the message at offset %d", rs[k].Outcome, ms[k].Offset), false)
+			}
 		}
 	}
 
@@ -261,6 +300,9 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, rec
 		rs, herr = c.call(ctx, tx, ms, recs)
 		if herr == nil {
 			return rs, nil
+		}
+		if h := hooksOf(ctx); h != nil && h.lazy && Classify(herr) != ClassUnavailable {
+			return nil, errLazy(herr, true)
 		}
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
 			return nil, fmt.Errorf("inbox: roll back to the batch savepoint after %q: %w", herr.Error(), err)

@@ -35,7 +35,7 @@ type Consumer struct {
 	mBatch, mWait, mBatchTime             prometheus.Observer
 	mRestarts, mIsolated, mShortened      prometheus.Counter
 	mPaused, mLost                        prometheus.Counter
-	mCommits, mCommitErrors               prometheus.Counter
+	mCommits, mCommitErrors, mReruns      prometheus.Counter
 
 	running atomic.Bool
 
@@ -89,6 +89,7 @@ func New(pool *pgxpool.Pool, h Handler, cfg *Config) (*Consumer, error) {
 		mLost:         m.lost.WithLabelValues(c.Name),
 		mCommits:      m.commits.WithLabelValues(c.Name),
 		mCommitErrors: m.commitErrors.WithLabelValues(c.Name),
+		mReruns:       m.reruns.WithLabelValues(c.Name),
 	}, nil
 }
 

@@ -24,6 +24,7 @@ type Metrics struct {
 	paused       *prometheus.CounterVec
 	commits      *prometheus.CounterVec
 	commitErrors *prometheus.CounterVec
+	reruns       *prometheus.CounterVec
 }
 
 // NewMetrics creates the inbox collectors under namespace ns and registers
@@ -43,6 +44,7 @@ type Metrics struct {
 //	<ns>_inbox_partition_pauses_total{consumer} times a partition's queue was full and its fetch paused
 //	<ns>_inbox_offset_commits_total{consumer} offset commits to the group (each covers the batches since the last)
 //	<ns>_inbox_offset_commit_errors_total{consumer} offset commits that failed (retried with the next)
+//	<ns>_inbox_batch_reruns_total{consumer}   batches run again at once with nothing deferred (not errors: see Consumer.process)
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("inbox: NewMetrics: registerer is nil")
@@ -108,8 +110,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Namespace: ns, Name: "inbox_offset_commit_errors_total",
 			Help: "Offset commits that failed; their offsets go with the next commit (a crash before it redelivers the batches, which the inbox dedupes).",
 		}, labels),
+		reruns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "inbox_batch_reruns_total",
+			Help: "Batches run again at once with their message ids recorded first and nothing deferred to the commit: a deferred write failed (an engine version conflict, a barrier row a copy recorded first), or a batch that records its ids at the end met a copy or a handler that did not apply every message. Not errors; a high rate means many redeliveries or conflicts.",
+		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused, m.commits, m.commitErrors} {
+	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused, m.commits, m.commitErrors, m.reruns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inbox: NewMetrics: register under namespace %q: %w", ns, err)
 		}
@@ -161,4 +167,10 @@ func (m *Metrics) OffsetCommitErrors(consumer string) prometheus.Counter {
 // BatchSplits returns the counter of batch splits for consumer.
 func (m *Metrics) BatchSplits(consumer string) prometheus.Counter {
 	return m.isolated.WithLabelValues(consumer)
+}
+
+// BatchReruns returns the counter of batches run again at once with their
+// ids recorded first and nothing deferred, for consumer.
+func (m *Metrics) BatchReruns(consumer string) prometheus.Counter {
+	return m.reruns.WithLabelValues(consumer)
 }

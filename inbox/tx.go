@@ -20,12 +20,27 @@ type batchTx struct {
 	conn     *pgxpool.Conn
 	hooks    *commitHooks
 	closed   bool
+	// lazy: BEGIN and the batch savepoint are not sent yet; they go with
+	// the handler's first statement (or with COMMIT if it sends none).
+	lazy bool
+	// head is written first in the round trip that commits: the dedupe
+	// insert of a batch that records its message ids at the end (see
+	// beginLazy).
+	head *pgx.Batch
 }
 
 var _ pgx.Tx = (*batchTx)(nil)
 
-// flush sends the deferred writes pending, if any.
+// flush sends the deferred writes pending, if any (and BEGIN with the
+// savepoint first if they are not sent yet).
 func (t *batchTx) flush(ctx context.Context) error {
+	if t.lazy {
+		br, err := t.start(ctx, nil)
+		if err != nil {
+			return err
+		}
+		return br.Close()
+	}
 	if t.hooks == nil || len(t.hooks.tails) == 0 {
 		return nil
 	}
@@ -47,7 +62,187 @@ func joinBatches(bs []*pgx.Batch) *pgx.Batch {
 }
 
 func (t *batchTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
 	return beginNested(ctx, t, t.Tx)
+}
+
+// start sends BEGIN, the batch savepoint, the deferred writes pending and
+// then b's statements in one round trip, and returns the results at b's
+// first statement: the transaction of a lazy batchTx begins with the
+// handler's first statement. An error of BEGIN or the savepoint is returned
+// as it is (the connection), one of a deferred write as the handler's
+// (handlerError, deferred).
+func (t *batchTx) start(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	t.lazy = false
+	full := &pgx.Batch{}
+	full.BeginTx(pgx.TxOptions{})
+	full.Queue("SAVEPOINT " + batchSavepoint)
+	var tails []*pgx.QueuedQuery
+	if t.hooks != nil {
+		for _, tb := range t.hooks.takeTails() {
+			tails = append(tails, tb.QueuedQueries...)
+		}
+	}
+	full.QueuedQueries = append(full.QueuedQueries, tails...)
+	if b != nil {
+		full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
+	}
+	br := t.conn.Conn().SendBatch(ctx, full)
+	t.Tx = br.Tx()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("inbox: begin the batch transaction: %w", err)
+		}
+	}
+	for _, q := range tails {
+		var err error
+		if q.Fn != nil {
+			err = q.Fn(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, &handlerError{err: fmt.Errorf("inbox: the handler's deferred writes: %w", err), deferred: true}
+		}
+	}
+	return br, nil
+}
+
+func (t *batchTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !t.lazy {
+		return t.flushing.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := t.start(ctx, b)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func (t *batchTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !t.lazy {
+		return t.flushing.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := t.start(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+func (t *batchTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !t.lazy {
+		return t.flushing.QueryRow(ctx, sql, args...)
+	}
+	rows, err := t.Query(ctx, sql, args...)
+	if err != nil {
+		return errRow{err}
+	}
+	return rowOf{rows}
+}
+
+func (t *batchTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if !t.lazy {
+		return t.flushing.SendBatch(ctx, b)
+	}
+	if b.Len() == 0 {
+		if err := t.flush(ctx); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
+		return t.Tx.SendBatch(ctx, b)
+	}
+	br, err := t.start(ctx, b)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return br
+}
+
+func (t *batchTx) Conn() *pgx.Conn {
+	if t.lazy {
+		// A caller on the bare connection must find the transaction
+		// begun. (An error breaks the connection's transaction, which
+		// the caller sees in its next statement.)
+		_ = t.flush(context.Background())
+	}
+	return t.conn.Conn()
+}
+
+func (t *batchTx) LargeObjects() pgx.LargeObjects {
+	if t.lazy {
+		_ = t.flush(context.Background())
+	}
+	return t.Tx.LargeObjects()
+}
+
+// batchRows are the rows of a lazy batchTx's first statement: closing them
+// (or reading past the last) closes the round trip's other results too.
+type batchRows struct {
+	pgx.Rows
+	br    pgx.BatchResults
+	done  bool
+	brErr error
+}
+
+func (r *batchRows) finish() {
+	if !r.done {
+		r.done = true
+		r.Rows.Close()
+		r.brErr = r.br.Close()
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *batchRows) Close() { r.finish() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.brErr
+}
+
+// rowOf is QueryRow over Query's rows, as pgx's own Row behaves: an error
+// or no row at Scan, and the rows closed after.
+type rowOf struct{ rows pgx.Rows }
+
+func (r rowOf) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }
 
 // flushing is a transaction (or savepoint) of root whose statements send
@@ -146,10 +341,20 @@ func (t *batchTx) Commit(ctx context.Context) error {
 	t.closed = true
 	defer t.conn.Release() // closed by the pool if still in a transaction
 	b := &pgx.Batch{}
-	if t.hooks != nil {
-		b = joinBatches(t.hooks.takeTails())
+	if t.lazy {
+		// Nothing was sent: the whole transaction goes now.
+		b.BeginTx(pgx.TxOptions{})
 	}
-	deferred := b.Len() > 0
+	if t.head != nil {
+		b.QueuedQueries = append(b.QueuedQueries, t.head.QueuedQueries...)
+	}
+	deferred := t.head != nil
+	if t.hooks != nil {
+		for _, tb := range t.hooks.takeTails() {
+			b.QueuedQueries = append(b.QueuedQueries, tb.QueuedQueries...)
+			deferred = deferred || tb.Len() > 0
+		}
+	}
 	rolledBack := false
 	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
 		rolledBack = ct.String() == "ROLLBACK"
@@ -165,7 +370,11 @@ func (t *batchTx) Commit(ctx context.Context) error {
 		_, _ = t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 	}
 	if err != nil && deferred && Classify(err) != ClassUnavailable {
-		return &handlerError{err: fmt.Errorf("with the handler's deferred writes: %w", err), deferred: true}
+		what := "the handler's deferred writes"
+		if t.head != nil {
+			what = "the message ids recorded at the end and " + what
+		}
+		return &handlerError{err: fmt.Errorf("with %s: %w", what, err), deferred: true}
 	}
 	return err
 }
