@@ -22,7 +22,7 @@
 //	batch.go      one batch: precheck, dedupe, Handler, isolation, commit, retries
 //	classify.go   what an error says about the message (permanent, transient, unavailable)
 //	precheck.go   header checks before anything else reads a record
-//	dedupe.go     BEGIN with the inbox table statement (and Prefetch's reads)
+//	dedupe.go     BEGIN with the inbox table statement (and Prefetch's reads); beginLazy
 //	tx.go         the batch transaction the Handler gets (CommitWith, savepoints)
 //	prefetch.go   Prefetch, Prefetched
 //	aftercommit.go AfterCommit, CommitWith, CanDefer
@@ -52,10 +52,18 @@
 //     without NUL and short, all headers within Config.MaxHeaderBytes. A
 //     record that fails goes to the dead-letter topic unhandled.
 //  2. One round trip begins the transaction, inserts every id into the
-//     inbox table (ON CONFLICT DO NOTHING), sets a savepoint and runs the
-//     handler's reads queued by Config.Prefetch; ids already there are
-//     duplicates and are skipped. An id repeated inside one batch is
-//     handled once.
+//     inbox table, sets a savepoint and runs the handler's reads queued by
+//     Config.Prefetch; ids already there are duplicates and are skipped (a
+//     plain INSERT first; one that a redelivered id fails is sent again
+//     with ON CONFLICT DO NOTHING). An id repeated inside one batch is
+//     handled once. Without Prefetch, a batch of well-formed records is
+//     lazy instead: BEGIN and the savepoint go with the handler's first
+//     statement and the insert of ids with COMMIT, every id taken as new;
+//     a copy of a message seen before then fails the commit, and a lazy
+//     batch that does anything but apply every message, or fails, runs
+//     again at once from this step the usual way (counted in
+//     inbox_batch_reruns_total), so no answer the handler gave for a copy
+//     is kept.
 //  3. The Handler gets the new messages and returns a Result per message:
 //     Applied, Duplicate, DeadLetter (with a reason; it wrote nothing for
 //     it) or RetryLater.
