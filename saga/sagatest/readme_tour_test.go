@@ -9,7 +9,7 @@ import (
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
-// TestReadmeTour runs the README's sagatest tour as written.
+// TestReadmeTour runs the sagatest tour of docs/tour.md as written.
 func TestReadmeTour(t *testing.T) {
 	def, err := steps.PlaceOrderDefinition().Build()
 	if err != nil {
