@@ -12,6 +12,10 @@ import (
 // reconcileScanLimit bounds the sagas one query of a run reads.
 const reconcileScanLimit = 10000
 
+// stuckWhere selects the running and compensating sagas not moved since
+// $1, on sagas_open_idx (its predicate stated literally).
+const stuckWhere = `state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') AND updated_at < $1`
+
 // findDiscrepancies looks for everything a run reports: failed and stuck
 // sagas, commands the relay gave up on, finished sagas that break the
 // journal's rules, and the differences check answers journaled.
@@ -35,7 +39,7 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 	}
 
 	// Stuck: not moved for StuckAfter although running or compensating.
-	stuck, err := e.scanInstances(ctx, `state IN ('running', 'compensating') AND updated_at < $1`, now.Add(-o.StuckAfter))
+	stuck, err := e.scanInstances(ctx, stuckWhere, now.Add(-o.StuckAfter))
 	if err != nil {
 		return nil, err
 	}

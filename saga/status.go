@@ -76,7 +76,8 @@ type Filter struct {
 	Stuck      bool
 	StuckAfter time.Duration
 	// AggregateID and IdempotencyKey find sagas by their business key
-	// (exact match; indexes sagas_aggregate_idx, sagas_idempotency_key_idx).
+	// (exact match; indexes sagas_aggregate_idx, sagas_idempotency_key_idx,
+	// the latter also the key of the idempotent start).
 	AggregateID    string
 	IdempotencyKey string
 	Limit          int
@@ -140,9 +141,20 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 	}
 	// open is the predicate of the partial indexes over sagas that are not
 	// completed or compensated; stated literally so the planner uses them.
-	const open = "state NOT IN ('completed', 'compensated')"
+	const (
+		open     = "state NOT IN ('completed', 'compensated')"
+		finished = "state IN ('completed', 'compensated')"
+	)
 	if f.State != "" {
 		where = append(where, "state = "+arg(string(f.State)))
+		// The state's partial index, stated literally: the open states are
+		// read from sagas_open_idx, the finished ones from
+		// sagas_state_created_idx (a bound state proves neither predicate).
+		if f.State == Completed || f.State == Compensated {
+			where = append(where, finished)
+		} else {
+			where = append(where, open)
+		}
 	}
 	if f.Type != "" {
 		where = append(where, "type = "+arg(f.Type))
@@ -261,7 +273,9 @@ const StatsWindowDefault = time.Hour
 const (
 	statsOpenSQL     = `SELECT type, state, count(*) FROM %s WHERE state NOT IN ('completed', 'compensated') GROUP BY type, state`
 	statsFinishedSQL = `SELECT type, state, count(*) FROM %s WHERE finished_at IS NOT NULL AND finished_at >= $1 GROUP BY type, state`
-	statsOldestSQL   = `SELECT min(created_at) FROM %s WHERE state IN ('running', 'compensating')`
+	// The first running or compensating row of sagas_open_idx (created_at,
+	// id): the scan stops there.
+	statsOldestSQL = `SELECT (SELECT created_at FROM %s WHERE state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') ORDER BY created_at LIMIT 1)`
 )
 
 // Stats summarizes sagas and the outbox with index-backed queries only:

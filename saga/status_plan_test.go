@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
 )
@@ -85,6 +86,31 @@ ANALYZE orch.sagas;`)
 			t.Errorf("a stats query reads the whole table:\n%s", plan)
 		}
 	}
+	// The oldest saga in flight is the first running or compensating row
+	// of the open sagas' index (it has no index of its own), and the scan
+	// stops there.
+	if oldest := plans[2]; !strings.Contains(oldest, "sagas_open_idx") || !strings.Contains(oldest, "Limit") {
+		t.Errorf("the oldest in-flight saga is not the first row of sagas_open_idx:\n%s", oldest)
+	}
+	st, err := e.Stats(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want time.Time
+	if err := pool.QueryRow(ctx, `SELECT min(created_at) FROM orch.sagas WHERE state IN ('running', 'compensating')`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.cfg.Now().Sub(want); st.OldestInFlight < got-time.Second || st.OldestInFlight > got+time.Second {
+		t.Fatalf("Stats.OldestInFlight = %v, want %v (the oldest running or compensating saga)", st.OldestInFlight, got)
+	}
+	// The reconciler's stuck sagas are read from the open sagas' index.
+	plan, err := e.explain(ctx, `SELECT id FROM orch.sagas WHERE `+stuckWhere, time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "sagas_open_idx") {
+		t.Errorf("the reconciler's stuck query does not read sagas_open_idx:\n%s", plan)
+	}
 	// and the answers are right on this data set
 	for _, f := range []Filter{{AggregateID: "agg-42"}, {IdempotencyKey: "key-42"}} {
 		got, err := e.List(ctx, f)
@@ -114,5 +140,39 @@ ANALYZE orch.sagas;`)
 		if len(in) != 3 || in[Running] != 50 || in[Failed] != 50 || in[Compensating] != 50 {
 			t.Fatalf("InFlight = %v, want 50 running, 50 failed, 50 compensating", in)
 		}
+	}
+}
+
+// TestSagaIndexesAreLean pins the indexes a saga writes entries to: each
+// one costs an entry at the saga's start, and another at every update that
+// changes an indexed column (the last one changes the state), so an index
+// more is a cost on the hot path and needs a reason in its migration.
+func TestSagaIndexesAreLean(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT tablename || ': ' || indexdef FROM pg_indexes WHERE schemaname = 'orch' AND tablename IN ('sagas', 'journal') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"journal: CREATE INDEX journal_reconcile_idx ON orch.journal USING btree (event, at) WHERE (event = ANY (ARRAY['difference'::text, 'check sent'::text]))",
+		"journal: CREATE UNIQUE INDEX journal_pkey ON orch.journal USING btree (saga_id, id)",
+		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
+		"sagas: CREATE INDEX sagas_created_idx ON orch.sagas USING btree (created_at DESC, id DESC)",
+		"sagas: CREATE INDEX sagas_finished_idx ON orch.sagas USING btree (finished_at) WHERE (finished_at IS NOT NULL)",
+		"sagas: CREATE INDEX sagas_open_idx ON orch.sagas USING btree (created_at, id) WHERE (state <> ALL (ARRAY['completed'::text, 'compensated'::text]))",
+		"sagas: CREATE INDEX sagas_state_created_idx ON orch.sagas USING btree (state, created_at DESC, id DESC) WHERE (state = ANY (ARRAY['completed'::text, 'compensated'::text]))",
+		"sagas: CREATE INDEX sagas_type_created_idx ON orch.sagas USING btree (type, created_at DESC, id DESC)",
+		"sagas: CREATE UNIQUE INDEX sagas_idempotency_key_idx ON orch.sagas USING btree (idempotency_key, type)",
+		"sagas: CREATE UNIQUE INDEX sagas_pkey ON orch.sagas USING btree (id)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("indexes of sagas and journal:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -107,7 +107,7 @@ ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at`
 	s.deleteTimerSQL = `DELETE FROM ` + s.timers + ` WHERE saga_id = $1`
 	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
 FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
-	// Newest first from an id down, on journal_saga_idx (saga_id, id).
+	// Newest first from an id down, on the primary key (saga_id, id).
 	s.journalPageSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
 FROM ` + s.journal + ` WHERE saga_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`
 	s.journalCountSQL = `SELECT count(*) FROM ` + s.journal + ` WHERE saga_id = $1`
