@@ -196,6 +196,9 @@ type Error struct {
 	// SagaID is the live saga that refused a start (409, saga types of
 	// orchestrator.single_live_types).
 	SagaID string `json:"saga_id,omitempty"`
+	// Done lists the rows a bulk repair (POST /dlq/redrive,
+	// /outbox/dead/requeue) had repaired, committed, before it failed.
+	Done []int64 `json:"done,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -22,6 +23,7 @@ type DeadLetters interface {
 	DeadOutbox(ctx context.Context, after int64, limit int) ([]outbox.DeadRow, error)
 	Requeue(ctx context.Context, ids []int64, a dlq.Audit) ([]int64, error)
 	RequeueAll(ctx context.Context, a dlq.Audit) ([]int64, error)
+	OutboxStatus(ctx context.Context, id int64) (outbox.RowStatus, time.Time, error)
 	AuditLog(ctx context.Context, limit int) ([]dlq.AuditEntry, error)
 	Count(ctx context.Context) (dlq.Counts, error)
 }
@@ -201,6 +203,14 @@ func (s *Server) repaired(w http.ResponseWriter, r *http.Request, what string, i
 			field = "actor"
 		}
 		fail(w, http.StatusBadRequest, field, "%v", err)
+	case err != nil && len(ids) > 0:
+		// A bulk repair commits a batch at a time: the batches before the
+		// failure stay repaired, and the answer names them.
+		status, body := s.internal(r, what, err)
+		body.Error += fmt.Sprintf(" after %d rows were repaired (listed in done; the rest were not)", len(ids))
+		body.Done = ids
+		w.Header().Set("X-Request-Id", body.RequestID)
+		writeJSON(w, status, body)
 	case err != nil:
 		s.failInternal(w, r, what, err)
 	default:
@@ -294,9 +304,24 @@ func (s *Server) requeueOne(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ids, err := s.cfg.DeadLetters.Requeue(r.Context(), []int64{id}, dlq.Audit{Actor: b.Actor, Reason: b.Reason})
+	st := s.cfg.DeadLetters
+	ids, err := st.Requeue(r.Context(), []int64{id}, dlq.Audit{Actor: b.Actor, Reason: b.Reason})
 	if err == nil && len(ids) == 0 {
-		fail(w, http.StatusNotFound, "id", "outbox row %d is not a dead row (sent, live or gone)", id)
+		// Nothing requeued: say why, as a redrive does (404 for no such
+		// row, 409 for a row that is not dead).
+		status, at, err := st.OutboxStatus(r.Context(), id)
+		switch {
+		case err != nil:
+			s.failInternal(w, r, "read outbox row", err)
+		case status == outbox.RowGone:
+			fail(w, http.StatusNotFound, "id", "no outbox row %d (never written, or published and deleted, or purged)", id)
+		case status == outbox.RowSent:
+			fail(w, http.StatusConflict, "id", "outbox row %d is not dead: it was sent at %s", id, at.UTC().Format("2006-01-02T15:04:05Z"))
+		case status == outbox.RowLive:
+			fail(w, http.StatusConflict, "id", "outbox row %d is not dead: it is live, waiting for the relay (requeued before, or never parked)", id)
+		default:
+			fail(w, http.StatusConflict, "id", "outbox row %d changed meanwhile; read it again", id)
+		}
 		return
 	}
 	s.repaired(w, r, "requeue outbox row", ids, err)

@@ -87,12 +87,81 @@ func TestDeadLetterEndpoints(t *testing.T) {
 	if code != 200 || len(out["ids"].([]any)) != 1 {
 		t.Fatalf("requeue = %d %v", code, out)
 	}
+	// A requeue that finds nothing to do says why, as a redrive does: 409
+	// for a row that is not dead (live again, or sent), 404 for none.
 	code, out = e.do("POST", fmt.Sprintf("/outbox/dead/%d/requeue", ob), body, auth...)
-	wantError(t, "second requeue", code, out, 404, "id")
+	wantError(t, "second requeue", code, out, 409, "id")
+	if msg, _ := out["error"].(string); !strings.Contains(msg, "live") {
+		t.Fatalf("second requeue says %q; want that the row is live", msg)
+	}
+	if _, err := e.pool.Exec(context.Background(), `UPDATE orch.outbox SET sent_at = '2026-12-02T10:00:00Z' WHERE id = $1`, ob); err != nil {
+		t.Fatal(err)
+	}
+	code, out = e.do("POST", fmt.Sprintf("/outbox/dead/%d/requeue", ob), body, auth...)
+	wantError(t, "requeue of a sent row", code, out, 409, "id")
+	if msg, _ := out["error"].(string); !strings.Contains(msg, "sent at 2026-12-02T10:00:00Z") {
+		t.Fatalf("requeue of a sent row says %q; want when it was sent", msg)
+	}
+	code, out = e.do("POST", "/outbox/dead/999999/requeue", body, auth...)
+	wantError(t, "requeue of no row", code, out, 404, "id")
 
 	code, out = e.do("GET", "/dlq/audit", nil)
 	if code != 200 || len(out["audit"].([]any)) != 2 {
 		t.Fatalf("GET /dlq/audit = %d %v; want the redrive and the requeue", code, out)
+	}
+}
+
+// TestBulkRedriveNamesWhatItDidBeforeAFailure: a bulk redrive commits a
+// batch at a time; when a later batch fails, the answer is a 500 that
+// lists the dead letters already redriven, and the same request again
+// redrives the rest once the cause is gone.
+func TestBulkRedriveNamesWhatItDidBeforeAFailure(t *testing.T) {
+	t.Parallel()
+	e, first, _ := setupDLQ(t, adminToken)
+	auth := []string{"Authorization", "Bearer " + adminToken}
+	ctx := context.Background()
+	// dlq.BatchSize more, so the last one is in the second batch, and a
+	// trigger that refuses its copy in the outbox.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO orch.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
+SELECT 'saga.replies', 0, i, CASE WHEN i = $1 THEN 'poison' ELSE 'k' || i END, '{}', '{}', 'm-' || i, 'r'
+FROM generate_series(1, $1) AS i`, dlq.BatchSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION orch.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.key = 'poison' THEN
+    RAISE EXCEPTION 'poison refused';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON orch.outbox FOR EACH ROW EXECUTE FUNCTION orch.refuse_poison();`); err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]any{"actor": "alice", "reason": "replies fixed", "all": true}
+	code, out := e.do("POST", "/dlq/redrive", body, auth...)
+	if code != 500 {
+		t.Fatalf("bulk redrive with a failing second batch = %d %v; want 500", code, out)
+	}
+	done, _ := out["done"].([]any)
+	if len(done) != dlq.BatchSize || done[0] != float64(first) {
+		t.Fatalf("bulk redrive's answer lists %d done (first %v); want the first batch, %d from id %d: %v", len(done), done[:min(len(done), 1)], dlq.BatchSize, first, out)
+	}
+	if msg, _ := out["error"].(string); !strings.Contains(msg, fmt.Sprintf("after %d rows were repaired", dlq.BatchSize)) || out["request_id"] == "" {
+		t.Fatalf("bulk redrive's error = %v; want what was done and a request id", out)
+	}
+	var redriven, open int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE redriven_at IS NOT NULL), count(*) FILTER (WHERE redriven_at IS NULL) FROM orch.dead_letters`).Scan(&redriven, &open); err != nil {
+		t.Fatal(err)
+	}
+	if redriven != dlq.BatchSize || open != 1 {
+		t.Fatalf("after the failure %d dead letters are redriven and %d open; want %d and 1", redriven, open, dlq.BatchSize)
+	}
+	if _, err := e.pool.Exec(ctx, `DROP TRIGGER refuse_poison ON orch.outbox`); err != nil {
+		t.Fatal(err)
+	}
+	code, out = e.do("POST", "/dlq/redrive", body, auth...)
+	if ids, _ := out["ids"].([]any); code != 200 || len(ids) != 1 {
+		t.Fatalf("bulk redrive again = %d %v; want the one left", code, out)
 	}
 }
 

@@ -417,7 +417,8 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	dlqCall("GET", "/outbox/dead?after=-1", "", "", "", 400)
 	requeue := fmt.Sprintf("/outbox/dead/%d/requeue", deadRow)
 	dlqCall("POST", requeue, opsToken, js, repair, 200)
-	dlqCall("POST", requeue, opsToken, js, repair, 404)
+	dlqCall("POST", requeue, opsToken, js, repair, 409)
+	dlqCall("POST", "/outbox/dead/999999/requeue", opsToken, js, repair, 404)
 	dlqCall("POST", "/outbox/dead/requeue", opsToken, js, repair, 400)
 	dlqCall("POST", "/outbox/dead/requeue", opsToken, js, `{"actor":"alice","reason":"r","all":true}`, 200)
 	// Nothing to find in setupDLQ's database (no saga, no dead row now): the

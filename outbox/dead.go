@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,4 +70,36 @@ SELECT r.id FROM r, (SELECT pg_notify($2, '')) n ORDER BY r.id`, ids, o.channel)
 		return nil, fmt.Errorf("outbox %s: requeue %d dead rows: %w", o.schema, len(ids), err)
 	}
 	return done, nil
+}
+
+// RowStatus is where an outbox row stands: RowDead (parked by the relay),
+// RowLive (waiting to be published), RowSent (published and kept for
+// retention), or RowGone (no such row: never written, published and
+// deleted, or purged).
+type RowStatus string
+
+// The statuses of an outbox row.
+const (
+	RowGone RowStatus = ""
+	RowLive RowStatus = "live"
+	RowDead RowStatus = "dead"
+	RowSent RowStatus = "sent"
+)
+
+// Status returns where the row id stands, and when it was sent or parked
+// (zero for live and gone rows).
+func (o *Outbox) Status(ctx context.Context, db DB, id int64) (RowStatus, time.Time, error) {
+	var sent, dead *time.Time
+	err := db.QueryRow(ctx, `SELECT sent_at, dead_at FROM `+pgx.Identifier{o.schema, "outbox"}.Sanitize()+` WHERE id = $1`, id).Scan(&sent, &dead)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return RowGone, time.Time{}, nil
+	case err != nil:
+		return RowGone, time.Time{}, fmt.Errorf("outbox %s: status of row %d: %w", o.schema, id, err)
+	case sent != nil:
+		return RowSent, *sent, nil
+	case dead != nil:
+		return RowDead, *dead, nil
+	}
+	return RowLive, time.Time{}, nil
 }

@@ -350,6 +350,12 @@ func (s *Store) DeadOutbox(ctx context.Context, after int64, limit int) ([]outbo
 	return rows, err
 }
 
+// OutboxStatus returns where the outbox row id stands (dead, live, sent or
+// gone) and when it was sent or parked.
+func (s *Store) OutboxStatus(ctx context.Context, id int64) (outbox.RowStatus, time.Time, error) {
+	return s.ob.Status(ctx, s.pool, id)
+}
+
 // Requeue makes the dead outbox rows ids due again (see
 // outbox.Outbox.Requeue), audited, in one transaction, and returns the ids
 // it requeued; ids that are not dead rows are skipped.

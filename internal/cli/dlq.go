@@ -222,7 +222,7 @@ func dlqRedriveCmd(cfg *Config) *cobra.Command {
 					done, err = st.Redrive(ctx, ids, a)
 				}
 				if err != nil {
-					return err
+					return partlyRepaired(cmd, asJSON, "redriven", done, err)
 				}
 				return printRepaired(cmd.OutOrStdout(), asJSON, "redriven", ids, done)
 			})
@@ -254,6 +254,22 @@ func printRepaired(w io.Writer, asJSON bool, verb string, asked, done []int64) e
 		}
 	}
 	return nil
+}
+
+// partlyRepaired reports a bulk repair that failed after some batches
+// committed: those are printed (they stay repaired), then the error.
+func partlyRepaired(cmd *cobra.Command, asJSON bool, verb string, done []int64, err error) error {
+	if len(done) == 0 {
+		return err
+	}
+	if asJSON {
+		if perr := printJSON(cmd.OutOrStdout(), map[string]any{"ids": done, "error": err.Error()}); perr != nil {
+			return perr
+		}
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %d before the error: %v\n", verb, len(done), done)
+	}
+	return fmt.Errorf("%w (%d %s before it stay so; run it again for the rest)", err, len(done), verb)
 }
 
 func dlqOutboxCmd(cfg *Config) *cobra.Command {
@@ -314,7 +330,7 @@ func dlqRequeueCmd(cfg *Config) *cobra.Command {
 					done, err = st.Requeue(ctx, ids, a)
 				}
 				if err != nil {
-					return err
+					return partlyRepaired(cmd, asJSON, "requeued", done, err)
 				}
 				return printRepaired(cmd.OutOrStdout(), asJSON, "requeued", ids, done)
 			})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
 )
@@ -91,5 +92,34 @@ VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray r
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox WHERE dead_at IS NOT NULL`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("dead outbox rows after requeue = %d, %v; want 0", n, err)
+	}
+}
+
+// A bulk redrive that fails after its first batch committed prints what it
+// redrove, then fails naming the error and how many stay redriven.
+func TestDLQBulkRedrivePartlyDone(t *testing.T) {
+	t.Parallel()
+	url := testkit.Database(t)
+	pool := testkit.PoolURL(t, url)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("sagaflow")))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO sagaflow.dead_letters (topic, partition, "offset", key, value, message_id, reason)
+SELECT 't', 0, i, CASE WHEN i = $1 THEN 'poison' ELSE 'k' || i END, 'v', 'm-' || i, 'r' FROM generate_series(1, $1) AS i`, dlq.BatchSize+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION sagaflow.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.key = 'poison' THEN RAISE EXCEPTION 'poison refused'; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON sagaflow.outbox FOR EACH ROW EXECUTE FUNCTION sagaflow.refuse_poison();`); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runCLI(t, "dlq", "redrive", "--all", "--actor", "alice", "--reason", "fixed", "--database-url="+url)
+	if code == 0 || !strings.Contains(stderr, "poison refused") || !strings.Contains(stderr, strconv.Itoa(dlq.BatchSize)+" redriven before it stay so") {
+		t.Fatalf("dlq redrive --all with a failing second batch: exit %d, stderr %s; want the error and what stays redriven", code, stderr)
+	}
+	if !strings.HasPrefix(out, "redriven "+strconv.Itoa(dlq.BatchSize)+" before the error: [") {
+		t.Fatalf("dlq redrive --all printed %q; want the ids redriven before the error", out)
 	}
 }

@@ -1,7 +1,8 @@
 // Package retention deletes what the runtime no longer needs: outbox rows
 // already published, inbox (dedupe) rows and participants' barrier rows past
-// their windows, and the saga and journal rows of sagas that finished long
-// ago.
+// their windows, the saga and journal rows of sagas that finished long
+// ago, dead letters redriven long ago and old entries of the repairs'
+// audit.
 //
 // Every delete is a bounded batch (DELETE ... WHERE id IN (SELECT ... LIMIT
 // n)), one statement per transaction, so no lock is held for long and the
@@ -29,8 +30,12 @@
 //     InboxAfter: a barrier row is what refuses a forward that arrives after
 //     its compensation and answers a re-sent command without executing it
 //     again, so it must outlast every redelivery of its command.
+//   - Dead letters go DeadLetterAfter after their redrive; open ones (not
+//     redriven) are never deleted. ops_audit entries go after AuditAfter,
+//     at least DeadLetterAfter.
 //
 // Every purged row counts in sagaflow_retention_purged_total{table}, with
 // table the qualified name ("<schema>.outbox", "<schema>.inbox",
-// "<schema>.barrier", "<schema>.sagas", "<schema>.journal").
+// "<schema>.barrier", "<schema>.sagas", "<schema>.journal",
+// "<schema>.dead_letters", "<schema>.ops_audit").
 package retention

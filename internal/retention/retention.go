@@ -24,8 +24,14 @@ const (
 	// BarrierAfterDefault keeps participants' barrier rows 90 days: longer
 	// than the inbox window and than any saga stays open (see BarrierAfter).
 	BarrierAfterDefault = 90 * 24 * time.Hour
-	BatchSizeDefault    = 1000
-	IntervalDefault     = time.Minute
+	// DeadLetterAfterDefault keeps a redriven dead letter 30 days after its
+	// redrive; open ones are kept until they are redriven.
+	DeadLetterAfterDefault = 30 * 24 * time.Hour
+	// AuditAfterDefault keeps the operators' message repairs (ops_audit)
+	// half a year, as long as audited sagas.
+	AuditAfterDefault = 180 * 24 * time.Hour
+	BatchSizeDefault  = 1000
+	IntervalDefault   = time.Minute
 )
 
 // Config configures a Purger.
@@ -60,6 +66,14 @@ type Config struct {
 	// (it is at least InboxAfter) and the longest a saga stays open and
 	// re-sends.
 	BarrierAfter time.Duration
+	// DeadLetterAfter: dead letters of the Schemas redriven longer ago
+	// than this are deleted. Open dead letters (not redriven) are never
+	// deleted: each is a record an operator still has to look at.
+	DeadLetterAfter time.Duration
+	// AuditAfter: ops_audit entries (redrives, requeues) of the Schemas
+	// older than this are deleted. At least DeadLetterAfter, so a kept
+	// redriven dead letter keeps its audit entry.
+	AuditAfter time.Duration
 	// BatchSize bounds the rows one DELETE removes.
 	BatchSize int
 	// Interval between purge cycles.
@@ -76,6 +90,8 @@ func (c Config) WithDefaults() Config {
 	c.FinishedSagaAfter = cmp.Or(c.FinishedSagaAfter, FinishedSagaAfterDefault)
 	c.FailedSagaAfter = cmp.Or(c.FailedSagaAfter, FailedSagaAfterDefault)
 	c.BarrierAfter = cmp.Or(c.BarrierAfter, BarrierAfterDefault)
+	c.DeadLetterAfter = cmp.Or(c.DeadLetterAfter, DeadLetterAfterDefault)
+	c.AuditAfter = cmp.Or(c.AuditAfter, AuditAfterDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
 	if c.Logger == nil {
@@ -96,6 +112,11 @@ func (c Config) validate() error {
 	pos("FinishedSagaAfter", c.FinishedSagaAfter)
 	pos("FailedSagaAfter", c.FailedSagaAfter)
 	pos("BarrierAfter", c.BarrierAfter)
+	pos("DeadLetterAfter", c.DeadLetterAfter)
+	pos("AuditAfter", c.AuditAfter)
+	if c.AuditAfter < c.DeadLetterAfter {
+		errs = append(errs, fmt.Errorf("retention: Config.AuditAfter (%s) is shorter than DeadLetterAfter (%s): a kept redriven dead letter keeps its audit entry", c.AuditAfter, c.DeadLetterAfter))
+	}
 	if c.FailedSagaAfter < c.FinishedSagaAfter {
 		errs = append(errs, fmt.Errorf("retention: Config.FailedSagaAfter (%s) is shorter than FinishedSagaAfter (%s): failed and operator-resolved sagas are kept at least as long", c.FailedSagaAfter, c.FinishedSagaAfter))
 	}
@@ -174,12 +195,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 	for _, s := range c.Schemas {
 		ob := pgx.Identifier{s, "outbox"}.Sanitize()
 		ib := pgx.Identifier{s, "inbox"}.Sanitize()
+		// Dead letters and the audit of their repairs: redriven dead
+		// letters by redrive time (a partial index), audit entries by
+		// time (a BRIN index); open dead letters stay.
+		dl := pgx.Identifier{s, "dead_letters"}.Sanitize()
+		au := pgx.Identifier{s, "ops_audit"}.Sanitize()
 		p.jobs = append(p.jobs,
 			p.simple(s+".outbox", c.SentOutboxAfter,
 				`DELETE FROM `+ob+` WHERE id IN (SELECT id FROM `+ob+` WHERE sent_at < $1 ORDER BY sent_at LIMIT $2)`),
 			p.simple(s+".inbox", c.InboxAfter,
 				`DELETE FROM `+ib+` WHERE message_id IN (SELECT message_id FROM `+ib+` WHERE received_at < $1 LIMIT $2)`),
 			p.barrier(s, c.BarrierAfter),
+			p.simple(s+".dead_letters", c.DeadLetterAfter,
+				`DELETE FROM `+dl+` WHERE id IN (SELECT id FROM `+dl+` WHERE redriven_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
+			p.simple(s+".ops_audit", c.AuditAfter,
+				`DELETE FROM `+au+` WHERE id IN (SELECT id FROM `+au+` WHERE at < $1 LIMIT $2)`),
 		)
 	}
 	if s := c.OrchestratorSchema; s != "" {

@@ -329,6 +329,75 @@ func TestPurgeBarrierAndAuditedSagasLater(t *testing.T) {
 	}
 }
 
+// TestPurgeRedrivenDeadLettersAndOldAudit: redriven dead letters go after
+// DeadLetterAfter from their redrive, open ones never; audit entries go
+// after AuditAfter; in every schema.
+func TestPurgeRedrivenDeadLettersAndOldAudit(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")), testkit.MustSets(t)(migrations.Participant("part")))
+	now := time.Now()
+	days := func(n int) time.Time { return now.Add(-time.Duration(n) * 24 * time.Hour) }
+	for _, s := range []string{"orch", "part"} {
+		dl := pgx.Identifier{s, "dead_letters"}.Sanitize()
+		for _, d := range []struct {
+			reason   string
+			dead     time.Time
+			redriven *time.Time
+		}{
+			{"open, very old", days(400), nil},
+			{"redriven long ago", days(100), ptr(days(40))},
+			{"redriven lately", days(100), ptr(days(10))},
+			{"redriven just past the window", days(31), ptr(days(31))},
+		} {
+			exec(t, pool, `INSERT INTO `+dl+` (topic, partition, "offset", value, reason, dead_at, redriven_at) VALUES ('t', 0, 1, 'v', $1, $2, $3)`, d.reason, d.dead, d.redriven)
+		}
+		au := pgx.Identifier{s, "ops_audit"}.Sanitize()
+		exec(t, pool, `INSERT INTO `+au+` (at, actor, reason, action, target) VALUES ($1, 'a', 'r', 'redrive', 'x'), ($2, 'a', 'r', 'redrive', 'y'), ($3, 'a', 'r', 'requeue', 'z')`, days(200), days(181), days(20))
+	}
+	reg := prometheus.NewRegistry()
+	m, err := retention.NewMetrics(reg, "sagaflow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retention.New(pool, &retention.Config{Schemas: []string{"orch", "part"}, OrchestratorSchema: "orch", BatchSize: 1, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatalf("PurgeOnce: %v", err)
+	}
+	for _, s := range []string{"orch", "part"} {
+		if got[s+".dead_letters"] != 2 || got[s+".ops_audit"] != 2 {
+			t.Errorf("purged %v; want 2 %s.dead_letters and 2 %s.ops_audit rows", got, s, s)
+		}
+		var left []string
+		rows, err := pool.Query(context.Background(), `SELECT reason FROM `+pgx.Identifier{s, "dead_letters"}.Sanitize()+` ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(left, "; ") != "open, very old; redriven lately" {
+			t.Errorf("%s dead letters left: %q; want the open one and the one redriven lately", s, left)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM `+pgx.Identifier{s, "ops_audit"}.Sanitize()+` WHERE target = 'z'`); n != 1 {
+			t.Errorf("%s: the recent audit entry is gone", s)
+		}
+		if c := testutil.ToFloat64(m.Purged(s + ".dead_letters")); c != 2 {
+			t.Errorf("purged counter of %s.dead_letters = %v, want 2", s, c)
+		}
+	}
+	// Nothing more is due: a second cycle deletes nothing.
+	if again, err := p.PurgeOnce(context.Background(), now); err != nil || again["orch.dead_letters"]+again["orch.ops_audit"] != 0 {
+		t.Fatalf("second PurgeOnce = %v, %v; want nothing purged", again, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func TestRetentionWindowsAreOrdered(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)
@@ -338,6 +407,7 @@ func TestRetentionWindowsAreOrdered(t *testing.T) {
 	}{
 		{retention.Config{Schemas: []string{"a"}, InboxAfter: 100 * 24 * time.Hour}, "BarrierAfter"},
 		{retention.Config{OrchestratorSchema: "a", FinishedSagaAfter: 200 * 24 * time.Hour}, "FailedSagaAfter"},
+		{retention.Config{Schemas: []string{"a"}, DeadLetterAfter: 200 * 24 * time.Hour}, "AuditAfter"},
 	} {
 		if _, err := retention.New(pool, &tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
