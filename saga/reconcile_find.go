@@ -58,12 +58,7 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 	// Journal: transitions of a finished saga that no operator made, and
 	// the differences check answers found (while the saga has not moved
 	// since: a later transition settled or superseded them).
-	rows, err := e.pool.Query(ctx, `SELECT j.saga_id, coalesce(s.type, ''), coalesce(s.version, 0), j.step, j.event, j.from_state, j.reason FROM `+e.st.journal+` j
-LEFT JOIN `+e.st.sagas+` s ON s.id = j.saga_id
-WHERE j.at >= $1 AND ((j.event = '`+JournalDifference+`' AND (s.updated_at IS NULL OR s.updated_at <= j.at))
-   OR (NOT j.ignored AND j.from_state IN ('completed', 'compensated') AND j.event NOT IN ('`+JournalOperator+string(ActionCheck)+`', '`+JournalCheckSent+`'))
-   OR (NOT j.ignored AND j.from_state = 'failed' AND j.event NOT IN ('`+strings.Join(failedExits, "', '")+`')))
-ORDER BY j.id LIMIT $2`, since, reconcileScanLimit)
+	rows, err := e.pool.Query(ctx, e.journalFindingsSQL(), since, reconcileScanLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: read the journal: %w", err)
 	}
@@ -208,4 +203,17 @@ func dedupeDiscrepancies(ds []Discrepancy) []Discrepancy {
 		out = append(out, d)
 	}
 	return out
+}
+
+// journalFindingsSQL selects the journal entries since $1 (at most $2)
+// that are findings: transitions of a finished saga no operator made, and
+// differences that check answers found while the saga has not moved since.
+// It reads the window through journal_at_brin.
+func (e *Engine) journalFindingsSQL() string {
+	return `SELECT j.saga_id, coalesce(s.type, ''), coalesce(s.version, 0), j.step, j.event, j.from_state, j.reason FROM ` + e.st.journal + ` j
+LEFT JOIN ` + e.st.sagas + ` s ON s.id = j.saga_id
+WHERE j.at >= $1 AND ((j.event = '` + JournalDifference + `' AND (s.updated_at IS NULL OR s.updated_at <= j.at))
+   OR (NOT j.ignored AND j.from_state IN ('completed', 'compensated') AND j.event NOT IN ('` + JournalOperator + string(ActionCheck) + `', '` + JournalCheckSent + `'))
+   OR (NOT j.ignored AND j.from_state = 'failed' AND j.event NOT IN ('` + strings.Join(failedExits, "', '") + `')))
+ORDER BY j.id LIMIT $2`
 }

@@ -161,6 +161,7 @@ func TestSagaIndexesAreLean(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"journal: CREATE INDEX journal_at_brin ON orch.journal USING brin (at)",
 		"journal: CREATE INDEX journal_reconcile_idx ON orch.journal USING btree (event, at) WHERE (event = ANY (ARRAY['difference'::text, 'check sent'::text]))",
 		"journal: CREATE UNIQUE INDEX journal_pkey ON orch.journal USING btree (saga_id, id)",
 		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
@@ -174,5 +175,35 @@ func TestSagaIndexesAreLean(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("indexes of sagas and journal:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestReconcilerReadsTheJournalWindow: the reconciler's journal query reads
+// the entries of its window through journal_at_brin, not the whole
+// history (here 30 days of entries, a window of one).
+func TestReconcilerReadsTheJournalWindow(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := pool.Exec(ctx, `INSERT INTO orch.journal (saga_id, at, event, from_state, to_state)
+SELECT gen_random_uuid(), $1::timestamptz - make_interval(secs => (60000 - i) * 43.2), 'step succeeded', 'running', 'running'
+FROM generate_series(1, 60000) AS i`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE orch.journal`); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.explain(ctx, e.journalFindingsSQL(), now.Add(-24*time.Hour), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan, "Seq Scan on journal") || !strings.Contains(plan, "journal_at_brin") {
+		t.Errorf("the reconciler's journal query does not read its window through journal_at_brin:\n%s", plan)
 	}
 }
