@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -34,7 +35,11 @@ SELECT gen_random_uuid(), (ARRAY['place-order', 'refund', 'signup', 'transfer'])
   now() - (i || ' minutes')::interval, now() - (i || ' minutes')::interval,
   CASE WHEN i % 100 IN (0, 2) THEN NULL ELSE now() - (i || ' minutes')::interval END
 FROM generate_series(1, 5000) AS i;
-ANALYZE orch.sagas;`)
+ANALYZE orch.sagas;
+INSERT INTO orch.journal (saga_id, at, event, from_state, to_state)
+SELECT id, created_at + make_interval(secs => n), 'step succeeded', 'running', 'running'
+FROM orch.sagas, generate_series(1, 4) AS n ORDER BY created_at, n;
+ANALYZE orch.journal;`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,5 +210,61 @@ FROM generate_series(1, 60000) AS i`, now); err != nil {
 	}
 	if strings.Contains(plan, "Seq Scan on journal") || !strings.Contains(plan, "journal_at_brin") {
 		t.Errorf("the reconciler's journal query does not read its window through journal_at_brin:\n%s", plan)
+	}
+}
+
+// TestReconcileFindsFinishedSagasChangedInItsWindow: a finished saga whose
+// steps break the rules is found when it finished in the window, or when a
+// transition moved it in the window after it had finished long before; not
+// when it has not changed since before the window.
+func TestReconcileFindsFinishedSagasChangedInItsWindow(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	hourAgo, longAgo := now.Add(-time.Hour), now.Add(-72*time.Hour)
+	broken := `[{"kind": "compensable", "name": "a", "state": "succeeded", "attempts": 1, "started_at": "2026-01-01T00:00:00Z"},
+{"kind": "retryable", "name": "b", "state": "running", "attempts": 1, "started_at": "2026-01-01T00:00:00Z"}]`
+	ids := map[string]uuid.UUID{}
+	for _, c := range []struct {
+		name              string
+		finished, updated time.Time
+		moved             bool // a transition journaled after the finish, in the window
+	}{
+		{"finished in the window", hourAgo, hourAgo, false},
+		{"finished long ago, moved in the window", longAgo, hourAgo, true},
+		{"finished long ago, unmoved", longAgo, longAgo, false},
+	} {
+		id := uuid.New()
+		ids[c.name] = id
+		if _, err := pool.Exec(ctx, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, created_at, updated_at, finished_at)
+VALUES ($1, 'x', 1, 'a', $5, 'completed', 'b', '{}', $2, 5, $3, $4, $3)`, id, broken, c.finished, c.updated, id.String()); err != nil {
+			t.Fatal(err)
+		}
+		if c.moved {
+			if _, err := pool.Exec(ctx, `INSERT INTO orch.journal (saga_id, at, event, from_state, to_state, actor) VALUES ($1, $2, 'operator check', 'completed', 'completed', 'alice')`, id, c.updated); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rep, err := e.Reconcile(ctx, ReconcileOptions{DryRun: true, Since: 24 * time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[uuid.UUID]bool{}
+	for _, d := range rep.List {
+		if d.Kind == KindActiveAfterTerminal {
+			found[d.SagaID] = true
+		}
+	}
+	for name, want := range map[string]bool{"finished in the window": true, "finished long ago, moved in the window": true, "finished long ago, unmoved": false} {
+		if found[ids[name]] != want {
+			t.Errorf("%s: found = %v, want %v (report %+v)", name, found[ids[name]], want, rep.List)
+		}
 	}
 }
