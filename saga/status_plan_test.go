@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
 )
@@ -17,14 +18,9 @@ import (
 // whole table.
 func TestStatusQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
-	pool := testkit.Pool(t)
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
-	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, e := orchEngine(t)
 	ctx := context.Background()
-	_, err = pool.Exec(ctx, `
+	_, err := pool.Exec(ctx, `
 INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version,
   flag, deadline_at, next_wakeup_at, created_at, updated_at, finished_at)
 SELECT gen_random_uuid(), (ARRAY['place-order', 'refund', 'signup', 'transfer'])[1 + i % 4], 1, 'agg-' || i, 'key-' || i,
@@ -188,12 +184,7 @@ func TestSagaIndexesAreLean(t *testing.T) {
 // history (here 30 days of entries, a window of one).
 func TestReconcilerReadsTheJournalWindow(t *testing.T) {
 	t.Parallel()
-	pool := testkit.Pool(t)
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
-	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, e := orchEngine(t)
 	ctx := context.Background()
 	now := time.Now()
 	if _, err := pool.Exec(ctx, `INSERT INTO orch.journal (saga_id, at, event, from_state, to_state)
@@ -219,12 +210,7 @@ FROM generate_series(1, 60000) AS i`, now); err != nil {
 // when it has not changed since before the window.
 func TestReconcileFindsFinishedSagasChangedInItsWindow(t *testing.T) {
 	t.Parallel()
-	pool := testkit.Pool(t)
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
-	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, e := orchEngine(t)
 	ctx := context.Background()
 	now := time.Now()
 	hourAgo, longAgo := now.Add(-time.Hour), now.Add(-72*time.Hour)
@@ -267,4 +253,17 @@ VALUES ($1, 'x', 1, 'a', $5, 'completed', 'b', '{}', $2, 5, $3, $4, $3)`, id, br
 			t.Errorf("%s: found = %v, want %v (report %+v)", name, found[ids[name]], want, rep.List)
 		}
 	}
+}
+
+// orchEngine is an engine over a fresh database migrated with the
+// orchestrator's schema "orch".
+func orchEngine(t *testing.T) (*pgxpool.Pool, *Engine) {
+	t.Helper()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	e, err := NewEngine(pool, NewRegistry(), &Config{Schema: "orch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, e
 }
