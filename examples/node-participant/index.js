@@ -10,11 +10,41 @@
 //                            (default saga.replies)
 //   SAGAFLOW_SCHEMA          its schema (default: the name, as an identifier)
 //   SAGAFLOW_KAFKA_PARTITIONS partitions of the topics it creates (default 4)
+//
+// Secured Kafka (the Go binary's kafka.tls.* and kafka.sasl.*), for every
+// client (consumer, relay producer, topic creation):
+//   SAGAFLOW_KAFKA_TLS_ENABLED  true: connect over TLS (default false)
+//   SAGAFLOW_KAFKA_TLS_CA_FILE  PEM authorities of the brokers' certificates
+//                               (default: Node's bundled ones)
+//   SAGAFLOW_KAFKA_TLS_CERT_FILE, SAGAFLOW_KAFKA_TLS_KEY_FILE
+//                               client certificate and key (PEM), both or neither
+//   SAGAFLOW_KAFKA_TLS_SERVER_NAME  name checked against the brokers'
+//                               certificates (default: each broker's host)
+//   SAGAFLOW_KAFKA_TLS_INSECURE_SKIP_VERIFY  true: accept any certificate
+//                               (development only; default false)
+//   SAGAFLOW_KAFKA_SASL_MECHANISM  PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+//                               (any case; default none)
+//   SAGAFLOW_KAFKA_SASL_USERNAME, SAGAFLOW_KAFKA_SASL_PASSWORD
+//                               required with a mechanism; never logged
+//
+// Retention of its inbox and barrier rows (the Go binary's retention.*):
+//   SAGAFLOW_RETENTION_ENABLED  false: never purge (default true)
+//   SAGAFLOW_RETENTION_INBOX_AFTER  inbox rows older than this are deleted
+//                               (Go duration: 168h, 90m, 30s; default 168h)
+//   SAGAFLOW_RETENTION_BARRIER_AFTER  barrier rows older than this are
+//                               deleted (default 2160h); at least the inbox's
+//   SAGAFLOW_RETENTION_INTERVAL time between purges (default 1m)
+//   SAGAFLOW_RETENTION_BATCH_SIZE  rows one DELETE removes (default 1000)
+//
+// A bad value of any of these (or of SAGAFLOW_KAFKA_PARTITIONS) stops it at
+// start, with the variable named.
 
 const { Pool } = require('pg');
 const { Store } = require('./lib/store');
 const { Participant } = require('./lib/participant');
 const { conformanceStep } = require('./lib/conformance');
+const { Retention } = require('./lib/retention');
+const { kafkaSecurity, retention, positiveInt } = require('./lib/env');
 const { TOPIC_RE } = require('./lib/wire');
 
 function log(level, msg, attrs = {}) {
@@ -35,7 +65,9 @@ function config(env) {
     name, replyTopics, schema: schema.slice(0, 63),
     brokers: env.SAGAFLOW_KAFKA_BROKERS.split(',').map((s) => s.trim()).filter(Boolean),
     databaseURL: env.SAGAFLOW_DATABASE_URL,
-    partitions: Number.parseInt(env.SAGAFLOW_KAFKA_PARTITIONS || '4', 10),
+    partitions: positiveInt(env, 'SAGAFLOW_KAFKA_PARTITIONS', 4),
+    ...kafkaSecurity(env),
+    retention: retention(env),
   };
 }
 
@@ -45,15 +77,17 @@ async function main() {
   pool.on('error', (e) => log('warn', 'idle Postgres connection failed', { error: e.message }));
   const store = new Store(pool, cfg.schema);
   const participant = new Participant({
-    name: cfg.name, brokers: cfg.brokers, pool, store, replyTopics: cfg.replyTopics,
+    name: cfg.name, brokers: cfg.brokers, ssl: cfg.ssl, sasl: cfg.sasl, pool, store, replyTopics: cfg.replyTopics,
     partitions: cfg.partitions, steps: [conformanceStep(store)], log,
   });
+  const purger = cfg.retention.enabled ? new Retention({ pool, store, ...cfg.retention, log }) : null;
   let stopping = false;
   const stop = async (signal) => {
     if (stopping) return;
     stopping = true;
     log('info', 'stopping', { signal });
     setTimeout(() => process.exit(1), 10000).unref();
+    if (purger) await purger.stop();
     await participant.stop();
     await pool.end();
     process.exit(0);
@@ -61,6 +95,8 @@ async function main() {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   await participant.start();
+  // After start: the schema (and the indexes the purge uses) exists.
+  if (purger && !stopping) purger.start();
 }
 
 main().catch((e) => {

@@ -16,12 +16,14 @@ const { Relay } = require('./relay');
 const permanent = (e) => e instanceof InvalidMessage || (typeof e.code === 'string' && /^(22|23|54)/.test(e.code));
 
 class Participant {
-  constructor({ name, brokers, pool, store, steps, replyTopics, partitions, log }) {
+  // ssl and sasl are kafkajs' options (lib/env.js kafkaSecurity): every
+  // client (consumer, producer, admin) is made by this.kafka and uses them.
+  constructor({ name, brokers, ssl, sasl, pool, store, steps, replyTopics, partitions, log }) {
     Object.assign(this, { name, pool, store, replyTopics, partitions, log });
     this.steps = new Map(steps.map((s) => [s.name, s]));
     this.commandTopic = `${name}.commands`;
     this.dlqTopic = `${this.commandTopic}.dlq`;
-    this.kafka = new Kafka({ clientId: `${name}-node`, brokers, logLevel: logLevel.WARN });
+    this.kafka = new Kafka({ clientId: `${name}-node`, brokers, ssl, sasl, logLevel: logLevel.WARN });
     this.producer = this.kafka.producer({
       createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as the Java client
       allowAutoTopicCreation: false,

@@ -46,6 +46,10 @@ class Store {
       await c.query(`CREATE TABLE IF NOT EXISTS ${t.outbox} (
         id bigserial PRIMARY KEY, topic text NOT NULL, key text NOT NULL, value text NOT NULL,
         headers jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+      // Retention finds old rows by time: both tables are appended in time
+      // order, so BRIN indexes on their time columns serve (as the Go side's).
+      await c.query(`CREATE INDEX IF NOT EXISTS barrier_created_brin ON ${t.barrier} USING brin (created_at)`);
+      await c.query(`CREATE INDEX IF NOT EXISTS inbox_received_brin ON ${t.inbox} USING brin (received_at)`);
       for (const sql of extra) await c.query(sql);
     });
   }
