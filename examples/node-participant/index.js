@@ -36,6 +36,15 @@
 //   SAGAFLOW_RETENTION_INTERVAL time between purges (default 1m)
 //   SAGAFLOW_RETENTION_BATCH_SIZE  rows one DELETE removes (default 1000)
 //
+// The relay (lib/relay.js):
+//   SAGAFLOW_RELAY_MAX_ATTEMPTS publishes Kafka refuses before an outbox row
+//                               is parked dead (dead_at set; default 20)
+//
+// Metrics (lib/metrics.js):
+//   SAGAFLOW_METRICS_ADDR       host:port to serve GET /metrics (Prometheus
+//                               text format) and GET /healthz on, such as
+//                               127.0.0.1:9464 (default: not served)
+//
 // A bad value of any of these (or of SAGAFLOW_KAFKA_PARTITIONS) stops it at
 // start, with the variable named.
 
@@ -44,7 +53,8 @@ const { Store } = require('./lib/store');
 const { Participant } = require('./lib/participant');
 const { conformanceStep } = require('./lib/conformance');
 const { Retention } = require('./lib/retention');
-const { kafkaSecurity, retention, positiveInt } = require('./lib/env');
+const { kafkaSecurity, retention, positiveInt, metricsAddr, relay } = require('./lib/env');
+const metricsHTTP = require('./lib/metrics');
 const { TOPIC_RE } = require('./lib/wire');
 
 function log(level, msg, attrs = {}) {
@@ -68,6 +78,8 @@ function config(env) {
     partitions: positiveInt(env, 'SAGAFLOW_KAFKA_PARTITIONS', 4),
     ...kafkaSecurity(env),
     retention: retention(env),
+    relay: relay(env),
+    metricsAddr: metricsAddr(env),
   };
 }
 
@@ -76,17 +88,22 @@ async function main() {
   const pool = new Pool({ connectionString: cfg.databaseURL, max: 4 });
   pool.on('error', (e) => log('warn', 'idle Postgres connection failed', { error: e.message }));
   const store = new Store(pool, cfg.schema);
+  const metrics = metricsHTTP.participantMetrics({ name: cfg.name, pool, store, log });
   const participant = new Participant({
     name: cfg.name, brokers: cfg.brokers, ssl: cfg.ssl, sasl: cfg.sasl, pool, store, replyTopics: cfg.replyTopics,
-    partitions: cfg.partitions, steps: [conformanceStep(store)], log,
+    partitions: cfg.partitions, steps: [conformanceStep(store)], log, relayMaxAttempts: cfg.relay.maxAttempts, metrics,
   });
-  const purger = cfg.retention.enabled ? new Retention({ pool, store, ...cfg.retention, log }) : null;
+  const purger = cfg.retention.enabled ? new Retention({ pool, store, ...cfg.retention, log, metrics }) : null;
+  // Served from the start (the outbox gauges count scrape errors until the
+  // schema exists); failing to listen stops the process.
+  const server = cfg.metricsAddr ? await metricsHTTP.serve(metrics, cfg.metricsAddr, log) : null;
   let stopping = false;
   const stop = async (signal) => {
     if (stopping) return;
     stopping = true;
     log('info', 'stopping', { signal });
     setTimeout(() => process.exit(1), 10000).unref();
+    if (server) await metricsHTTP.close(server);
     if (purger) await purger.stop();
     await participant.stop();
     await pool.end();

@@ -185,4 +185,28 @@ function retention(env) {
   return r;
 }
 
-module.exports = { bool, parseDuration, duration, formatDuration, positiveInt, kafkaSecurity, retention };
+// metricsAddr reads SAGAFLOW_METRICS_ADDR, host:port as Go's net.Listen
+// takes it ("127.0.0.1:9464", ":9464" for every interface, "[::1]:9464");
+// unset or empty: null, no metrics served.
+function metricsAddr(env) {
+  const raw = env.SAGAFLOW_METRICS_ADDR;
+  if (raw === undefined || raw === '') return null;
+  const bad = (why) => new Error(`SAGAFLOW_METRICS_ADDR is ${JSON.stringify(raw)}: ${why}; want host:port such as 127.0.0.1:9464 or :9464`);
+  const m = /^(?:\[([0-9A-Fa-f:.]+(?:%[\w.-]+)?)\]|([^:[\]\s]*)):(\d{1,5})$/.exec(raw);
+  if (!m) throw bad(raw.includes(':') ? 'not host:port' : 'missing port');
+  const host = m[1] !== undefined ? m[1] : m[2];
+  if (m[1] === undefined && host !== '' && !/^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$/.test(host)) throw bad(`bad host ${JSON.stringify(host)}`);
+  const port = Number.parseInt(m[3], 10);
+  if (port > 65535) throw bad(`port ${port} is over 65535`);
+  return { host, port, raw };
+}
+
+// The Go relay's default (relay.MaxAttemptsDefault).
+const RELAY_MAX_ATTEMPTS = 20;
+
+// relay returns the relay's settings.
+function relay(env) {
+  return { maxAttempts: positiveInt(env, 'SAGAFLOW_RELAY_MAX_ATTEMPTS', RELAY_MAX_ATTEMPTS) };
+}
+
+module.exports = { bool, parseDuration, duration, formatDuration, positiveInt, kafkaSecurity, retention, metricsAddr, relay };

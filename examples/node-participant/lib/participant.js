@@ -18,8 +18,10 @@ const permanent = (e) => e instanceof InvalidMessage || (typeof e.code === 'stri
 class Participant {
   // ssl and sasl are kafkajs' options (lib/env.js kafkaSecurity): every
   // client (consumer, producer, admin) is made by this.kafka and uses them.
-  constructor({ name, brokers, ssl, sasl, pool, store, steps, replyTopics, partitions, log }) {
-    Object.assign(this, { name, pool, store, replyTopics, partitions, log });
+  // relayMaxAttempts: publish attempts Kafka refuses before an outbox row
+  // is parked dead; metrics: lib/metrics.js participantMetrics (or null).
+  constructor({ name, brokers, ssl, sasl, pool, store, steps, replyTopics, partitions, log, relayMaxAttempts, metrics = null }) {
+    Object.assign(this, { name, pool, store, replyTopics, partitions, log, metrics });
     this.steps = new Map(steps.map((s) => [s.name, s]));
     this.commandTopic = `${name}.commands`;
     this.dlqTopic = `${this.commandTopic}.dlq`;
@@ -28,12 +30,16 @@ class Participant {
       createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as the Java client
       allowAutoTopicCreation: false,
       maxInFlightRequests: 1,
+      // Few retries inside kafkajs: the relay and the dead-lettering retry
+      // on their own (an outage as long as it takes, a refused row after a
+      // backoff, counted toward parking), so a refusal reaches them fast.
+      retry: { retries: 2, initialRetryTime: 100, maxRetryTime: 1000 },
     });
     this.consumer = this.kafka.consumer({
       groupId: name, sessionTimeout: 10000, rebalanceTimeout: 10000, heartbeatInterval: 1000,
       maxWaitTimeInMs: 250, allowAutoTopicCreation: false,
     });
-    this.relay = new Relay({ pool, producer: this.producer, store, log });
+    this.relay = new Relay({ pool, producer: this.producer, store, log, maxAttempts: relayMaxAttempts, metrics });
     this.stopping = false;
   }
 
@@ -88,23 +94,28 @@ class Participant {
       headers = headerMap(m.headers);
       messageID = recordMessageID(headers);
     } catch (e) {
-      return this.deadLetter(where, m, e.message);
+      return this.deadLetter(where, m, e.message, 'invalid_message');
     }
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.store.tx(async (c) => {
-          if (!(await this.store.claimMessage(c, messageID))) return; // consumed before
+        const outcome = await this.store.tx(async (c) => {
+          if (!(await this.store.claimMessage(c, messageID))) return null; // consumed before
           const cmd = decodeCommand(m.value, headers);
           if (!this.replyTopics.includes(cmd.reply_to)) {
             throw new InvalidMessage(`invalid message: field "reply_to" is ${JSON.stringify(cut(cmd.reply_to, 120))}, not one of the reply topics participant ${this.name} answers on (${this.replyTopics.join(', ')})`);
           }
           const res = await this.store.execute(c, cmd, this.steps.get(cmd.step));
           await this.store.enqueue(c, replyRecord(cmd, res));
+          return res.outcome;
         });
-        this.relay.wake();
+        if (this.metrics) {
+          if (outcome === null) this.metrics.duplicates.inc(this.metrics.p);
+          else this.metrics.commands.inc({ ...this.metrics.p, outcome });
+        }
+        if (outcome !== null) this.relay.wake();
         return undefined;
       } catch (e) {
-        if (permanent(e)) return this.deadLetter(where, m, e.message);
+        if (permanent(e)) return this.deadLetter(where, m, e.message, e instanceof InvalidMessage ? 'invalid_message' : 'database_refused');
         if (this.stopping) throw e;
         this.log('warn', 'command failed; retrying', { ...where, error: e.message, attempt });
         await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
@@ -113,8 +124,9 @@ class Participant {
   }
 
   // deadLetter publishes the record to the dead-letter topic with its key,
-  // value and headers and the reason, retrying until the broker takes it.
-  async deadLetter(where, m, reason) {
+  // value and headers and the reason, retrying until the broker takes it;
+  // cls is the reason's class for the metrics.
+  async deadLetter(where, m, reason, cls) {
     this.log('warn', 'command dead-lettered', { ...where, reason });
     const headers = { ...m.headers };
     Object.assign(headers, {
@@ -126,6 +138,7 @@ class Participant {
     for (let attempt = 0; ; attempt++) {
       try {
         await this.producer.send({ topic: this.dlqTopic, acks: -1, messages: [{ key: m.key, value: m.value, headers }] });
+        if (this.metrics) this.metrics.deadLettered.inc({ ...this.metrics.p, reason: cls });
         return;
       } catch (e) {
         if (this.stopping) throw e;

@@ -8,11 +8,13 @@
 // next cycle. barrierAfter is at least inboxAfter (checked at start): a
 // redelivered command the inbox no longer dedupes must still find its
 // barrier row, or a late forward would run after its compensation, or twice.
-// The outbox needs none: the relay deletes its rows once Kafka has them.
+// The outbox needs none: the relay deletes its rows once Kafka has them
+// (rows parked dead stay for an operator).
 
 class Retention {
-  constructor({ pool, store, inboxAfter, barrierAfter, interval, batchSize, log }) {
-    Object.assign(this, { pool, interval, batchSize, log });
+  // metrics: lib/metrics.js participantMetrics (or null).
+  constructor({ pool, store, inboxAfter, barrierAfter, interval, batchSize, log, metrics = null }) {
+    Object.assign(this, { pool, interval, batchSize, log, metrics });
     const { inbox, barrier } = store.t;
     this.jobs = [
       {
@@ -60,6 +62,7 @@ class Retention {
       this.running = null;
       for (const [table, rows] of Object.entries(n)) {
         if (rows > 0) this.log('info', 'retention purged rows', { table, rows });
+        if (rows > 0 && this.metrics) this.metrics.purged.inc({ ...this.metrics.p, table }, rows);
       }
       if (!this.stopped) this.timer = setTimeout(cycle, this.interval);
     };

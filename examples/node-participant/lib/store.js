@@ -1,9 +1,10 @@
 'use strict';
 // The participant's own schema: the barrier (one row per saga, step and
 // action ever decided), the inbox (message ids consumed), the outbox
-// (replies waiting for the relay), and the barrier protocol that runs a
-// command's handler inside the transaction of its inbox row, barrier row and
-// reply (docs/DESIGN.md, "Participant duties").
+// (replies waiting for the relay; rows Kafka keeps refusing parked dead),
+// and the barrier protocol that runs a command's handler inside the
+// transaction of its inbox row, barrier row and reply (docs/DESIGN.md,
+// "Participant duties").
 
 const { InvalidMessage, cut } = require('./wire');
 
@@ -46,6 +47,13 @@ class Store {
       await c.query(`CREATE TABLE IF NOT EXISTS ${t.outbox} (
         id bigserial PRIMARY KEY, topic text NOT NULL, key text NOT NULL, value text NOT NULL,
         headers jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`);
+      // The relay's bookkeeping of rows Kafka refuses (lib/relay.js), added
+      // to outboxes made before it: publish attempts refused, the last
+      // refusal, when the row is due again and when it was parked dead.
+      await c.query(`ALTER TABLE ${t.outbox} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
+        ADD COLUMN IF NOT EXISTS last_error text,
+        ADD COLUMN IF NOT EXISTS available_at timestamptz NOT NULL DEFAULT now(),
+        ADD COLUMN IF NOT EXISTS dead_at timestamptz`);
       // Retention finds old rows by time: both tables are appended in time
       // order, so BRIN indexes on their time columns serve (as the Go side's).
       await c.query(`CREATE INDEX IF NOT EXISTS barrier_created_brin ON ${t.barrier} USING brin (created_at)`);
