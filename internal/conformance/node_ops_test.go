@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,14 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/internal/conformance"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
@@ -229,24 +226,10 @@ func TestNodeParticipantMetrics(t *testing.T) {
 		return true, nil
 	})
 
-	cmd := message.Command{
-		MessageID: uuid.New(), SagaID: uuid.New(), SagaType: conformance.SagaType, AggregateID: "agg-1",
-		Step: conformance.StepName, Action: message.Forward, Attempt: 1, ReplyTo: replies, SentAt: time.Now().UTC(),
-		Payload: json.RawMessage(`{"key":"metrics-1","mode":"succeed"}`),
-	}
-	value, err := message.EncodeCommand(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, value := conformanceCommand(t, replies, "metrics-1")
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: kafkaclient.Balancer(), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
-	if err := w.WriteMessages(ctx, kafka.Message{Topic: commands, Key: []byte(cmd.AggregateID), Value: value, Headers: []kafka.Header{
-		{Key: message.HeaderMessageID, Value: []byte(cmd.MessageID.String())},
-		{Key: message.HeaderSagaID, Value: []byte(cmd.SagaID.String())},
-		{Key: message.HeaderContentType, Value: []byte(message.ContentTypeJSON)},
-	}}); err != nil {
-		t.Fatalf("produce the command: %v", err)
-	}
+	writeCommand(ctx, t, w, commands, cmd, value)
 	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	r := kafka.NewReader(kafka.ReaderConfig{

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -475,15 +476,7 @@ func TestNodeParticipantSecuredKafka(t *testing.T) {
 		"SAGAFLOW_KAFKA_SASL_PASSWORD="+password,
 	)
 
-	cmd := message.Command{
-		MessageID: uuid.New(), SagaID: uuid.New(), SagaType: conformance.SagaType, AggregateID: "agg-1",
-		Step: conformance.StepName, Action: message.Forward, Attempt: 1, ReplyTo: replies, SentAt: time.Now().UTC(),
-		Payload: json.RawMessage(`{"key":"secured-1","mode":"succeed"}`),
-	}
-	value, err := message.EncodeCommand(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, value := conformanceCommand(t, replies, "secured-1")
 	tr := kafkaclient.Transport(d, "node-secure-test")
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{
@@ -491,13 +484,7 @@ func TestNodeParticipantSecuredKafka(t *testing.T) {
 		BatchTimeout: time.Millisecond, Transport: tr,
 	}
 	defer w.Close()
-	if err := w.WriteMessages(ctx, kafka.Message{Topic: commands, Key: []byte(cmd.AggregateID), Value: value, Headers: []kafka.Header{
-		{Key: message.HeaderMessageID, Value: []byte(cmd.MessageID.String())},
-		{Key: message.HeaderSagaID, Value: []byte(cmd.SagaID.String())},
-		{Key: message.HeaderContentType, Value: []byte(message.ContentTypeJSON)},
-	}}); err != nil {
-		t.Fatalf("produce the command over TLS+SASL: %v", err)
-	}
+	writeCommand(ctx, t, w, commands, cmd, value)
 
 	// Read the reply topic until the answer comes, the participant exits
 	// or 90 s pass.
@@ -782,4 +769,33 @@ func (p *nodeProc) exitedEarly() error {
 	default:
 		return nil
 	}
+}
+
+// writeCommand produces cmd (encoded as value) to topic with its wire
+// headers, keyed by its aggregate id, as the orchestrator's relay does.
+func writeCommand(ctx context.Context, t *testing.T, w *kafka.Writer, topic string, cmd message.Command, value []byte) {
+	t.Helper()
+	if err := w.WriteMessages(ctx, kafka.Message{Topic: topic, Key: []byte(cmd.AggregateID), Value: value, Headers: []kafka.Header{
+		{Key: message.HeaderMessageID, Value: []byte(cmd.MessageID.String())},
+		{Key: message.HeaderSagaID, Value: []byte(cmd.SagaID.String())},
+		{Key: message.HeaderContentType, Value: []byte(message.ContentTypeJSON)},
+	}}); err != nil {
+		t.Fatalf("produce the command to %s: %v", topic, err)
+	}
+}
+
+// conformanceCommand is a forward of the conformance step that succeeds
+// (effect key key), answered on replies, and its encoding.
+func conformanceCommand(t *testing.T, replies, key string) (message.Command, []byte) {
+	t.Helper()
+	cmd := message.Command{
+		MessageID: uuid.New(), SagaID: uuid.New(), SagaType: conformance.SagaType, AggregateID: "agg-1",
+		Step: conformance.StepName, Action: message.Forward, Attempt: 1, ReplyTo: replies, SentAt: time.Now().UTC(),
+		Payload: json.RawMessage(`{"key":` + strconv.Quote(key) + `,"mode":"succeed"}`),
+	}
+	value, err := message.EncodeCommand(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, value
 }
