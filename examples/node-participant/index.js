@@ -113,7 +113,12 @@ async function main() {
   process.on('SIGINT', () => stop('SIGINT'));
   await participant.start();
   // After start: the schema (and the indexes the purge uses) exists.
-  if (purger && !stopping) purger.start();
+  if (purger && !stopping) {
+    purger.start();
+    log('info', 'retention running', { inbox_after_ms: cfg.retention.inboxAfter, barrier_after_ms: cfg.retention.barrierAfter, interval_ms: cfg.retention.interval });
+  } else if (!purger) {
+    log('info', 'retention off (SAGAFLOW_RETENTION_ENABLED=false)');
+  }
 }
 
 main().catch((e) => {

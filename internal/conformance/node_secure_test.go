@@ -706,7 +706,13 @@ func TestNodeParticipantRetention(t *testing.T) {
 		}
 		return
 	}
-	time.Sleep(2500 * time.Millisecond)
+	// It said at start that retention is off, and there is no purger.
+	testkit.Eventually(t, 20*time.Second, "the participant saying retention is off", func() (bool, error) {
+		if err := off.exitedEarly(); err != nil {
+			return false, err
+		}
+		return strings.Contains(off.out.String(), `"msg":"retention off (SAGAFLOW_RETENTION_ENABLED=false)"`), nil
+	})
 	if oi, ni, ob, nb := counts(); oi != 5 || ni != 2 || ob != 5 || nb != 3 {
 		t.Fatalf("with SAGAFLOW_RETENTION_ENABLED=false: inbox %d old %d new, barrier %d old %d new; want 5, 2, 5, 3 (nothing purged)", oi, ni, ob, nb)
 	}
@@ -727,7 +733,8 @@ func TestNodeParticipantRetention(t *testing.T) {
 		+ (SELECT count(*) FROM (SELECT 1 FROM `+barrier+` WHERE created_at < now() - interval '2 hours' LIMIT 1 FOR UPDATE) b)`).Scan(&held); err != nil || held != 2 {
 		t.Fatalf("lock an old inbox and barrier row: %d locked, %v", held, err)
 	}
-	on := startNode(t, append(append([]string{}, env...), "SAGAFLOW_RETENTION_BATCH_SIZE=2")...)
+	metricsAddr := testkit.FreeAddr(t)
+	on := startNode(t, append(append([]string{}, env...), "SAGAFLOW_RETENTION_BATCH_SIZE=2", "SAGAFLOW_METRICS_ADDR="+metricsAddr)...)
 	testkit.Eventually(t, 20*time.Second, "the old rows nobody holds purged", func() (bool, error) {
 		if err := on.exitedEarly(); err != nil {
 			return false, err
@@ -735,7 +742,15 @@ func TestNodeParticipantRetention(t *testing.T) {
 		oi, _, ob, _ := counts()
 		return oi == 1 && ob == 1, nil
 	})
-	time.Sleep(2500 * time.Millisecond) // two more cycles
+	// Two more whole cycles, counted by the participant, leave the held
+	// rows where they are.
+	cycles := counterValue(t, metricsAddr, "sagaflow_retention_cycles_total", name)
+	testkit.Eventually(t, 20*time.Second, "two more retention cycles", func() (bool, error) {
+		if err := on.exitedEarly(); err != nil {
+			return false, err
+		}
+		return counterValue(t, metricsAddr, "sagaflow_retention_cycles_total", name) >= cycles+2, nil
+	})
 	if oi, ni, ob, nb := counts(); oi != 1 || ni != 2 || ob != 1 || nb != 3 {
 		t.Fatalf("while a transaction holds an old row of each: inbox %d old %d new, barrier %d old %d new; want 1, 2, 1, 3", oi, ni, ob, nb)
 	}

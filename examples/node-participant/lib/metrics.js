@@ -159,12 +159,13 @@ function participantMetrics({ name, pool, store, log }) {
     parked: reg.counter('sagaflow_relay_parked_total',
       'Outbox rows parked dead (dead_at set) after their last publish attempt; they need an operator.', ['participant']),
     purged: reg.counter('sagaflow_retention_purged_total', 'Rows deleted by retention, by table.', ['participant', 'table']),
+    retentionCycles: reg.counter('sagaflow_retention_cycles_total', 'Retention cycles finished (each purges every table it can).', ['participant']),
     scrapeErrors: reg.counter('sagaflow_node_scrape_errors_total',
       'Scrapes at which a gauge could not be read (its samples are left out of that scrape).', ['participant']),
   };
   for (const outcome of ['success', 'failure', 'retry']) m.commands.init({ ...p, outcome });
   for (const reason of ['invalid_message', 'database_refused']) m.deadLettered.init({ ...p, reason });
-  for (const c of [m.duplicates, m.published, m.publishErrors, m.parked, m.scrapeErrors]) c.init(p);
+  for (const c of [m.duplicates, m.published, m.publishErrors, m.parked, m.retentionCycles, m.scrapeErrors]) c.init(p);
   for (const table of ['inbox', 'barrier']) m.purged.init({ ...p, table: `${store.schema}.${table}` });
 
   // Both outbox gauges from one read per scrape (started by m.scrape).

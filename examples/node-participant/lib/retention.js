@@ -64,6 +64,7 @@ class Retention {
         if (rows > 0) this.log('info', 'retention purged rows', { table, rows });
         if (rows > 0 && this.metrics) this.metrics.purged.inc({ ...this.metrics.p, table }, rows);
       }
+      if (this.metrics) this.metrics.retentionCycles.inc(this.metrics.p);
       if (!this.stopped) this.timer = setTimeout(cycle, this.interval);
     };
     this.timer = setTimeout(cycle, 0);
