@@ -24,8 +24,7 @@ func TestPrefetchRunsInTheBatchTransaction(t *testing.T) {
 	e := setup(t, 1)
 	m := newMetrics(t)
 	type pre struct {
-		xid    int64
-		bodies []string
+		xid int64
 	}
 	var mu sync.Mutex
 	var problems []string

@@ -380,13 +380,6 @@ func failingField(b []byte, v any) string {
 	return ""
 }
 
-// sameUUID compares by value, so an upper-case header from another
-// language's UUID type still matches.
-func sameUUID(h string, id uuid.UUID) bool {
-	got, err := uuid.Parse(h)
-	return err == nil && got == id
-}
-
 // Headers returns the headers every produced record carries.
 func Headers(messageID, sagaID uuid.UUID) map[string]string {
 	return map[string]string{

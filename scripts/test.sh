@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite: vet, then unit and integration tests with -race against
+# The test suite: gofmt, vet and staticcheck, then unit and integration tests with -race against
 # real Postgres and the Kafka protocol (an in-process broker, or real brokers
 # from KAFKA_BROKERS).
 #
@@ -25,5 +25,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "test.sh: gofmt -l lists files that are not formatted:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
 go vet ./...
+# staticcheck, pinned, from the Go module proxy (not a dependency of the module).
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 go test -race -count=1 -timeout 15m ./...

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,20 +34,6 @@ func (o orderWork) request(i int) (saga.StartRequest, error) {
 	}
 	ord := o.orders[i]
 	return saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: ord.OrderID, AggregateID: ord.OrderID, Data: ord}, nil
-}
-
-var errPlanExhausted = errors.New("plan exhausted")
-
-func startOne(ctx context.Context, eng *saga.Engine, w work, i int) (uuid.UUID, error) {
-	req, err := w.request(i)
-	if err != nil {
-		return uuid.Nil, fmt.Errorf("%w: %v", errPlanExhausted, err)
-	}
-	req.ID = uuid.New()
-	if _, _, err := eng.Start(ctx, req); err != nil {
-		return uuid.Nil, fmt.Errorf("start saga %d (%s): %w", i, req.IdempotencyKey, err)
-	}
-	return req.ID, nil
 }
 
 // closedLoop keeps conc sagas in flight: each worker starts a saga and

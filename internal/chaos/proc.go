@@ -104,13 +104,6 @@ func (c *child) restartAfter(d time.Duration, stop <-chan struct{}) {
 	}()
 }
 
-// signal sends sig to the child's process group; false if not running.
-func (c *child) signal(sig syscall.Signal) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.signalLocked(sig)
-}
-
 func (c *child) signalLocked(sig syscall.Signal) bool {
 	if !c.running || c.cmd == nil || c.cmd.Process == nil {
 		return false
@@ -153,12 +146,6 @@ func (c *child) cont() {
 	if c.stopped && c.signalLocked(syscall.SIGCONT) {
 		c.stopped = false
 	}
-}
-
-func (c *child) isRunning() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.running
 }
 
 // close kills the child for good and waits for pending restarts.

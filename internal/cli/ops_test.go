@@ -129,8 +129,9 @@ func TestOpsStatusAndList(t *testing.T) {
 		t.Fatalf("no step table header in:\n%s", out)
 	}
 	rows := 0
+	stepRow := regexp.MustCompile(`^[1-5] `)
 	for _, l := range lines {
-		if m, _ := regexp.MatchString(`^[1-5] `, l); m {
+		if stepRow.MatchString(l) {
 			rows++
 			if len(l) <= kindCol || l[kindCol-1] != ' ' || l[kindCol] == ' ' {
 				t.Errorf("step row not aligned with KIND at column %d: %q", kindCol, l)

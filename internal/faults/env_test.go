@@ -18,7 +18,6 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
-	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
@@ -234,20 +233,6 @@ func (e *env) inboxOnly(set *reference.Set, pool *pgxpool.Pool) func(context.Con
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-}
-
-// relayOf is a relay over a schema's outbox.
-func (e *env) relayOf(pool *pgxpool.Pool, schema string) *relay.Relay {
-	e.t.Helper()
-	ob, err := outbox.New(schema)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	r, err := relay.New(pool, ob, &relay.Config{Brokers: e.brokers, Metrics: e.rm, KeepSent: e.keepSent})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return r
 }
 
 // startAll starts one saga per planned order.
