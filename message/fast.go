@@ -14,9 +14,9 @@ import (
 	"github.com/sagaflow/sagaflow/internal/jsonlite"
 )
 
-// Every command and reply is encoded once and decoded at least once, and
-// with encoding/json that took about a tenth of the orchestrator process's
-// CPU in the place-order benchmark. The functions here do the common case
+// Every command and reply is encoded once and decoded at least once, on
+// every hop, so reflection there is paid on the hot path
+// (docs/perf/figures.md#message-envelope-json). The functions here do the common case
 // without reflection and give the same bytes and values as encoding/json:
 //
 //   - appendCommand and appendReply write what json.Marshal writes (the

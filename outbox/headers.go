@@ -5,8 +5,8 @@ import "github.com/sagaflow/sagaflow/internal/jsonlite"
 // decodeHeaders decodes a row's headers column, a flat JSON object of
 // strings as jsonb prints it ({"k": "v", ...}), to the map encoding/json
 // would give (nil for a null). The relay decodes one per row it claims,
-// and encoding/json took 4% of the bench process's CPU there, so it is
-// read with jsonlite's reader.
+// so it is read with jsonlite's reader, without reflection
+// (docs/perf/figures.md#outbox-headers-json).
 func decodeHeaders(b []byte) (map[string]string, error) {
 	r := jsonlite.NewReader(b)
 	if r.Null() {

@@ -353,8 +353,8 @@ type Stats struct {
 // entries stay until vacuum, and a bitmap scan visits every one of them
 // (and the pages behind them) on every call, where an index scan marks
 // the entries of rows dead to everyone as it passes them and later calls
-// skip them (measured: 56 ms a call at 1,024 sagas in flight, against
-// under 1 ms; docs/perf/results.md, session 9).
+// skip them, so a call costs the live rows, not the deleted ones
+// (docs/perf/figures.md#outbox-stats-index-scan).
 //
 // In the caller's own transaction (db a pgx.Tx) the query runs as it is:
 // the planner settings would outlast it there, and BEGIN/COMMIT must not.

@@ -15,10 +15,9 @@ import (
 // direct is the dispatcher's producer: one kafka-go Conn per partition
 // leader it writes to, each produce request written and its answer read by
 // the calling goroutine. kafka-go's Writer hands a message through its
-// batching goroutine and its transport's connection goroutine and back; on
-// this machine kind that cost 0.32 ms per lone publish against 0.17 ms for
-// a Conn (internal/bench: docs/perf/results.md, session 9), and a lone saga
-// publishes six times.
+// batching goroutine and its transport's connection goroutine and back, a
+// cost paid on every lone publish, and a lone saga publishes six times
+// (docs/perf/figures.md#relay-dispatcher-conn).
 //
 // Partitions are chosen as the relay's Writer chooses them
 // (kafkaclient.Balancer over partitions 0..n-1), so a key's rows reach the

@@ -53,10 +53,10 @@ func (e *Engine) QueueLoad(b *pgx.Batch, ids []uuid.UUID) *Preloaded {
 // index scan is always the right plan, but Postgres does not always see
 // it: on a table whose statistics are those of a smaller table (a fresh
 // deployment, a table grown since its last analyze) it joined the batch to
-// the sagas by scanning the whole table (a 180-saga update: 43 ms against
-// 8 ms), and with the array parameters it kept preferring a custom plan,
-// made anew at every execution (0.3 ms a call for a lone saga's update,
-// longer than running it). So sequential scans are off, and batches of up
+// the sagas by scanning the whole table, and with the array parameters it
+// kept preferring a custom plan, made anew at every execution (for a lone
+// saga's update, longer than running it; docs/perf/figures.md#saga-reply-plans).
+// So sequential scans are off, and batches of up
 // to genericPlansMax sagas run on their generic plans (a large batch's
 // custom planning is spread over its sagas).
 const (

@@ -78,8 +78,8 @@ SELECT id FROM ins`
 	s.loadManySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE id = ANY($1)`
 	// "s.id = ANY($1)" repeats the join's condition as an index condition
 	// on sagas: without it the planner, with statistics of a smaller
-	// table, joined a large batch by scanning the whole table (43 ms a
-	// call at 1,024 sagas in flight, against 8 ms).
+	// table, joined a large batch by scanning the whole table
+	// (docs/perf/figures.md#saga-reply-plans).
 	s.updateManySQL = `WITH upd AS (UPDATE ` + s.sagas + ` AS s SET state = u.state, current_step = u.current_step, data = u.data, steps = u.steps,
   version = u.version, flag = u.flag, deadline_at = u.deadline_at, next_wakeup_at = u.next_wakeup_at,
   updated_at = u.updated_at, finished_at = u.finished_at
