@@ -1,9 +1,3 @@
-// Package api is the orchestrator's HTTP interface: start sagas, read their
-// status and history (JSON, and the server-rendered status page under
-// /ui/), act on them as an operator, pipeline stats, and the health and
-// metrics endpoints. Every JSON error answer is {"error": "...", "field":
-// "..."} with a 4xx or 5xx status; a 500 carries only "internal error" and
-// a request_id, the details go to the log under that id.
 package api
 
 import (

@@ -1,19 +1,29 @@
 // Package migrations applies the embedded, numbered SQL of sagaflow's
-// tables. A [Set] is a named, ordered list of NNN_name.up.sql files applied
-// into one Postgres schema (the SQL names it {{schema}}): [Orchestrator]
+// tables, and a service's own.
+//
+// Build the sets a process needs and apply them at start:
+//
+//	//go:embed sql/*.up.sql
+//	var sqlFiles embed.FS
+//
+//	sets, err := migrations.Participant("hotel") // outbox, inbox, barrier
+//	own, err := migrations.FromEmbedded("hotel", "hotel", sqlFiles, "sql")
+//	applied, err := migrations.Migrate(ctx, pool, append(sets, own...)...)
+//
+// A [Set] is a named, ordered list of NNN_name.up.sql files applied into
+// one Postgres schema (the SQL names it {{schema}}). [Orchestrator]
 // returns the sets of the orchestrator's schema (messaging: outbox, inbox,
-// dead_letters and ops_audit; orchestrator: sagas, journal and timers), [Participant] those the
-// participant SDK needs in each participant's own schema (messaging and
-// barrier), and [FromFS] builds a set from a participant's own files.
+// dead letters and the operators' audit; orchestrator: sagas, journal and
+// timers), [Participant] those of a participant's schema (messaging and
+// barrier); [FromFS] and [FromEmbedded] build a set from a service's own
+// files.
 //
 // [Migrate] applies every missing version, each in its own transaction,
-// while holding a session advisory lock, so processes starting at once
-// apply each version exactly once; the history is the schema_migrations
-// table of each schema. [History] lists what was applied and [Pending]
-// counts what is missing (the orchestrator's /readyz uses it). Migrations
-// run at start and by `orchestrator migrate`; never inside a caller's
-// transaction.
-//
+// under a session advisory lock, so processes starting at once apply each
+// version exactly once; the history is the schema_migrations table of each
+// schema. [History] lists what was applied and [Pending] counts what is
+// missing (the orchestrator's /readyz uses it). Run migrations at start
+// (or with `orchestrator migrate`), never inside a caller's transaction.
 // Versions need not be contiguous, only unique within a set: they apply in
 // order, and a missing lower version is applied after higher ones.
 package migrations

@@ -1,9 +1,3 @@
-// Package orchestrator wires one orchestrator process: the saga engine, the
-// consumer of the reply topic (through the inbox), the relay of the
-// orchestrator's outbox and the timer loop. Several processes may run the
-// same service on one database and consumer group: replies are applied with
-// conditional updates, timers are claimed with SKIP LOCKED, and the relay
-// publishes only while it holds the outbox's advisory lock.
 package orchestrator
 
 import (

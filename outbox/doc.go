@@ -1,30 +1,33 @@
-// Package outbox is the transactional outbox: a table, in the schema of the
-// service that owns it, of Kafka records waiting to be published.
+// Package outbox is the transactional outbox: a table, in the schema of
+// the service that owns it, of Kafka records waiting to be published.
 //
-// [Outbox.Enqueue] inserts records inside the caller's transaction, so a
-// state change and the messages it causes commit together or not at all,
-// and, while the relay waits for one (it holds the listen lock, see
-// [ListenOp]), sends a NOTIFY on [Outbox.Channel] that Postgres delivers
-// only at commit, waking the relay. While the relay is busy it polls
-// instead: Postgres serializes the commits (WAL flush included) of every
-// notifying transaction in a database, so a NOTIFY per transaction would
-// cap the commit rate. A record may carry an AvailableAt in the future
-// (delayed publication).
+// Enqueue records in the same transaction as the state change they
+// announce, and run a relay (package relay) that publishes them:
 //
-// The relay (package relay) reads the table with [Outbox.Claim] (due,
-// unsent, not dead rows in id order, under its publishing lock; the same
-// round trip takes or releases the listen lock), publishes, and records the
-// result: published rows are deleted (or, keeping sent history, marked sent)
-// in the round trip of the next claim, or by
-// [Outbox.DeleteSent] / [Outbox.MarkSent] on the way out (a dispatcher uses
-// [Outbox.ForgetPublished], an asynchronous commit); [Outbox.MarkFailed] (retry
-// later) or [Outbox.MarkDead] (a poison row parked so it cannot block the
-// rest). [Outbox.Stats] reports pending depth, the age of the oldest
-// unsent row and dead rows; retention deletes kept sent rows by age.
+//	ob, err := outbox.New("orders") // a schema the "messaging" migrations created
 //
-// Guarantees: nothing enqueued in a committed transaction is lost; it is
-// published at least once (a crash between publish and mark re-publishes,
-// and receivers dedupe by message id); nothing from a rolled-back
-// transaction is ever published. The table is created by the "messaging"
-// migration set (package migrations).
+//	tx, err := pool.Begin(ctx)
+//	// ... the service's own writes in tx ...
+//	err = ob.Enqueue(ctx, tx, outbox.Message{
+//		Topic: "orders.events", Key: orderID, Value: body,
+//		Headers: map[string]string{"message-id": id.String()},
+//	})
+//	err = tx.Commit(ctx)
+//
+//	rl, err := relay.New(pool, ob, &relay.Config{Brokers: brokers})
+//	err = rl.Run(ctx)
+//
+// [Outbox.Enqueue] is all an application calls. Nothing enqueued in a
+// committed transaction is lost: it is published at least once (receivers
+// dedupe by message id), in id order per key; nothing from a rolled-back
+// transaction is ever published. A [Message] with a future AvailableAt is
+// published when it is due. The table is created by the "messaging"
+// migration set (migrations.Participant and migrations.Orchestrator
+// include it).
+//
+// The other methods are the relay's and the operators' side: claiming due
+// rows, recording what was published, parking a row Kafka refuses
+// ([Outbox.MarkDead]) and requeueing it, and [Outbox.Stats] for the
+// pending depth, the age of the oldest unsent row and the dead rows. How
+// they work: docs/DESIGN.md, "Inside the packages", package outbox.
 package outbox

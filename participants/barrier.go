@@ -168,7 +168,7 @@ func traceIDOf(ctx context.Context) string {
 }
 
 // forward: claim the forward row, then run the handler in a nested
-// savepoint; see doc.go for the protocol.
+// savepoint; see docs/DESIGN.md#the-barrier-protocol for the protocol.
 func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
 	op := p.opName(cmd)
 	claim, err := tx.Begin(ctx) // savepoint before the barrier row
@@ -237,7 +237,8 @@ func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Comman
 }
 
 // compensate: claim the compensate row, close the forward if it never ran,
-// and otherwise undo a successful forward; see doc.go for the protocol.
+// and otherwise undo a successful forward; see
+// docs/DESIGN.md#the-barrier-protocol for the protocol.
 func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
 	op := p.opName(cmd)
 	claim, err := tx.Begin(ctx)

@@ -5,24 +5,25 @@
 // the messaging migrations created: the orchestrator's and each
 // participant's.
 //
-// A redrive re-inserts the dead letter's original topic, key, value and
-// headers into the same schema's outbox, in one transaction with the mark
-// on the dead letter (redriven_at, by whom, why) and a row of the ops_audit
-// table. The relay of that schema then publishes it to its original topic
-// and the record takes the normal consumer path: precheck, inbox dedupe by
-// its unchanged message-id, the handler, the barrier. This keeps the
-// guarantees:
+// List what is dead, fix the cause, then send it through again, audited:
 //
-//   - the inbox forgot the message id when it dead-lettered the record, so
-//     the redriven copy is handled once; a record redriven twice (or also
-//     replayed from Kafka) is a duplicate by message id;
-//   - nothing is published unless the mark and the audit commit, and no
-//     mark stays without its outbox row (a direct publish from the CLI
-//     could do one without the other, and would need Kafka credentials);
-//   - a dead letter is redriven at most once: the row is locked and must be
-//     unredriven. If the copy dies again it is a new dead letter.
+//	s, err := dlq.New(pool, "inventory")
+//	dead, total, err := s.List(ctx, dlq.Filter{Topic: "inventory.commands", Match: "invalid_payload"})
+//	ids, err := s.Redrive(ctx, []int64{dead[0].ID}, dlq.Audit{Actor: "alice", Reason: "fixed the payload bug"})
 //
-// Requeue clears the dead mark of outbox rows (attempts back to zero) so
-// the relay publishes them again, audited the same way. Nothing here
-// deletes a dead letter or an outbox row.
+//	rows, err := s.DeadOutbox(ctx, 0, 50) // outbox rows parked dead
+//	ids, err = s.Requeue(ctx, []int64{rows[0].ID}, dlq.Audit{Actor: "alice", Reason: "topic created"})
+//
+// A redrive puts the original record (topic, key, value, headers, message
+// id) back into the same schema's outbox, in one transaction with the mark
+// on the dead letter and a row of the ops_audit table; the relay publishes
+// it and it takes the normal consumer path, so it is handled once. A dead
+// letter is redriven at most once; [Store.RedriveMatching] redrives every
+// one a [Filter] selects. A requeue makes dead outbox rows due again
+// ([Store.RequeueAll] for all). Nothing here deletes a dead letter or an
+// outbox row; [Store.AuditLog] lists the repairs. The same operations are
+// behind `orchestrator dlq` and the HTTP API's /dlq and /outbox/dead.
+//
+// Why a redrive keeps the guarantees: docs/DESIGN.md, "Inside the
+// packages", package inbox/dlq.
 package dlq
