@@ -25,7 +25,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -84,6 +83,15 @@ type Config struct {
 	// ProtectMetrics requires the client or the admin token for /metrics
 	// and /readyz (/healthz stays open).
 	ProtectMetrics bool
+	// TrustProxy says a reverse proxy is in front of the server: the budget
+	// of wrong tokens is kept per the last X-Forwarded-For address (the
+	// one the proxy saw) rather than per the connection's, and the session
+	// cookie is Secure when X-Forwarded-Proto is https.
+	TrustProxy bool
+	// SecureCookie makes the session cookie always Secure (sent over
+	// HTTPS only), for a TLS proxy that does not set X-Forwarded-Proto. It
+	// is Secure anyway when the request came over TLS.
+	SecureCookie bool
 	// MaxDataBytes bounds a saga's data in POST /sagas (at least 2: the
 	// data is a JSON object); default DefaultMaxDataBytes.
 	MaxDataBytes int
@@ -122,6 +130,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: Config.MaxDataBytes is %d, want at least 2 (the data is a JSON object)", c.MaxDataBytes)
 	case c.HandlerTimeout < 0:
 		return fmt.Errorf("api: Config.HandlerTimeout is %s, want > 0", c.HandlerTimeout)
+	case c.AdminToken != "" && WeakToken(c.AdminToken) != "":
+		return fmt.Errorf("api: Config.AdminToken is refused: %s", WeakToken(c.AdminToken))
+	case c.ClientToken != "" && WeakToken(c.ClientToken) != "":
+		return fmt.Errorf("api: Config.ClientToken is refused: %s", WeakToken(c.ClientToken))
 	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
 		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
 	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
@@ -135,7 +147,9 @@ type Server struct {
 	eng                 Engine
 	cfg                 Config
 	mux                 *http.ServeMux
+	routes              []Route
 	adminTok, clientTok secret
+	failures            *failureLimiter
 }
 
 // New returns the API over eng.
@@ -151,23 +165,8 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	}
 	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
-	s.mux.HandleFunc("POST /sagas", s.starts(s.start))
-	s.mux.HandleFunc("GET /sagas", s.read(s.list))
-	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
-	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
-	s.mux.HandleFunc("POST /sagas/actions/{action}", s.admin(s.operateMatching))
-	s.mux.HandleFunc("GET /openapi.yaml", s.openAPI)
-	s.mux.HandleFunc("GET /stats", s.read(s.stats))
-	s.routeReconcile()
-	s.routePages()
-	s.routeDeadLetters()
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
-	})
-	s.mux.HandleFunc("GET /readyz", s.ops(s.ready))
-	if s.cfg.Gatherer != nil {
-		s.mux.Handle("GET /metrics", s.ops(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
-	}
+	s.failures = newFailureLimiter(AuthFailureBurst, AuthFailureRefill, AuthFailureClients)
+	s.routeAll()
 	return s, nil
 }
 

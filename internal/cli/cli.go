@@ -258,6 +258,9 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := cfg.HTTP.validateServe(); err != nil {
+				return err
+			}
 			acfg := cfg.HTTP.api()
 			reg, err := cfg.registry()
 			if err != nil {
@@ -312,6 +315,10 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
+			}
+			if !acfg.ProtectReads && !loopback(cfg.HTTP.Addr) {
+				log.Warn("the reads and the status page (saga data, journals, dead letters) are open to anyone who reaches http.addr: set http.protect_reads",
+					slog.String("addr", cfg.HTTP.Addr))
 			}
 			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema); err != nil {
 				return err
