@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -106,7 +107,10 @@ type Config struct {
 	// DeadLetters serves /dlq, /outbox/dead and /ui/dlq; nil: they answer
 	// 501.
 	DeadLetters DeadLetters
-	// Ready reports readiness for /readyz; nil: always ready.
+	// Ready reports readiness for /readyz; nil: always ready. Its error is
+	// logged; the answer shows only the ReadyReason() of the first error in
+	// its chain that has one (orchestrator.NotReadyError), else "not
+	// ready".
 	Ready func(ctx context.Context) error
 	// Logger receives the API's logs; nil discards them.
 	Logger *slog.Logger
@@ -585,14 +589,38 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// ready answers /readyz. Not ready, the answer says only a generic reason
+// (ReadyReason of Config.Ready's error) and a request id; the error itself,
+// which may name hosts, users and databases, goes to the log under that id.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ready != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": cut(err.Error(), errorMax)})
+			id := newRequestID()
+			reason := readyReason(err)
+			s.cfg.Logger.WarnContext(r.Context(), "not ready", slog.String("request_id", id), slog.String("reason", reason), slog.String("error", err.Error()))
+			w.Header().Set("X-Request-Id", id)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": reason, "request_id": id})
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readyReason is the reason of the first error in err's chain with a
+// ReadyReason method (orchestrator.NotReadyError), cut and without control
+// characters, else "not ready".
+func readyReason(err error) string {
+	var rr interface{ ReadyReason() string }
+	if !errors.As(err, &rr) {
+		return "not ready"
+	}
+	reason := strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return -1
+		}
+		return c
+	}, rr.ReadyReason())
+	return cut(reason, echoMax)
 }
