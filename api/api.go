@@ -76,7 +76,8 @@ type Config struct {
 	AdminToken string
 	// ClientToken, when set, is required (or the admin token) to start
 	// sagas, and opens the reads when they are protected. It must differ
-	// from AdminToken.
+	// from AdminToken. Both tokens must pass WeakToken (New refuses a weak
+	// one).
 	ClientToken string
 	// ProtectReads requires the client or the admin token for read-only
 	// endpoints and the status page, and for starts.
