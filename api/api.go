@@ -15,11 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -70,7 +70,8 @@ type Config struct {
 	AdminToken string
 	// ClientToken, when set, is required (or the admin token) to start
 	// sagas, and opens the reads when they are protected. It must differ
-	// from AdminToken.
+	// from AdminToken. Both tokens must pass WeakToken (New refuses a weak
+	// one).
 	ClientToken string
 	// ProtectReads requires the client or the admin token for read-only
 	// endpoints and the status page, and for starts.
@@ -78,6 +79,15 @@ type Config struct {
 	// ProtectMetrics requires the client or the admin token for /metrics
 	// and /readyz (/healthz stays open).
 	ProtectMetrics bool
+	// TrustProxy says a reverse proxy is in front of the server: the budget
+	// of wrong tokens is kept per the last X-Forwarded-For address (the
+	// one the proxy saw) rather than per the connection's, and the session
+	// cookie is Secure when X-Forwarded-Proto is https.
+	TrustProxy bool
+	// SecureCookie makes the session cookie always Secure (sent over
+	// HTTPS only), for a TLS proxy that does not set X-Forwarded-Proto. It
+	// is Secure anyway when the request came over TLS.
+	SecureCookie bool
 	// MaxDataBytes bounds a saga's data in POST /sagas (at least 2: the
 	// data is a JSON object); default DefaultMaxDataBytes.
 	MaxDataBytes int
@@ -92,7 +102,10 @@ type Config struct {
 	// DeadLetters serves /dlq, /outbox/dead and /ui/dlq; nil: they answer
 	// 501.
 	DeadLetters DeadLetters
-	// Ready reports readiness for /readyz; nil: always ready.
+	// Ready reports readiness for /readyz; nil: always ready. Its error is
+	// logged; the answer shows only the ReadyReason() of the first error in
+	// its chain that has one (orchestrator.NotReadyError), else "not
+	// ready".
 	Ready func(ctx context.Context) error
 	// Logger receives the API's logs; nil discards them.
 	Logger *slog.Logger
@@ -116,6 +129,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: Config.MaxDataBytes is %d, want at least 2 (the data is a JSON object)", c.MaxDataBytes)
 	case c.HandlerTimeout < 0:
 		return fmt.Errorf("api: Config.HandlerTimeout is %s, want > 0", c.HandlerTimeout)
+	case c.AdminToken != "" && WeakToken(c.AdminToken) != "":
+		return fmt.Errorf("api: Config.AdminToken is refused: %s", WeakToken(c.AdminToken))
+	case c.ClientToken != "" && WeakToken(c.ClientToken) != "":
+		return fmt.Errorf("api: Config.ClientToken is refused: %s", WeakToken(c.ClientToken))
 	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
 		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
 	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
@@ -129,7 +146,9 @@ type Server struct {
 	eng                 Engine
 	cfg                 Config
 	mux                 *http.ServeMux
+	routes              []Route
 	adminTok, clientTok secret
+	failures            *failureLimiter
 }
 
 // New returns the API over eng.
@@ -145,23 +164,8 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	}
 	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
-	s.mux.HandleFunc("POST /sagas", s.starts(s.start))
-	s.mux.HandleFunc("GET /sagas", s.read(s.list))
-	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
-	s.mux.HandleFunc("POST /sagas/{id}/actions/{action}", s.admin(s.operate))
-	s.mux.HandleFunc("POST /sagas/actions/{action}", s.admin(s.operateMatching))
-	s.mux.HandleFunc("GET /openapi.yaml", s.openAPI)
-	s.mux.HandleFunc("GET /stats", s.read(s.stats))
-	s.routeReconcile()
-	s.routePages()
-	s.routeDeadLetters()
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
-	})
-	s.mux.HandleFunc("GET /readyz", s.ops(s.ready))
-	if s.cfg.Gatherer != nil {
-		s.mux.Handle("GET /metrics", s.ops(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP))
-	}
+	s.failures = newFailureLimiter(AuthFailureBurst, AuthFailureRefill, AuthFailureClients)
+	s.routeAll()
 	return s, nil
 }
 
@@ -580,14 +584,38 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// ready answers /readyz. Not ready, the answer says only a generic reason
+// (ReadyReason of Config.Ready's error) and a request id; the error itself,
+// which may name hosts, users and databases, goes to the log under that id.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ready != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": cut(err.Error(), errorMax)})
+			id := newRequestID()
+			reason := readyReason(err)
+			s.cfg.Logger.WarnContext(r.Context(), "not ready", slog.String("request_id", id), slog.String("reason", reason), slog.String("error", err.Error()))
+			w.Header().Set("X-Request-Id", id)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": reason, "request_id": id})
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// readyReason is the reason of the first error in err's chain with a
+// ReadyReason method (orchestrator.NotReadyError), cut and without control
+// characters, else "not ready".
+func readyReason(err error) string {
+	var rr interface{ ReadyReason() string }
+	if !errors.As(err, &rr) {
+		return "not ready"
+	}
+	reason := strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return -1
+		}
+		return c
+	}, rr.ReadyReason())
+	return cut(reason, echoMax)
 }

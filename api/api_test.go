@@ -25,7 +25,7 @@ import (
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
-const adminToken = "s3cret-operator-token"
+const adminToken = "cfd648b735fb65bbd6051860c9478c94"
 
 // env is one API over a real engine on a fresh database. No Kafka: the
 // commands the engine sends stay in its outbox, and replies are applied

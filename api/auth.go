@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
@@ -14,15 +15,20 @@ import (
 	"unicode"
 )
 
-// Who may do what:
+// Who may do what (each route's access is declared where it is
+// registered, routeAll, and decided by the gate before its handler runs):
 //
 //	starts (POST /sagas)     client or admin token, when http.client_token or
 //	                         http.protect_reads is set; open otherwise
 //	reads (GET /sagas...,    client or admin token (or the page's session
 //	/stats, /ui/ pages)      cookie) when http.protect_reads is set
-//	operator actions         admin token; 403 when none is configured
+//	operator actions         admin token (bearer; on the pages' forms the
+//	                         token field); 403 when none is configured
 //	/metrics, /readyz        client or admin token when http.protect_metrics
-//	/healthz                 always open
+//	/healthz, /openapi.yaml  always open
+//
+// A token that is offered must be right, wherever it is offered; wrong
+// ones are counted per client (failureLimiter).
 
 // secret is a configured bearer token, kept as its SHA-256 digest so that a
 // comparison takes the same time whatever the length of the token offered.
@@ -83,58 +89,6 @@ func (s *Server) roleOf(tok string) role {
 		return roleClient
 	}
 	return roleNone
-}
-
-// requestRole is the role of r's bearer token.
-func (s *Server) requestRole(r *http.Request) role {
-	tok, ok := bearer(r)
-	if !ok {
-		return roleNone
-	}
-	return s.roleOf(tok)
-}
-
-func unauthorized(w http.ResponseWriter, msg string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="sagaflow"`)
-	fail(w, http.StatusUnauthorized, "", "%s", msg)
-}
-
-// guard wraps h so that it runs only for requests of role min or more;
-// when protect is false, h is open to everyone.
-func (s *Server) guard(protect bool, min role, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if protect && s.requestRole(r) < min {
-			unauthorized(w, "a valid bearer token is required (Authorization: Bearer <token>)")
-			return
-		}
-		h(w, r)
-	}
-}
-
-func (s *Server) read(h http.HandlerFunc) http.HandlerFunc {
-	return s.guard(s.cfg.ProtectReads, roleClient, h)
-}
-
-func (s *Server) starts(h http.HandlerFunc) http.HandlerFunc {
-	return s.guard(s.cfg.ClientToken != "" || s.cfg.ProtectReads, roleClient, h)
-}
-
-func (s *Server) ops(h http.HandlerFunc) http.HandlerFunc {
-	return s.guard(s.cfg.ProtectMetrics, roleClient, h)
-}
-
-func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.adminTok.set {
-			fail(w, http.StatusForbidden, "", "operator actions are disabled: set http.admin_token")
-			return
-		}
-		if s.requestRole(r) != roleAdmin {
-			unauthorized(w, "a valid bearer token is required for operator actions: the admin token")
-			return
-		}
-		h(w, r)
-	}
 }
 
 // The status page's session: after POST /ui/login with the admin or the
@@ -233,4 +187,76 @@ func safeBack(back string) string {
 		out += "?" + q
 	}
 	return out
+}
+
+// TokenMinLength is the length a token must have at least.
+const TokenMinLength = 24
+
+// weakWords are values the documentation, examples and habit put in
+// token settings; a token made of them (and digits) only, or holding a
+// placeholder, is refused whatever its length.
+var (
+	weakWords    = []string{"changeme", "replaceme", "chooseone", "placeholder", "example", "yourtoken", "yoursecret", "insecure", "notsecret"}
+	commonWords  = []string{"password", "passwd", "secret", "sagaflow", "operator", "default", "letmein", "qwerty", "client", "bearer", "admin", "token", "test", "shop", "prod", "change", "me", "the", "of", "my", "api", "key", "s3cret", "passw0rd"}
+	digitsOrDash = strings.NewReplacer("0", "", "1", "", "2", "", "3", "", "4", "", "5", "", "6", "", "7", "", "8", "", "9", "")
+)
+
+// WeakToken says why tok is not fit to be a bearer token, "" when it is:
+// shorter than TokenMinLength, not printable ASCII without spaces, one
+// character repeated, a short pattern repeated, a run such as "abcdef…",
+// few different characters, a placeholder ("change-me", "example") or
+// well-known words and digits only ("admin-token-2024…").
+func WeakToken(tok string) string {
+	if len(tok) < TokenMinLength {
+		return fmt.Sprintf("it is %d characters long; at least %d are required (make one with `openssl rand -hex 32`)", len(tok), TokenMinLength)
+	}
+	for _, c := range []byte(tok) {
+		if c <= ' ' || c > '~' {
+			return "it has a character other than printable ASCII without spaces (it travels in an HTTP header)"
+		}
+	}
+	var norm []byte
+	for _, c := range []byte(strings.ToLower(tok)) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			norm = append(norm, c)
+		}
+	}
+	n := string(norm)
+	distinct := map[byte]bool{}
+	for _, c := range []byte(tok) {
+		distinct[c] = true
+	}
+	switch {
+	case len(distinct) == 1:
+		return "it is one character repeated"
+	case len(distinct) < 6:
+		return fmt.Sprintf("it uses only %d different characters", len(distinct))
+	}
+	for _, w := range weakWords {
+		if strings.Contains(n, w) {
+			return fmt.Sprintf("it holds the placeholder %q", w)
+		}
+	}
+	for p := 1; p <= len(n)/2; p++ {
+		if strings.Repeat(n[:p], len(n)/p+1)[:len(n)] == n {
+			return "it is a short pattern repeated"
+		}
+	}
+	steps := 0
+	for i := 1; i < len(n); i++ {
+		if d := int(n[i]) - int(n[i-1]); d == 1 || d == -1 {
+			steps++
+		}
+	}
+	if len(n) > 1 && steps*5 >= (len(n)-1)*4 {
+		return "it is a run of consecutive characters"
+	}
+	rest := n
+	for _, w := range commonWords {
+		rest = strings.ReplaceAll(rest, w, "")
+	}
+	if len(digitsOrDash.Replace(rest)) < 4 {
+		return "it is made of well-known words and digits"
+	}
+	return ""
 }

@@ -155,14 +155,10 @@ type bulkData struct {
 }
 
 // bulkPage applies (or dry-runs) an action on the sagas of a filter,
-// posted by the list page's form with the admin token, and renders what
-// it touched or would touch; a dry run offers the form to apply it.
+// posted by the list page's form with the admin token (the gate checked
+// it), and renders what it touched or would touch; a dry run offers the
+// form to apply it.
 func (s *Server) bulkPage(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("The form could not be read (at most %d bytes of form fields).", MaxActionBodyBytes))
-		return
-	}
 	b := BulkBody{Filter: map[string]string{}, ActionBody: ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome"))}}
 	q := url.Values{}
 	for _, k := range filterKeys {
@@ -174,24 +170,17 @@ func (s *Server) bulkPage(w http.ResponseWriter, r *http.Request) {
 	b.DryRun, _ = strconv.ParseBool(r.PostFormValue("dry_run"))
 	d := bulkData{Action: r.PostFormValue("action"), Form: b.ActionBody, Filter: b.Filter, Query: q.Encode()}
 	status := http.StatusOK
-	switch {
-	case !s.adminTok.set:
-		d.Error, status = "Operator actions are disabled on this server (http.admin_token is not set). Nothing was changed.", http.StatusForbidden
-	case s.roleOf(r.PostFormValue("token")) != roleAdmin:
-		d.Error, status = "The admin token is missing or wrong. Nothing was changed.", http.StatusUnauthorized
-	default:
-		req, aerr := bulkRequest(saga.OperatorAction(d.Action), b)
-		var res saga.BulkResult
-		if aerr == nil {
-			res, aerr = s.bulk(r, req)
+	req, aerr := bulkRequest(saga.OperatorAction(d.Action), b)
+	var res saga.BulkResult
+	if aerr == nil {
+		res, aerr = s.bulk(r, req)
+	}
+	if aerr != nil {
+		d.Error, status = aerr.msg+". Nothing was changed.", aerr.status
+		if aerr.requestID != "" {
+			d.Error = internalText(Error{Error: aerr.msg, RequestID: aerr.requestID})
 		}
-		if aerr != nil {
-			d.Error, status = aerr.msg+". Nothing was changed.", aerr.status
-			if aerr.requestID != "" {
-				d.Error = internalText(Error{Error: aerr.msg, RequestID: aerr.requestID})
-			}
-			break
-		}
+	} else {
 		d.Result = &res
 	}
 	s.render(w, status, "bulk", d)

@@ -37,7 +37,9 @@ func TestNewValidatesConfig(t *testing.T) {
 		{api.Config{MaxDataBytes: -1}, "Config.MaxDataBytes"},
 		{api.Config{MaxDataBytes: 1}, "Config.MaxDataBytes"},
 		{api.Config{HandlerTimeout: -time.Second}, "Config.HandlerTimeout"},
-		{api.Config{AdminToken: "t", ClientToken: "t"}, "Config.ClientToken"},
+		{api.Config{AdminToken: adminToken, ClientToken: adminToken}, "Config.ClientToken"},
+		{api.Config{AdminToken: "change-me"}, "Config.AdminToken"},
+		{api.Config{AdminToken: adminToken, ClientToken: "change-me-change-me-change-me"}, "Config.ClientToken"},
 		{api.Config{ProtectReads: true}, "Config.ProtectReads"},
 		{api.Config{ProtectMetrics: true}, "Config.ProtectMetrics"},
 	} {

@@ -39,18 +39,8 @@ type DeadLetters interface {
 //	GET  /outbox/dead                    dead outbox rows (after, limit)
 //	POST /outbox/dead/{id}/requeue       {"actor","reason"}
 //	POST /outbox/dead/requeue            {"actor","reason","all":true}
-func (s *Server) routeDeadLetters() {
-	s.mux.HandleFunc("GET /dlq", s.read(s.dlqList))
-	s.mux.HandleFunc("GET /dlq/audit", s.read(s.dlqAudit))
-	s.mux.HandleFunc("GET /dlq/{id}", s.read(s.dlqGet))
-	s.mux.HandleFunc("POST /dlq/{id}/redrive", s.admin(s.dlqRedriveOne))
-	s.mux.HandleFunc("POST /dlq/redrive", s.admin(s.dlqRedriveMany))
-	s.mux.HandleFunc("GET /outbox/dead", s.read(s.deadOutbox))
-	s.mux.HandleFunc("POST /outbox/dead/{id}/requeue", s.admin(s.requeueOne))
-	s.mux.HandleFunc("POST /outbox/dead/requeue", s.admin(s.requeueMany))
-	s.mux.HandleFunc("GET /ui/dlq", s.page(s.dlqPage))
-	s.mux.HandleFunc("POST /ui/dlq/{kind}/{id}", s.dlqActionPage)
-}
+//
+// (Registered in routeAll.)
 
 // RepairBody is the body of the redrive and requeue actions. All, Topic
 // and Match apply to the bulk forms only; a bulk redrive needs All or a

@@ -87,7 +87,7 @@ func (d *openAPIDoc) documented() []string {
 }
 
 // registeredRoutes reads the patterns the package's non-test files register
-// on the mux (s.mux.HandleFunc / s.mux.Handle with a literal pattern), as
+// (s.route with a literal pattern, the only way onto the mux), as
 // "METHOD /path" with Go's {$} anchor dropped.
 func registeredRoutes(t *testing.T) []string {
 	t.Helper()
@@ -115,10 +115,10 @@ func registeredRoutes(t *testing.T) []string {
 				return true
 			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || (sel.Sel.Name != "HandleFunc" && sel.Sel.Name != "Handle") {
+			if !ok || sel.Sel.Name != "route" {
 				return true
 			}
-			if x, ok := sel.X.(*ast.SelectorExpr); !ok || x.Sel.Name != "mux" {
+			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "s" {
 				return true
 			}
 			lit, ok := call.Args[0].(*ast.BasicLit)

@@ -35,7 +35,7 @@ type opsEnv struct {
 	done  map[int64]bool
 }
 
-const opsToken = "s3cret-admin-token"
+const opsToken = "169db81251968505a795de4b2361b081"
 
 func newOpsEnv(t *testing.T, cfg *api.Config) *opsEnv {
 	t.Helper()

@@ -25,6 +25,9 @@ import (
 //	POST /ui/sagas/{id}/actions/{name}  operator action (form with the admin token)
 //	POST /ui/sagas/actions              an action on every saga of a filter, dry run first
 //	POST /ui/login                      token for read pages when reads are protected
+//
+// (Registered in routeAll; the gate checks the token of a read page, a
+// form or the login before the handler runs.)
 
 //go:embed templates/*.html
 var templateFS embed.FS
@@ -33,49 +36,21 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"short": func(id uuid.UUID) string { return id.String()[:8] },
 }).ParseFS(templateFS, "templates/*.html"))
 
-func (s *Server) routePages() {
-	s.mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/ui/sagas", http.StatusFound)
-	})
-	s.mux.HandleFunc("GET /ui/sagas", s.page(s.listPage))
-	s.mux.HandleFunc("GET /ui/sagas/{id}", s.page(s.detailPage))
-	s.mux.HandleFunc("POST /ui/sagas/{id}/actions/{action}", s.actionPage)
-	s.mux.HandleFunc("POST /ui/sagas/actions", s.bulkPage)
-	s.mux.HandleFunc("POST /ui/login", s.login)
-}
-
-// page guards a read page: when reads are protected it wants the client or
-// the admin token in the Authorization header, or the session cookie set
-// by /ui/login.
-func (s *Server) page(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.ProtectReads && s.requestRole(r) == roleNone && s.sessionRole(r, time.Now()) == roleNone {
-			s.render(w, http.StatusUnauthorized, "login", loginData{Back: safeBack(r.URL.RequestURI())})
-			return
-		}
-		h(w, r)
-	}
-}
-
 type loginData struct {
 	Back  string
 	Error string
 }
 
-// login checks the token of the page's form and sets the session cookie:
-// HttpOnly, SameSite=Strict, Secure over TLS, for SessionTTL. It redirects
-// to back, a path under /ui/ only.
+// login sets the session cookie of the role the form's token has (the
+// gate checked it): HttpOnly, SameSite=Strict, for SessionTTL, and Secure
+// over TLS, with Config.SecureCookie, or with Config.TrustProxy when
+// X-Forwarded-Proto is https. It redirects to back, a path under /ui/
+// only.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
-	_ = r.ParseForm()
 	back := safeBack(r.PostFormValue("back"))
-	rl := s.roleOf(r.PostFormValue("token"))
-	if rl == roleNone {
-		s.render(w, http.StatusUnauthorized, "login", loginData{Back: back, Error: "That token is neither the admin nor the client token."})
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.newSession(rl, time.Now()), Path: "/ui/", MaxAge: int(SessionTTL / time.Second),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	secure := r.TLS != nil || s.cfg.SecureCookie || s.forwardedHTTPS(r)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.newSession(callerRole(r), time.Now()), Path: "/ui/", MaxAge: int(SessionTTL / time.Second),
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 
@@ -425,28 +400,14 @@ func fmtDur(d time.Duration) string {
 
 // ---- actions ----
 
-// actionPage applies an operator action posted by the detail page's forms.
-// The admin token comes in the form's token field. Success redirects to the
-// detail page; a refusal renders it with the reason and the 4xx status.
+// actionPage applies an operator action posted by the detail page's forms
+// (the gate checked the admin token of the form's token field). Success
+// redirects to the detail page; a refused action renders it with the
+// reason and the 4xx status.
 func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("The form could not be read (at most %d bytes of form fields).", MaxActionBodyBytes))
-		return
-	}
 	action := r.PathValue("action")
 	form := ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome"))}
 	d := detailData{Form: form, Action: action}
-	if !s.adminTok.set {
-		d.Error = "Operator actions are disabled on this server (http.admin_token is not set). Nothing was changed."
-		s.renderDetail(w, r, http.StatusForbidden, d)
-		return
-	}
-	if s.roleOf(r.PostFormValue("token")) != roleAdmin {
-		d.Error = "The admin token is missing or wrong. Nothing was changed."
-		s.renderDetail(w, r, http.StatusUnauthorized, d)
-		return
-	}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %s is not a UUID.", echo(r.PathValue("id"))))

@@ -35,13 +35,6 @@ type ReconcileRunBody struct {
 	Since string `json:"since,omitempty"`
 }
 
-func (s *Server) routeReconcile() {
-	s.mux.HandleFunc("GET /reconcile", s.read(s.reconcileView))
-	s.mux.HandleFunc("POST /reconcile/run", s.admin(s.reconcileRun))
-	s.mux.HandleFunc("POST /reconcile/discrepancies/{id}/resolve", s.admin(s.resolveDiscrepancy))
-	s.routeReconcilePages()
-}
-
 func (s *Server) reconciler(w http.ResponseWriter) (Reconciler, bool) {
 	rc, ok := s.eng.(Reconciler)
 	if !ok {

@@ -14,8 +14,8 @@ import (
 
 func TestReconcileEndpoints(t *testing.T) {
 	t.Parallel()
-	e := setup(t, "sesame")
-	admin := []string{"Authorization", "Bearer sesame"}
+	e := setup(t, adminToken)
+	admin := []string{"Authorization", "Bearer " + adminToken}
 	// A saga failed after its pivot: a business failure of create-shipment.
 	id := e.start("rec-1")
 	for range 3 {
@@ -61,8 +61,8 @@ func TestReconcileEndpoints(t *testing.T) {
 
 func TestOperatorQueryAction(t *testing.T) {
 	t.Parallel()
-	e := setup(t, "sesame")
-	admin := []string{"Authorization", "Bearer sesame"}
+	e := setup(t, adminToken)
+	admin := []string{"Authorization", "Bearer " + adminToken}
 	id := e.start("q-1")
 	code, out := e.do("POST", "/sagas/"+id.String()+"/actions/query", map[string]any{"actor": "erin", "reason": "inventory says it reserved"}, admin...)
 	if code != http.StatusOK {
@@ -83,7 +83,7 @@ func TestOperatorQueryAction(t *testing.T) {
 
 func TestReconcilePage(t *testing.T) {
 	t.Parallel()
-	e := setup(t, "sesame")
+	e := setup(t, adminToken)
 	id := e.start("rec-page")
 	for range 3 {
 		e.reply(id, message.Success, "")
@@ -112,7 +112,7 @@ func TestReconcilePage(t *testing.T) {
 	if code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {"wrong"}}); code != 401 || !strings.Contains(body, "Nothing was changed") {
 		t.Fatalf("run with a wrong token = %d:\n%s", code, body)
 	}
-	code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {"sesame"}})
+	code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {adminToken}})
 	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, saga.KindFailed) {
 		t.Fatalf("run = %d:\n%s", code, body)
 	}
@@ -121,10 +121,10 @@ func TestReconcilePage(t *testing.T) {
 		t.Fatalf("open %v %v", open, err)
 	}
 	path := fmt.Sprintf("/ui/reconcile/%d/resolve", open[0].ID)
-	if code, _, body := page("POST", path, url.Values{"token": {"sesame"}, "actor": {"dana"}}); code != 400 || !strings.Contains(body, "reason") {
+	if code, _, body := page("POST", path, url.Values{"token": {adminToken}, "actor": {"dana"}}); code != 400 || !strings.Contains(body, "reason") {
 		t.Fatalf("resolve without reason = %d:\n%s", code, body)
 	}
-	if code, loc, _ := page("POST", path, url.Values{"token": {"sesame"}, "actor": {"dana"}, "reason": {"shipped by hand"}}); code != 303 || loc != "/ui/reconcile?done=resolve" {
+	if code, loc, _ := page("POST", path, url.Values{"token": {adminToken}, "actor": {"dana"}, "reason": {"shipped by hand"}}); code != 303 || loc != "/ui/reconcile?done=resolve" {
 		t.Fatalf("resolve = %d %q", code, loc)
 	}
 	if code, _, body := page("GET", "/ui/reconcile?done=resolve", nil); code != 200 || !strings.Contains(body, "Nothing open.") || !strings.Contains(body, "Discrepancy resolved") {

@@ -27,12 +27,6 @@ type reconcileData struct {
 	Now     string
 }
 
-func (s *Server) routeReconcilePages() {
-	s.mux.HandleFunc("GET /ui/reconcile", s.page(s.reconcilePage))
-	s.mux.HandleFunc("POST /ui/reconcile/run", s.reconcileRunPage)
-	s.mux.HandleFunc("POST /ui/reconcile/{id}/resolve", s.reconcileResolvePage)
-}
-
 func (s *Server) reconcilePage(w http.ResponseWriter, r *http.Request) {
 	d := reconcileData{}
 	if r.URL.Query().Get("done") == "resolve" {
@@ -65,32 +59,10 @@ func (s *Server) renderReconcile(w http.ResponseWriter, r *http.Request, status 
 	s.render(w, status, "reconcile", d)
 }
 
-// reconcileForm checks a posted form's admin token; false when it rendered
-// the refusal.
-func (s *Server) reconcileForm(w http.ResponseWriter, r *http.Request) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("The form could not be read (at most %d bytes of form fields).", MaxActionBodyBytes))
-		return false
-	}
-	switch {
-	case !s.adminTok.set:
-		s.renderReconcile(w, r, http.StatusForbidden, reconcileData{Error: "Operator actions are disabled on this server (http.admin_token is not set). Nothing was changed."})
-		return false
-	case s.roleOf(r.PostFormValue("token")) != roleAdmin:
-		s.renderReconcile(w, r, http.StatusUnauthorized, reconcileData{Error: "The admin token is missing or wrong. Nothing was changed."})
-		return false
-	}
-	return true
-}
-
 func (s *Server) reconcileRunPage(w http.ResponseWriter, r *http.Request) {
 	rc, ok := s.eng.(Reconciler)
 	if !ok {
 		s.render(w, http.StatusNotImplemented, "error", "This server has no reconciler.")
-		return
-	}
-	if !s.reconcileForm(w, r) {
 		return
 	}
 	rep, err := rc.Reconcile(r.Context(), saga.ReconcileOptions{DryRun: r.PostFormValue("dry_run") != ""}, s.cfg.ReconcileMetrics)
@@ -117,9 +89,6 @@ func (s *Server) reconcileResolvePage(w http.ResponseWriter, r *http.Request) {
 	rc, ok := s.eng.(Reconciler)
 	if !ok {
 		s.render(w, http.StatusNotImplemented, "error", "This server has no reconciler.")
-		return
-	}
-	if !s.reconcileForm(w, r) {
 		return
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)

@@ -27,7 +27,7 @@ import (
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
-const clientToken = "client-token-of-the-shop"
+const clientToken = "a2b12771baf17c11cf9832b8ae2bef4f"
 
 // hardened puts the API of env (with cfg) behind the server serve runs:
 // api.NewHTTPServer with lim on api.LimitListener.
@@ -455,7 +455,7 @@ func TestLoginCookieHoldsASessionNotTheToken(t *testing.T) {
 	}
 	// another server with other tokens refuses the session
 	res := login(plain, clientToken)
-	other := httptest.NewServer(newAPI(t, env.eng, &api.Config{AdminToken: "other-admin", ClientToken: "other-client", ProtectReads: true}))
+	other := httptest.NewServer(newAPI(t, env.eng, &api.Config{AdminToken: "0ther-4dmin-9f1c2e7a5b3d8064", ClientToken: "0ther-c1ient-4e8a2f6c1b9d7035", ProtectReads: true}))
 	defer other.Close()
 	req, _ := http.NewRequest("GET", other.URL+"/ui/sagas", nil)
 	req.AddCookie(res.Cookies()[0])

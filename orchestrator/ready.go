@@ -13,6 +13,43 @@ import (
 	"github.com/sagaflow/sagaflow/migrations"
 )
 
+// NotReadyError is a readiness check's failure: Reason is what /readyz
+// tells its caller (generic: which dependency, never its address, user,
+// database or the driver's message), Err the details for the log.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// ReadyReason is the reason /readyz may show.
+func (e *NotReadyError) ReadyReason() string { return e.Reason }
+
+// The reasons of the readiness checks.
+const (
+	ReasonPostgres   = "postgres unavailable"
+	ReasonKafka      = "kafka unavailable"
+	ReasonSchema     = "schema check failed"
+	ReasonMigrations = "migrations pending"
+	ReasonStarting   = "starting"
+	// ReasonPrepareFailing: a process's prepare step (migrations, topics)
+	// has failed at least once and is retried.
+	ReasonPrepareFailing = "starting: preparing schema and topics keeps failing"
+)
+
+// ReadyReason is what a /readyz answer may say of err: the reason of the
+// first error in its chain that has one (a ReadyReason method), else "not
+// ready". The details stay in the log.
+func ReadyReason(err error) string {
+	var r interface{ ReadyReason() string }
+	if errors.As(err, &r) {
+		return r.ReadyReason()
+	}
+	return "not ready"
+}
+
 // ReadyTimeoutDefault bounds each readiness probe (Postgres, broker,
 // schema) when the caller's context has no earlier deadline.
 const ReadyTimeoutDefault = 2 * time.Second
@@ -23,22 +60,24 @@ const ReadyTimeoutDefault = 2 * time.Second
 // the credentials) and answers a metadata request, and no migration of sets
 // is pending. Each probe is
 // bounded by ReadyTimeoutDefault. The participants process uses it too.
+// Its errors are *NotReadyError: a generic reason for the caller, the
+// details for the log.
 func Readiness(pool *pgxpool.Pool, brokers []string, d *kafka.Dialer, sets []migrations.Set) func(context.Context) error {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, ReadyTimeoutDefault)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("postgres: ping: %w", err)
+			return &NotReadyError{Reason: ReasonPostgres, Err: fmt.Errorf("postgres: ping: %w", err)}
 		}
 		if err := PingBrokers(ctx, d, brokers); err != nil {
-			return err
+			return &NotReadyError{Reason: ReasonKafka, Err: err}
 		}
 		n, err := migrations.Pending(ctx, pool, sets...)
 		if err != nil {
-			return fmt.Errorf("schema: %w", err)
+			return &NotReadyError{Reason: ReasonSchema, Err: fmt.Errorf("schema: %w", err)}
 		}
 		if n > 0 {
-			return fmt.Errorf("schema: %d migrations pending (run `orchestrator migrate`)", n)
+			return &NotReadyError{Reason: ReasonMigrations, Err: fmt.Errorf("schema: %d migrations pending (run `orchestrator migrate`)", n)}
 		}
 		return nil
 	}
@@ -82,7 +121,7 @@ func PingBrokers(ctx context.Context, d *kafka.Dialer, brokers []string) error {
 func (s *Service) Ready(ctx context.Context) error {
 	sets, err := s.Migrations()
 	if err != nil {
-		return err
+		return &NotReadyError{Reason: ReasonSchema, Err: err}
 	}
 	return Readiness(s.pool, s.cfg.Brokers, s.cfg.Dialer, sets)(ctx)
 }

@@ -26,8 +26,8 @@ func TestReadyChecksSchemaAndBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testkit.Context(t, time.Minute)
-	if err := svc.Ready(ctx); err == nil || !strings.Contains(err.Error(), "migrations pending") {
-		t.Fatalf("Ready before Prepare = %v, want pending migrations", err)
+	if err := svc.Ready(ctx); err == nil || !strings.Contains(err.Error(), "migrations pending") || orchestrator.ReadyReason(err) != orchestrator.ReasonMigrations {
+		t.Fatalf("Ready before Prepare = %v (reason %q), want pending migrations", err, orchestrator.ReadyReason(err))
 	}
 	if err := svc.Prepare(ctx); err != nil {
 		t.Fatal(err)
@@ -49,8 +49,11 @@ func TestReadyChecksSchemaAndBroker(t *testing.T) {
 	}
 	start := time.Now()
 	err = orchestrator.Readiness(pool, []string{dead}, nil, sets)(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "kafka") {
-		t.Errorf("Readiness with a dead broker = %v, want a kafka error", err)
+	if err == nil || !strings.Contains(err.Error(), "kafka") || orchestrator.ReadyReason(err) != orchestrator.ReasonKafka {
+		t.Errorf("Readiness with a dead broker = %v (reason %q), want a kafka error", err, orchestrator.ReadyReason(err))
+	}
+	if r := orchestrator.ReadyReason(err); strings.Contains(r, dead) {
+		t.Errorf("the reason %q names the broker", r)
 	}
 	if d := time.Since(start); d > orchestrator.ReadyTimeoutDefault+time.Second {
 		t.Errorf("Readiness with a dead broker took %s, want under %s", d, orchestrator.ReadyTimeoutDefault)

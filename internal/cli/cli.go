@@ -159,9 +159,9 @@ func (p *preparer) ready(check func(context.Context) error) func(context.Context
 		case done:
 			return check(ctx)
 		case last != nil:
-			return fmt.Errorf("starting: preparing schema and topics keeps failing: %w", kafkaHint(last))
+			return &orchestrator.NotReadyError{Reason: orchestrator.ReasonPrepareFailing, Err: fmt.Errorf("preparing schema and topics keeps failing: %w", kafkaHint(last))}
 		}
-		return errors.New("starting: preparing schema and topics")
+		return &orchestrator.NotReadyError{Reason: orchestrator.ReasonStarting, Err: errors.New("preparing schema and topics")}
 	}
 }
 
@@ -258,6 +258,9 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 		Short: "Run the orchestrator (reply consumer, relay, timers, HTTP API) against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := cfg.HTTP.validateServe(); err != nil {
+				return err
+			}
 			acfg := cfg.HTTP.api()
 			reg, err := cfg.registry()
 			if err != nil {
@@ -312,6 +315,10 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
+			}
+			if !acfg.ProtectReads && !loopback(cfg.HTTP.Addr) {
+				log.Warn("the reads and the status page (saga data, journals, dead letters) are open to anyone who reaches http.addr: set http.protect_reads",
+					slog.String("addr", cfg.HTTP.Addr))
 			}
 			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema); err != nil {
 				return err
@@ -487,8 +494,11 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			ready := prep.ready(orchestrator.Readiness(pool, bs, dialer, sets))
 			mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 				if err := ready(r.Context()); err != nil {
+					// The reason only: the error may name hosts, users, databases.
+					log.Warn("not ready", slog.String("reason", orchestrator.ReadyReason(err)), slog.String("error", err.Error()))
+					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusServiceUnavailable)
-					_ = json.NewEncoder(w).Encode(map[string]string{"status": "not ready", "error": err.Error()})
+					_ = json.NewEncoder(w).Encode(map[string]string{"status": "not ready", "error": orchestrator.ReadyReason(err)})
 					return
 				}
 				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")

@@ -93,6 +93,10 @@ func seedOps(t *testing.T, pool *pgxpool.Pool, schema string) (eng *saga.Engine,
 	return eng, failed, running
 }
 
+// opsTestToken is the admin token of the test servers (api.New refuses
+// weak ones).
+const opsTestToken = "2c07c06ffd1ec0b3b84e91d2ea147fb3"
+
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -102,7 +106,7 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 
 func TestOpsStatusAndList(t *testing.T) {
 	t.Parallel()
-	url, failed, running := opsServer(t, &api.Config{AdminToken: "tok"})
+	url, failed, running := opsServer(t, &api.Config{AdminToken: opsTestToken})
 
 	out, stderr, code := runCLI(t, "status", failed.String(), "--api", url)
 	if code != 0 {
@@ -202,12 +206,12 @@ func TestOpsStatusAndList(t *testing.T) {
 
 func TestOpsProtectedReadsUseTheToken(t *testing.T) {
 	t.Parallel()
-	url, failed, _ := opsServer(t, &api.Config{AdminToken: "tok", ProtectReads: true})
+	url, failed, _ := opsServer(t, &api.Config{AdminToken: opsTestToken, ProtectReads: true})
 	_, stderr, code := runCLI(t, "status", failed.String(), "--api", url)
 	if code == 0 || !strings.Contains(stderr, "401") || !strings.Contains(stderr, "--token") {
 		t.Fatalf("no token: exit %d: %s", code, stderr)
 	}
-	out, stderr, code := runCLI(t, "list", "--stuck", "--api", url, "--token", "tok")
+	out, stderr, code := runCLI(t, "list", "--stuck", "--api", url, "--token", opsTestToken)
 	if code != 0 || !strings.Contains(out, failed.String()) {
 		t.Fatalf("with --token: exit %d %s\n%s", code, stderr, out)
 	}

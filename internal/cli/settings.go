@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -86,7 +88,7 @@ func (c RelayConfig) advanced() relay.Advanced {
 // HTTPConfig is http.*.
 type HTTPConfig struct {
 	Addr, AdminToken, ClientToken                            string
-	ProtectReads, ProtectMetrics                             bool
+	ProtectReads, ProtectMetrics, TrustProxy, SecureCookie   bool
 	MaxDataBytes, MaxHeaderBytes, MaxConnections, DBMaxConns int
 	ReadTimeout, WriteTimeout, IdleTimeout, HandlerTimeout   time.Duration
 }
@@ -179,6 +181,7 @@ func (c *Config) bindings() []binding {
 		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
+		{"http.trust_proxy", &h.TrustProxy}, {"http.secure_cookie", &h.SecureCookie},
 		{"http.max_data_bytes", &h.MaxDataBytes}, {"http.max_header_bytes", &h.MaxHeaderBytes},
 		{"http.read_timeout", &h.ReadTimeout}, {"http.write_timeout", &h.WriteTimeout}, {"http.idle_timeout", &h.IdleTimeout},
 		{"http.handler_timeout", &h.HandlerTimeout}, {"http.max_connections", &h.MaxConnections}, {"http.db_max_conns", &h.DBMaxConns},
@@ -501,7 +504,55 @@ func (h HTTPConfig) limits() api.Limits {
 // api is the HTTP API's configuration.
 func (h HTTPConfig) api() api.Config {
 	return api.Config{AdminToken: h.AdminToken, ClientToken: h.ClientToken, ProtectReads: h.ProtectReads,
-		ProtectMetrics: h.ProtectMetrics, MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout}
+		ProtectMetrics: h.ProtectMetrics, TrustProxy: h.TrustProxy, SecureCookie: h.SecureCookie,
+		MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout}
+}
+
+// validateServe checks what `serve` needs beyond validate: tokens fit to
+// be tokens (api.WeakToken), and both tokens when http.addr is not a
+// loopback address. Each error names the keys to set.
+func (h HTTPConfig) validateServe() error {
+	var errs []error
+	for _, t := range []struct{ key, val string }{{"http.admin_token", h.AdminToken}, {"http.client_token", h.ClientToken}} {
+		if t.val == "" {
+			continue
+		}
+		if why := api.WeakToken(t.val); why != "" {
+			errs = append(errs, fmt.Errorf("config: %s: refused: %s", t.key, why))
+		}
+	}
+	if !loopback(h.Addr) {
+		var missing []string
+		if h.AdminToken == "" {
+			missing = append(missing, "http.admin_token (SAGAFLOW_HTTP_ADMIN_TOKEN)")
+		}
+		if h.ClientToken == "" {
+			missing = append(missing, "http.client_token (SAGAFLOW_HTTP_CLIENT_TOKEN)")
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("config: http.addr %q is not a loopback address, and serve does not listen beyond loopback without tokens: set %s (at least %d characters each, e.g. `openssl rand -hex 32`), or listen on 127.0.0.1",
+				h.Addr, strings.Join(missing, " and "), api.TokenMinLength))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loopback reports whether the listen address addr (host:port) is on
+// loopback only: 127.0.0.0/8, ::1 or localhost. An empty host (every
+// interface) or an address that does not parse is not.
+func loopback(addr string) bool {
+	if addr == "" {
+		return true // no listener
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // security is kafka.tls.* and kafka.sasl.*.
