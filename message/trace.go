@@ -77,13 +77,22 @@ func TraceParentProblem(v string) (code, reason string) {
 			}
 		}
 	}
-	if v[3:35] == strings.Repeat("0", 32) {
+	if allZero(v[3:35]) {
 		return TraceDropZeroID, "has an all-zero trace id"
 	}
-	if v[36:52] == strings.Repeat("0", 16) {
+	if allZero(v[36:52]) {
 		return TraceDropZeroID, "has an all-zero parent id"
 	}
 	return "", ""
+}
+
+func allZero(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '0' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidTraceParent reports whether v is a traceparent that is kept (see
@@ -116,6 +125,9 @@ func TraceID(traceparent string) string {
 //
 // A key appears at most once.
 func TraceStateProblem(v string) (clean, code, reason string) {
+	if v == "" {
+		return "", "", ""
+	}
 	if len(v) > MaxTraceStateBytes {
 		return "", TraceDropSize, fmt.Sprintf("is %d bytes, more than the %d kept", len(v), MaxTraceStateBytes)
 	}
