@@ -1,8 +1,8 @@
 package saga_test
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
