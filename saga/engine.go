@@ -295,6 +295,9 @@ func cleanData(raw []byte) (json.RawMessage, error) {
 
 func (e *Engine) prepare(req *StartRequest) (*Def, json.RawMessage, error) {
 	e.admitTrace(req)
+	if err := startHeadersProblem(req.TraceParent, req.TraceState, message.MaxSendHeadersBytes); err != nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, err)
+	}
 	def, ok := e.reg.Latest(req.Type)
 	if !ok {
 		return nil, nil, fmt.Errorf("start saga: type %q: %w", req.Type, ErrUnknownType)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -42,6 +43,26 @@ func TraceContext(ctx context.Context, traceparent, tracestate string) context.C
 		c[message.HeaderTraceState] = ts
 	}
 	return w3c.Extract(ctx, c)
+}
+
+// startHeadersProblem checks, before a start is committed, the headers
+// its commands will carry: the envelope's and the trace context admitted
+// at the door, within limit bytes (message.MaxSendHeadersBytes, what every
+// participant accepts). The outbox refuses more in any case; here a start
+// that would make such commands is refused alone, as the caller's mistake
+// (an *InputError: 400), rather than failing its batch.
+func startHeadersProblem(traceparent, tracestate string, limit int) error {
+	h := message.Headers(uuid.Max, uuid.Max)
+	if traceparent != "" {
+		h[message.HeaderTraceParent] = traceparent
+		if tracestate != "" {
+			h[message.HeaderTraceState] = tracestate
+		}
+	}
+	if err := message.CheckHeaderMap(h, message.HeaderLimits{MaxTotalBytes: limit}); err != nil {
+		return &InputError{Field: "headers", Problem: "would make commands a participant must refuse: " + err.Error()}
+	}
+	return nil
 }
 
 // Where a dropped trace context came in (the where label of
