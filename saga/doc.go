@@ -39,8 +39,10 @@
 // A saga is [Running], then [Completed], or [Compensating] then
 // [Compensated]; or [Failed], which needs an operator (a step after the
 // pivot answered a business failure, or the pivot got no definite answer
-// within its retry answers or deadline). Terminal states absorb every event
-// but an audited operator resolve. A step is pending, running (command
+// within its retry answers or deadline, or a timer came due once the saga
+// had sent Definition.MaxSends commands). Terminal states absorb every
+// event but an audited operator resolve (or query, or a retry of a saga
+// its send bound stopped, which re-open it). A step is pending, running (command
 // sent), retrying (waiting for backoff), succeeded, failed, querying (given
 // up without a definite answer: its participant is asked what its barrier
 // recorded), unknown (given up for good), compensating,
@@ -68,6 +70,8 @@
 //	                   closed: as failure;
 //	                   compensated: step undone
 //	saga deadline      compensate as for a give-up    no longer applies                 no longer applies
+//	timer due at the   send nothing: failed, flagged  same                              same
+//	send bound         with the bound (MaxSends)
 //	earlier send:      taken (same barrier key)       taken                             taken
 //	success, failure
 //	earlier send:      journaled as ignored           same                              same
