@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
@@ -213,4 +214,36 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestTraceContextPoisonWithTracingOn: with tracing on, a start whose
+// traceparent the door refuses begins a trace of its own, and its commands
+// carry a fresh valid traceparent of that trace, nothing of the refused
+// one.
+func TestTraceContextPoisonWithTracingOn(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	eng, err := saga.NewEngine(env.pool, env.eng.Registry(), &saga.Config{Schema: "orch", Tracer: tp.Tracer(saga.TracerName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison := "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + strings.Repeat("\xff", 20<<10)
+	in, _, err := eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "on", AggregateID: "on", Data: order("on"),
+		TraceParent: poison, TraceState: "a=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := get(t, env, in.ID)
+	trace := message.TraceID(got.TraceParent)
+	if trace == "" || trace == "4bf92f3577b34da6a3ce929d0e0e4736" || got.TraceState != "" {
+		t.Fatalf("stored %q %q; want a trace of its own without the refused tracestate", got.TraceParent, got.TraceState)
+	}
+	for _, h := range commandHeaders(t, env, in.ID.String()) {
+		if c := h[message.HeaderTraceParent]; message.TraceID(c) != trace || len(c) != message.TraceParentBytes {
+			t.Errorf("command traceparent %.80q, want a valid one of trace %s", c, trace)
+		}
+	}
 }
