@@ -356,8 +356,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "type", "unknown saga type %s (known: %s)", echo(b.Type), strings.Join(s.eng.Registry().Types(), ", "))
 		return
 	}
+	// Trace context: repeated header fields combine with "," (RFC 9110), so
+	// two traceparents make one the engine's door refuses; whatever it
+	// refuses is dropped (logged, counted) and the start goes on.
 	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data,
-		TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")})
+		TraceParent: strings.Join(r.Header.Values("traceparent"), ","), TraceState: strings.Join(r.Header.Values("tracestate"), ",")})
 	var live *saga.LiveSagaError
 	switch {
 	case errors.Is(err, saga.ErrInvalidInput):

@@ -3,6 +3,7 @@ package message
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -132,4 +133,46 @@ func MatchRecordHeaders[H RecordHeader](hs []H, messageID, sagaID uuid.UUID) err
 		}
 	}
 	return nil
+}
+
+// CheckHeaderMap checks headers about to be written as a record's (a map,
+// as the outbox keeps them) by the rules of CheckRecordHeadersLimits, in
+// the order of the sorted keys so the error is stable: every key and
+// value is text, the headers this package names are at most
+// l.MaxValueBytes each and all keys and values together at most
+// l.MaxTotalBytes. The error wraps ErrInvalid.
+func CheckHeaderMap(h map[string]string, l HeaderLimits) error {
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = MaxHeaderValueBytesDefault
+	}
+	if l.MaxTotalBytes <= 0 {
+		l.MaxTotalBytes = MaxHeadersBytesDefault
+	}
+	total := 0
+	for k, v := range h {
+		total += len(k) + len(v)
+	}
+	for _, name := range ownHeaders {
+		if v, ok := h[name]; ok && len(v) > l.MaxValueBytes {
+			return &FieldError{Field: "header " + name, Reason: fmt.Sprintf("is %d bytes, longer than the %d allowed", len(v), l.MaxValueBytes)}
+		}
+	}
+	if total > l.MaxTotalBytes {
+		return fmt.Errorf("%w: the record's %d headers are %d bytes (keys and values), more than the %d a consumer accepts", ErrInvalid, len(h), total, l.MaxTotalBytes)
+	}
+	var bad []string
+	for k, v := range h {
+		if textProblem(k) != "" || textProblem(v) != "" {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	k := bad[0]
+	if p := textProblem(k); p != "" {
+		return &FieldError{Field: "header " + Truncate(k, 64), Reason: "has a key that " + p}
+	}
+	return &FieldError{Field: "header " + k, Reason: textProblem(h[k])}
 }

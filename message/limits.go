@@ -46,6 +46,16 @@ const (
 	MaxNameBytesDefault = 255
 )
 
+// MaxSendHeadersBytes bounds all the header keys and values of a record
+// written to an outbox (commands, replies, redriven dead letters): the
+// bound every consumer of this project applies to a record's headers by
+// default (MaxHeadersBytesDefault: the Go inbox's MaxHeaderBytesDefault,
+// the orchestrator's reply consumer, the Node participant), so that no
+// record is sent that a consumer must refuse for its headers. The outbox
+// refuses more (see CheckHeaderMap); a consumer configured below it would
+// dead-letter what is sent.
+const MaxSendHeadersBytes = MaxHeadersBytesDefault
+
 // Fixed bounds.
 const (
 	// MaxTopicBytes is the longest Kafka topic name (reply_to is one).

@@ -13,7 +13,8 @@ import (
 )
 
 // replySpans starts a "reply apply" span per reply, child of the trace
-// context its record carries (the participant echoes the command's), and
+// context its record carries (the participant echoes the command's) when
+// message.RecordTraceContext keeps it, and
 // returns the function that ends them with the batch's error. Without a
 // tracer it does nothing.
 func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int) func(error) {
@@ -24,8 +25,12 @@ func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int)
 	spans := make([]trace.Span, 0, len(rs))
 	for k, r := range rs {
 		m := ms[idx[k]]
-		tp, _ := m.Header(message.HeaderTraceParent)
-		ts, _ := m.Header(message.HeaderTraceState)
+		// The door of a reply's trace context: what it refuses is dropped
+		// (counted, logged) and the span starts a trace of its own.
+		tp, ts, drops := message.RecordTraceContext(m)
+		for _, d := range drops {
+			s.engine.TraceDropped(saga.TraceFromReply, "", d)
+		}
 		_, span := tr.Start(saga.TraceContext(context.Background(), tp, ts), "reply apply "+r.Step,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("saga.id", r.SagaID.String()), attribute.String("saga.step", r.Step),

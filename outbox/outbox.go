@@ -168,6 +168,9 @@ func (o *Outbox) enqueueArgs(msgs []Message) ([]any, error) {
 		if h == nil {
 			h = map[string]string{}
 		}
+		if err := checkHeaders(h); err != nil {
+			return nil, fmt.Errorf("outbox %s: enqueue message %d (topic %q): %w", o.schema, i, m.Topic, err)
+		}
 		b, err := json.Marshal(h)
 		if err != nil {
 			return nil, fmt.Errorf("outbox %s: enqueue message %d: headers: %w", o.schema, i, err)

@@ -520,6 +520,9 @@ func (m *machine) timer() (Decision, error) {
 	}
 	i := m.in.Cursor
 	s := &m.in.Steps[i]
+	if m.sendBoundDue() {
+		return m.stopSending(i)
+	}
 	if m.in.State == Running && m.in.DeadlineAt != nil && !m.at.Before(*m.in.DeadlineAt) && m.def.beforePivot(i) {
 		m.note(JournalEntry{Event: JournalDeadline, Step: s.Name, Reason: fmt.Sprintf("saga deadline %s passed before the pivot", m.in.DeadlineAt.Format(time.RFC3339Nano))})
 		if s.State == StepRunning || s.State == StepRetrying || s.State == StepQuerying {
@@ -586,8 +589,8 @@ func (m *machine) operator(op Operator) (Decision, error) {
 	entry := JournalEntry{Event: JournalOperator + string(op.Action), Actor: op.Actor, Reason: op.Reason}
 	switch op.Action {
 	case ActionRetry:
-		if m.in.State.Terminal() {
-			return refuse("the saga is %s; only a running or compensating saga has a step to retry", m.in.State)
+		if m.in.State.Terminal() && !m.reopenStopped() {
+			return refuse("the saga is %s; only a running or compensating saga, or a failed one stopped while re-sending, has a step to retry", m.in.State)
 		}
 		i := m.in.Cursor
 		s := &m.in.Steps[i]

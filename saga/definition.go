@@ -167,6 +167,13 @@ type Definition[T any] struct {
 	// CompensationFlagAfter: compensation attempts after which the saga is
 	// flagged for an operator (it keeps retrying). Default FlagAfterDefault.
 	CompensationFlagAfter int
+	// MaxSends bounds the commands one saga sends on its own (forward,
+	// compensation and query sends of all its steps): once it has sent
+	// this many, the next timer that comes due (a timeout, a re-send, a
+	// deadline) fails it, flagged with the bound, instead of sending;
+	// replies are still taken until then, and an operator's retry re-opens
+	// it with one send. Zero: MaxSendsDefault; negative: no bound.
+	MaxSends int
 }
 
 // StepDef is a step with its types erased; what the state machine reads.
@@ -216,6 +223,9 @@ type Def struct {
 	Deadline time.Duration
 	// Pivot is the index of the pivot step, or -1 when there is none.
 	Pivot int
+	// MaxSends is the saga's bound on its own sends (Definition.MaxSends
+	// with its default); 0: none.
+	MaxSends int
 
 	index map[string]int
 }
@@ -271,7 +281,10 @@ func (d Definition[T]) Build() (*Def, error) {
 	if d.Version < 0 {
 		return nil, bad("", "version %d must be positive", d.Version)
 	}
-	def := &Def{Name: d.Name, Version: d.Version, Deadline: d.Deadline, Pivot: -1, index: map[string]int{}}
+	def := &Def{Name: d.Name, Version: d.Version, Deadline: d.Deadline, Pivot: -1, MaxSends: max(d.MaxSends, 0), index: map[string]int{}}
+	if d.MaxSends == 0 {
+		def.MaxSends = MaxSendsDefault
+	}
 	for i, s := range d.Steps {
 		if !nameRE.MatchString(s.Name) || len(s.Name) > maxNameLen {
 			return nil, bad(s.Name, "step %d: name must be %s, at most %d characters", i, errNamePatternDescription, maxNameLen)
@@ -483,6 +496,24 @@ func (r *Registry) Override(sagaType, step string, o StepOverride) error {
 		return fmt.Errorf("saga registry: override %q/%q: %w", sagaType, step, ErrUnknownStep)
 	}
 	return nil
+}
+
+// SetMaxSends sets the send bound (Def.MaxSends) of every registered
+// definition, all versions: n > 0 bounds, n < 0 removes the bound, 0
+// leaves the definitions' own.
+func (r *Registry) SetMaxSends(n int) {
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, vs := range r.defs {
+		for v, old := range vs {
+			d := *old // copy on write, as Override
+			d.MaxSends = max(n, 0)
+			vs[v] = &d
+		}
+	}
 }
 
 // Latest returns the newest version of sagaType.

@@ -53,7 +53,8 @@
 // the saga, decides, writes the saga with a version check, appends the
 // journal and enqueues the commands in the outbox. A saga is [Running],
 // then [Completed], or [Compensating] then [Compensated]; or [Failed],
-// which needs an operator ([Engine.Operate]: retry, compensate, resolve).
+// which needs an operator ([Engine.Operate]: retry, compensate, resolve);
+// a saga that has sent [Definition] MaxSends commands stops there too.
 //
 // Reading: [Engine.Get] (one saga and its journal), [Engine.List]
 // (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];

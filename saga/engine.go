@@ -160,6 +160,8 @@ type Engine struct {
 	starts *startBatcher
 	// ignored samples the log lines of ignored events.
 	ignored ignoredSampler
+	// traceDrops samples the log lines of dropped trace contexts.
+	traceDrops dropSampler
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.
@@ -214,7 +216,9 @@ type StartRequest struct {
 	// ID optionally fixes the saga id (default: a new random UUID).
 	ID uuid.UUID
 	// TraceParent and TraceState are the caller's W3C trace context
-	// (optional; an invalid traceparent is ignored): see Instance.TraceParent.
+	// (optional): what message.CheckTraceContext refuses is dropped (counted
+	// in sagaflow_trace_context_dropped_total, logged) and the start goes on
+	// without it; see Instance.TraceParent.
 	TraceParent, TraceState string
 }
 
@@ -289,7 +293,11 @@ func cleanData(raw []byte) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func (e *Engine) prepare(req StartRequest) (*Def, json.RawMessage, error) {
+func (e *Engine) prepare(req *StartRequest) (*Def, json.RawMessage, error) {
+	e.admitTrace(req)
+	if err := startHeadersProblem(req.TraceParent, req.TraceState, message.MaxSendHeadersBytes); err != nil {
+		return nil, nil, fmt.Errorf("start saga %q: %w", req.Type, err)
+	}
 	def, ok := e.reg.Latest(req.Type)
 	if !ok {
 		return nil, nil, fmt.Errorf("start saga: type %q: %w", req.Type, ErrUnknownType)
@@ -327,7 +335,7 @@ func (e *Engine) prepare(req StartRequest) (*Def, json.RawMessage, error) {
 // own. If ctx ends while the start is already being committed, Start waits
 // for that commit and reports it.
 func (e *Engine) Start(ctx context.Context, req StartRequest) (Instance, bool, error) {
-	def, data, err := e.prepare(req)
+	def, data, err := e.prepare(&req)
 	if err != nil {
 		return Instance{}, false, err
 	}
@@ -343,7 +351,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (Instance, bool, e
 // StartTx starts a saga inside the caller's transaction, so a service can
 // start it atomically with its own writes.
 func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (Instance, bool, error) {
-	def, data, err := e.prepare(req)
+	def, data, err := e.prepare(&req)
 	if err != nil {
 		return Instance{}, false, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +119,9 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 		if ev.Kind != saga.EventOperator && (d.Changed || next.State != prev.State || next.Version != prev.Version) {
 			t.Fatalf("terminal %s saga moved on a %s event to %s v%d", prev.State, ev.Kind, next.State, next.Version)
 		}
-		if d.Changed && (prev.State != saga.Failed || ev.Operator.Action != saga.ActionResolve) {
+		reopen := ev.Operator != nil && ev.Operator.Action == saga.ActionRetry && prev.State == saga.Failed && prev.Steps[prev.Cursor].DueAt == nil &&
+			(prev.Steps[prev.Cursor].State == saga.StepRetrying || prev.Steps[prev.Cursor].State == saga.StepCompRetrying)
+		if d.Changed && (prev.State != saga.Failed || ev.Operator.Action != saga.ActionResolve) && !reopen {
 			t.Fatalf("terminal %s saga left by operator %s", prev.State, ev.Operator.Action)
 		}
 	}
@@ -126,6 +129,7 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 		m.resolved = true
 	}
 	def := h.def
+	m.checkSendBound(prev, ev, d)
 	m.checkTimeouts(prev, ev, d)
 	for _, c := range h.sent[sentBefore:] {
 		i, _ := def.StepIndex(c.Step)
@@ -196,6 +200,27 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 		}
 	}
 	return d
+}
+
+// checkSendBound: at its send bound a saga sends nothing on a timer, and
+// the first timer that comes due fails it, flagged, naming the bound.
+func (m *model) checkSendBound(prev saga.Instance, ev saga.Event, d saga.Decision) {
+	t, def, next := m.t, m.h.def, m.h.in
+	t.Helper()
+	at := def.MaxSends > 0 && prev.Sends() >= def.MaxSends
+	if ev.Kind != saga.EventTimer || !at {
+		return
+	}
+	if len(d.Send) != 0 {
+		t.Fatalf("timer sent %d commands at the bound (%d sends of %d)", len(d.Send), prev.Sends(), def.MaxSends)
+	}
+	w := prev.NextWakeup()
+	if prev.State.Terminal() || w == nil || ev.At.Before(*w) {
+		return
+	}
+	if next.State != saga.Failed || !strings.Contains(next.Flag, fmt.Sprintf("max sends %d", def.MaxSends)) || len(d.Journal) != 1 || d.Journal[0].Event != saga.JournalSendBound {
+		t.Fatalf("a due timer at the bound left the saga %s, flag %q, journal %+v; want failed, flagged with the bound", next.State, next.Flag, d.Journal)
+	}
 }
 
 // checkTimeouts: what a timeout may and may not do.
@@ -331,7 +356,14 @@ func (m *model) step(c *choices) {
 var (
 	fuzzPivotDef   = buildOrPanic(pivotDefinition())
 	fuzzNoPivotDef = buildOrPanic(noPivotDefinition())
+	// Small send bounds, so that the fuzzer reaches them.
+	fuzzBoundDefs = []*saga.Def{buildOrPanic(withMaxSends(pivotDefinition(), 9)), buildOrPanic(withMaxSends(noPivotDefinition(), 5))}
 )
+
+func withMaxSends(d saga.Definition[item], n int) saga.Definition[item] {
+	d.MaxSends = n
+	return d
+}
 
 func buildOrPanic(d saga.Definition[item]) *saga.Def {
 	def, err := d.Build()
@@ -354,7 +386,7 @@ func FuzzDecide(f *testing.F) {
 			data = data[:4096]
 		}
 		id := uuid.NewSHA1(uuid.NameSpaceOID, data)
-		for _, def := range []*saga.Def{fuzzPivotDef, fuzzNoPivotDef} {
+		for _, def := range append([]*saga.Def{fuzzPivotDef, fuzzNoPivotDef}, fuzzBoundDefs...) {
 			m := newModel(t, def, id)
 			m.apply(saga.Event{Kind: saga.EventStart, At: m.h.now})
 			c := &choices{b: data}

@@ -20,6 +20,7 @@ type Metrics struct {
 	conflicts    prometheus.Counter
 	flagged      *prometheus.CounterVec
 	inFlight     *prometheus.GaugeVec
+	traceDropped *prometheus.CounterVec
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -58,6 +59,9 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Sagas flagged for an operator while still retrying, by type."}, []string{"type"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "sagas_in_flight",
 			Help: "Non-terminal sagas, by state."}, []string{"state"}),
+		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
+			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
+			[]string{"where", "header", "reason"}),
 	}
 	// A second NewMetrics on the same registry shares the collectors
 	// registered first, so both record into what is exported.
@@ -69,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -163,4 +167,10 @@ func (m *Metrics) observe(sagaType string, ev EventKind, prev Instance, d Decisi
 			m.retries.WithLabelValues(sagaType, o.Command.Step, string(o.Command.Action)).Inc()
 		}
 	}
+}
+
+// TraceDroppedCounter is the sagaflow_trace_context_dropped_total series of
+// where, header and reason (for tests and dashboards' sake).
+func (m *Metrics) TraceDroppedCounter(where, header, reason string) prometheus.Counter {
+	return m.traceDropped.WithLabelValues(where, header, reason)
 }

@@ -136,6 +136,7 @@ func (c *Config) registry() (*saga.Registry, error) {
 	if err := c.applyOverrides(reg); err != nil {
 		return nil, err
 	}
+	reg.SetMaxSends(c.Orchestrator.MaxSendsPerSaga)
 	return reg, nil
 }
 

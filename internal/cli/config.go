@@ -47,6 +47,7 @@ var Keys = []Key{
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},
 	{"orchestrator.timer_batch", saga.TimerBatchDefault, "Due sagas handled per timer transaction."},
 	{"orchestrator.single_live_types", "", "Comma-separated saga types that allow at most one live (running, compensating or failed) saga per aggregate id: a start for an aggregate that has one answers 409 with its id, whatever the idempotency key, so a client retry with a fresh key cannot run it (and charge) twice."},
+	{"orchestrator.max_sends_per_saga", 0, fmt.Sprintf("Commands one saga may send on its own (forward, compensation and query sends of all its steps) before its timers stop: the next timeout or re-send then fails it, flagged with the bound, for an operator (whose retry re-opens it with one send). Bounds the dead letters a participant refusing a saga's commands can be made to write. 0: each definition's own (`saga.Definition.MaxSends`, default %d); negative: no bound.", saga.MaxSendsDefault)},
 	{"orchestrator.start_batch", saga.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
 	{"orchestrator.inbox_batch", orchestrator.RepliesBatchDefault, "Replies handled per inbox transaction (at most)."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},

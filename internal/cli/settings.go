@@ -72,6 +72,9 @@ type OrchestratorConfig struct {
 	SingleLiveTypes                                []string
 	TimerInterval                                  time.Duration
 	TimerBatch, StartBatch, InboxBatch, RelayBatch int
+	// MaxSendsPerSaga overrides every definition's send bound
+	// (saga.Definition.MaxSends): 0 keeps theirs, negative: none.
+	MaxSendsPerSaga int
 }
 
 // RelayConfig is relay.*.
@@ -177,7 +180,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.schema", &o.Schema}, {"orchestrator.group_id", &o.GroupID}, {"orchestrator.timer_interval", &o.TimerInterval},
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
-		{"orchestrator.single_live_types", &o.SingleLiveTypes},
+		{"orchestrator.single_live_types", &o.SingleLiveTypes}, {"orchestrator.max_sends_per_saga", &o.MaxSendsPerSaga},
 		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},

@@ -53,7 +53,8 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 	// resolve settles a failed saga; a query re-opens a failed saga to
 	// settle its given-up step; a check of a finished saga sends queries
 	// and changes nothing else.
-	resolve := op == saga.ActionResolve || (op == saga.ActionQuery && prev.State == saga.Failed)
+	// A retry re-opens a failed saga its send bound stopped.
+	resolve := op == saga.ActionResolve || ((op == saga.ActionQuery || op == saga.ActionRetry) && prev.State == saga.Failed)
 	check := op == saga.ActionCheck
 	if d.Changed {
 		if next.Version != prev.Version+1 {
@@ -90,6 +91,9 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 	}
 	if prev.State.Terminal() && d.Changed && !(resolve && prev.State == saga.Failed) && !check {
 		bad("the saga was %s (terminal) and moved to %s: a terminal saga absorbs every event but an operator resolve of a failed one", prev.State, next.State)
+	}
+	if ev.Kind == saga.EventTimer && len(d.Send) > 0 && def.MaxSends > 0 && prev.Sends() >= def.MaxSends {
+		bad("a timer sent a %s command for step %q although the saga had sent %d commands, its bound %d", d.Send[0].Command.Action, d.Send[0].Command.Step, prev.Sends(), def.MaxSends)
 	}
 	if len(d.Send) > 1 && !check {
 		bad("%d commands sent by one decision, want at most one", len(d.Send))
