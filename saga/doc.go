@@ -68,10 +68,10 @@
 //	                   closed: as failure;
 //	                   compensated: step undone
 //	saga deadline      compensate as for a give-up    no longer applies                 no longer applies
-//	earlier send:      taken (same barrier key)       taken                             taken
-//	success, failure
-//	earlier send:      journaled as ignored           same                              same
-//	retry answer
+//	answer to an       journaled as ignored (only     same                              same
+//	earlier send       the latest send is awaited;
+//	(attempt, compen-  the barrier answers it alike)
+//	sation or query)
 //	late reply         journaled as ignored           same                              same
 //	stray reply        dead-lettered (ErrStrayReply)  same                              same
 //
