@@ -35,3 +35,11 @@ func IDTextHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:IDHashLen]
 }
+
+// Attribute keys of a message id's hash in log lines and span attributes.
+const (
+	// AttrMessageIDHash is the hash of the message's own id.
+	AttrMessageIDHash = "message_id_hash"
+	// AttrInReplyToHash is the hash of the command id a reply answers.
+	AttrInReplyToHash = "in_reply_to_hash"
+)

@@ -120,7 +120,9 @@
 // alone. [Engine.ApplyReplies] applies a whole inbox batch with one load, one
 // version-checked update of every changed saga, one journal and one outbox
 // insert; on a version conflict or a bad reply it writes nothing and the
-// caller falls back to ApplyReply one by one.
+// caller falls back to ApplyReply one by one. [Engine.ApplyReplyBatch]
+// leaves a reply refused by its content (stray: [ErrStrayReply]; invalid)
+// out of the batch alone and applies the rest as one.
 //
 // # Timers
 //

@@ -250,6 +250,10 @@ func TestStrayRepliesJournaledLate(t *testing.T) {
 			t.Fatalf("stray reply dead-lettered with reason %q, want it to say stray reply", r)
 		}
 	}
+	// Their dead letters are marked stray, for retention to purge.
+	testkit.Eventually(t, settle, "stray dead letters marked stray", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.dead_letters WHERE stray`) == len(stray), nil
+	})
 	if got := e.count(`SELECT sum(version)::int FROM ` + e.schemas.Orchestrator + `.sagas`); got != versions {
 		t.Fatalf("late or stray replies moved sagas: versions %d -> %d", versions, got)
 	}
