@@ -3,11 +3,13 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -44,11 +46,10 @@ func spanAttr(s tracetest.SpanStub, key string) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-// A stray reply is dropped alone from its batch: the batch's other replies
-// are applied as one (not down the one-by-one path), the stray one is
-// dead-lettered and marked stray, for retention to purge.
-func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
-	t.Parallel()
+// tracedService is a service without Kafka (timers only) on a fresh
+// database, its engine tracing into the returned exporter.
+func tracedService(t *testing.T) (*orchestrator.Service, *pgxpool.Pool, *tracetest.InMemoryExporter) {
+	t.Helper()
 	pool := testkit.Pool(t)
 	reg := saga.NewRegistry()
 	if err := steps.Register(reg); err != nil {
@@ -67,15 +68,56 @@ func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Migrate(t, pool, sets)
+	return svc, pool, spans
+}
+
+func startOrder(t *testing.T, svc *orchestrator.Service, o string) saga.Instance {
+	t.Helper()
+	in, _, err := svc.Engine().Start(testkit.Context(t, time.Minute), saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o, AggregateID: o,
+		Data: map[string]any{"order_id": o, "customer": "c", "sku": "sku-apple", "qty": 1, "amount_cents": 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// A command's span carries the hash of its id, never the id: a command id
+// is what a reply quotes to answer it, and traces are read by more people
+// than the command topics.
+func TestStepSendSpanCarriesTheCommandIDHash(t *testing.T) {
+	t.Parallel()
+	svc, _, spans := tracedService(t)
+	in := startOrder(t, svc, "o-1")
+	cmdID := in.Steps[0].AwaitID
+	var send *tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		if s.Name == "step send "+orderapi.StepReserveInventory {
+			send = &s
+		}
+		for _, a := range s.Attributes {
+			if strings.Contains(strings.ToLower(a.Value.Emit()), cmdID.String()) {
+				t.Fatalf("span %q attribute %s carries the command id", s.Name, a.Key)
+			}
+		}
+	}
+	if send == nil {
+		t.Fatal("no step send span")
+	}
+	if v, ok := spanAttr(*send, message.AttrMessageIDHash); !ok || v.AsString() != message.IDHash(cmdID) || len(v.AsString()) != message.IDHashLen {
+		t.Fatalf("step send span %s = %q, want the command id's hash %s", message.AttrMessageIDHash, v.AsString(), message.IDHash(cmdID))
+	}
+}
+
+// A stray reply is dropped alone from its batch: the batch's other replies
+// are applied as one (not down the one-by-one path), the stray one is
+// dead-lettered and marked stray, for retention to purge.
+func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
+	t.Parallel()
+	svc, pool, spans := tracedService(t)
 	ctx := testkit.Context(t, time.Minute)
 	var ids []uuid.UUID
 	for _, o := range []string{"o-1", "o-2"} {
-		in, _, err := svc.Engine().Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o, AggregateID: o,
-			Data: map[string]any{"order_id": o, "customer": "c", "sku": "sku-apple", "qty": 1, "amount_cents": 100}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, in.ID)
+		ids = append(ids, startOrder(t, svc, o).ID)
 	}
 	answer := func(id uuid.UUID) message.Reply {
 		in, _, err := svc.Engine().Get(ctx, id)
@@ -90,6 +132,7 @@ func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
 	recs := []message.Record{replyRec(t, answer(ids[0])), replyRec(t, stray), replyRec(t, answer(ids[1]))}
 	var out []inbox.Result
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
 		out, err = svc.HandleReplies(ctx, tx, recs)
 		return err
 	}); err != nil {
