@@ -72,7 +72,9 @@ func awaitFor(timeout time.Duration, p RetryPolicy, sagaID uuid.UUID, step strin
 // errors for inputs that do not belong together (wrong type, corrupt
 // instance) or a start whose first command cannot be built. Events the
 // transition table does not allow are not errors: the decision is unchanged
-// with an ignored journal entry (Late or Illegal set).
+// with an ignored journal entry (Late or Illegal set); so is a reply to a
+// send of its step's action other than the latest (late: only the awaited
+// attempt, compensation or query round is answered).
 func Decide(def *Def, in Instance, ev Event) (Decision, error) {
 	if def == nil {
 		return Decision{}, errors.New("saga: decide: nil definition")
