@@ -29,7 +29,8 @@ type DeadLetters interface {
 }
 
 // The dead-letter endpoints (reads like the saga reads, actions with the
-// admin token):
+// admin token; command ids in the reads only for the admin role, redacted
+// for everyone else: see redact.go):
 //
 //	GET  /dlq                            open dead letters, newest first (topic, match, redriven, before, limit)
 //	GET  /dlq/audit                      the newest redrives and requeues
@@ -139,6 +140,9 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 		s.failInternal(w, r, "count dead letters", err)
 		return
 	}
+	if !s.seesCommandIDs(r) {
+		ls = redactDeadLetters(ls)
+	}
 	writeJSON(w, http.StatusOK, DeadLetterPage{DeadLetters: ls, Next: next, Counts: c})
 }
 
@@ -157,6 +161,9 @@ func (s *Server) dlqGet(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.failInternal(w, r, "read dead letter", err)
 	default:
+		if !s.seesCommandIDs(r) {
+			d = redactDeadLetter(d)
+		}
 		writeJSON(w, http.StatusOK, d)
 	}
 }
@@ -172,6 +179,9 @@ func (s *Server) dlqAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	if log == nil {
 		log = []dlq.AuditEntry{}
+	}
+	if !s.seesCommandIDs(r) {
+		log = redactAudit(log)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"audit": log})
 }
@@ -281,6 +291,9 @@ func (s *Server) deadOutbox(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.failInternal(w, r, "list dead outbox rows", err)
 		return
+	}
+	if !s.seesCommandIDs(r) {
+		rows = redactDeadRows(rows)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"rows": rows})
 }

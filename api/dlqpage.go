@@ -75,6 +75,9 @@ func (s *Server) renderDLQ(w http.ResponseWriter, r *http.Request, status int, d
 		s.internalPage(w, r, "count dead letters", err)
 		return
 	}
+	if !s.seesCommandIDs(r) {
+		d.Letters, d.Outbox, d.Audit = redactDeadLetters(d.Letters), redactDeadRows(d.Outbox), redactAudit(d.Audit)
+	}
 	s.render(w, status, "dlq", d)
 }
 

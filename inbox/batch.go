@@ -133,6 +133,7 @@ type batchResult struct {
 type dead struct {
 	m      kafka.Message
 	reason string
+	stray  bool // Result.Stray
 }
 
 // item is one message of a batch with what the batch decided about it.
@@ -247,9 +248,9 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 			if reason == "" {
 				reason = "dead-lettered by the handler (no reason given)"
 			}
-			c.log.Warn("inbox: message dead-lettered", "message_id", it.id, "topic", it.m.Topic,
+			c.log.Warn("inbox: message dead-lettered", message.AttrMessageIDHash, message.IDHash(it.id), "topic", it.m.Topic,
 				"partition", it.m.Partition, "offset", it.m.Offset, "reason", cleanText(reason, MaxReasonBytes))
-			deads = append(deads, dead{m: it.m, reason: reason})
+			deads = append(deads, dead{m: it.m, reason: reason, stray: results[i].Stray})
 		case results[i].Outcome == Duplicate:
 			res.duplicates++
 		default:

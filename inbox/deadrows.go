@@ -16,11 +16,12 @@ const MaxDeadHeaderTextBytes = 16 << 10
 
 // deadRowsSQL inserts a batch's dead letters into <schema>.dead_letters
 // (migrations, messaging set) for `orchestrator dlq`: the original topic,
-// coordinates, key, value and headers, and the reason.
+// coordinates, key, value and headers, the reason, and whether it is a
+// stray reply (Result.Stray).
 func deadRowsSQL(schema string) string {
 	return `INSERT INTO ` + pgx.Identifier{schema, "dead_letters"}.Sanitize() + `
-(topic, partition, "offset", key, value, headers, message_id, reason)
-SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::bytea[], $6::jsonb[], $7::text[], $8::text[])`
+(topic, partition, "offset", key, value, headers, message_id, reason, stray)
+SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::bytea[], $6::jsonb[], $7::text[], $8::text[], $9::bool[])`
 }
 
 // recordDead writes deads into the dead_letters table in the batch's
@@ -31,6 +32,7 @@ func (c *Consumer) recordDead(ctx context.Context, tx pgx.Tx, deads []dead) erro
 	n := len(deads)
 	topics, keys, ids, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	parts, offsets := make([]int32, n), make([]int64, n)
+	stray := make([]bool, n)
 	values, headers := make([][]byte, n), make([][]byte, n)
 	for i, d := range deads {
 		topics[i] = cleanText(d.m.Topic, 512)
@@ -56,8 +58,9 @@ func (c *Consumer) recordDead(ctx context.Context, tx pgx.Tx, deads []dead) erro
 		}
 		headers[i] = b
 		reasons[i] = cleanText(d.reason, MaxReasonBytes)
+		stray[i] = d.stray
 	}
-	if _, err := tx.Exec(ctx, c.deadRows, topics, parts, offsets, keys, values, headers, ids, reasons); err != nil {
+	if _, err := tx.Exec(ctx, c.deadRows, topics, parts, offsets, keys, values, headers, ids, reasons, stray); err != nil {
 		return fmt.Errorf("inbox: record %d dead letters in %s.dead_letters: %w", n, c.cfg.Schema, err)
 	}
 	return nil

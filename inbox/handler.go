@@ -53,6 +53,12 @@ type Result struct {
 	// Reason explains a DeadLetter or RetryLater outcome; it becomes the
 	// dead-letter record's reason header (truncated to MaxReasonBytes).
 	Reason string
+	// Stray marks a DeadLetter message that answers nothing its consumer's
+	// side sent (a stray reply): its row in the dead_letters table is
+	// marked stray, and retention purges it after its own window
+	// (retention.Config.StrayDeadLetterAfter) even if it was never
+	// redriven, since no operator needs to act on it.
+	Stray bool
 }
 
 // Handler handles the new messages of a batch (never a duplicate of a

@@ -129,6 +129,11 @@ func MatchRecordHeaders[H RecordHeader](hs []H, messageID, sagaID uuid.UUID) err
 			continue
 		}
 		if got, err := uuid.ParseBytes(h.Value); err != nil || got != want {
+			if h.Key == HeaderMessageID {
+				// The body's message id (a command's is what a reply
+				// quotes) is named by its hash, as in logs and spans.
+				return &FieldError{Field: "header " + h.Key, Reason: fmt.Sprintf("is %s but body %s has hash %s", quote(string(h.Value), 64), body, IDHash(want))}
+			}
 			return &FieldError{Field: "header " + h.Key, Reason: fmt.Sprintf("is %s but body %s is %s", quote(string(h.Value), 64), body, want)}
 		}
 	}

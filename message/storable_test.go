@@ -549,7 +549,7 @@ func TestMatchRecordHeaders(t *testing.T) {
 		"matching":           {hs(message.HeaderMessageID, msgID.String(), message.HeaderSagaID, sagaID.String()), nil},
 		"upper case":         {hs(message.HeaderMessageID, strings.ToUpper(msgID.String())), nil},
 		"other headers only": {hs("x", "y", message.HeaderContentType, message.ContentTypeJSON), nil},
-		"message id differs": {hs(message.HeaderMessageID, other.String()), []string{`header "message-id" is "` + other.String() + `" but body message_id is ` + msgID.String()}},
+		"message id differs": {hs(message.HeaderMessageID, other.String()), []string{`header "message-id" is "` + other.String() + `" but body message_id has hash ` + message.IDHash(msgID)}},
 		"saga id garbage":    {hs(message.HeaderSagaID, "gar\x00bage"), []string{`header "saga-id" is "gar\x00bage"`}},
 		"second copy differs": {hs(message.HeaderMessageID, msgID.String(), message.HeaderMessageID, other.String()),
 			[]string{`header "message-id"`, other.String()}},

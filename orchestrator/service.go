@@ -255,10 +255,13 @@ func decodeReply(m message.Record) (message.Reply, error) {
 // HandleReplies is the inbox handler of the reply topic. Every reply is
 // decoded and its headers checked against its body; one that is bad is
 // dead-lettered with the reason (nothing written for it). The rest are
-// applied together (saga.Engine.ApplyReplies: one load, one update, one
-// journal and one outbox insert). When that cannot be done as one (a saga
-// moved by someone else meanwhile, a reply for an unknown saga or step, a
-// stray reply), they are applied one by one with saga.Engine.ApplyReply,
+// applied together (saga.Engine.ApplyReplyBatch: one load, one update, one
+// journal and one outbox insert), leaving out alone each reply refused by
+// its content (a stray reply: for an unknown saga or step, or answering
+// nothing the saga sent; an invalid query answer), which is dead-lettered;
+// a stray one's dead letter is marked stray, for retention to purge. When
+// the batch cannot be applied as one (a saga moved by someone else
+// meanwhile), they are applied one by one with saga.Engine.ApplyReply,
 // which reloads and re-decides on a conflict; a reply it refuses as invalid
 // is dead-lettered. A database error fails the call: the inbox rolls it back
 // and, for an error about a reply's content, splits the batch until that
@@ -279,26 +282,40 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 	if len(rs) == 0 {
 		return out, nil
 	}
-	end := s.replySpans(ms, rs, idx)
+	rt := s.replySpans(ms, rs, idx)
 	pre, _ := inbox.Prefetched(ctx).(*saga.Preloaded)
-	err := s.engine.ApplyRepliesPreloaded(ctx, tx, rs, pre)
-	defer func() { end(err) }()
+	refused, err := s.engine.ApplyReplyBatch(ctx, tx, rs, pre)
+	defer func() { rt.end(err) }()
 	switch {
 	case err == nil:
+		for k, rerr := range refused {
+			if rerr != nil {
+				out[idx[k]] = refusedReply(rerr)
+				rt.refused(k, rerr)
+			}
+		}
 		return out, nil
 	case !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid):
 		return nil, err
 	}
 	// Nothing of the batch was written: one by one.
+	rt.oneByOne()
 	for k := range rs {
 		if err := s.engine.ApplyReply(ctx, tx, rs[k]); err != nil {
 			if !errors.Is(err, message.ErrInvalid) {
 				return nil, err
 			}
-			out[idx[k]] = inbox.Result{Outcome: inbox.DeadLetter, Reason: err.Error()}
+			out[idx[k]] = refusedReply(err)
+			rt.refused(k, err)
 		}
 	}
 	return out, nil
+}
+
+// refusedReply is the inbox result of a reply refused by its content: a
+// dead letter, marked stray when it answers nothing the orchestrator sent.
+func refusedReply(err error) inbox.Result {
+	return inbox.Result{Outcome: inbox.DeadLetter, Reason: err.Error(), Stray: errors.Is(err, saga.ErrStrayReply)}
 }
 
 // RepliesLanesDefault is how many reply batches are applied concurrently:

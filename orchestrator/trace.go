@@ -12,17 +12,65 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 )
 
+// Span attributes of "reply apply" spans: how the reply's batch was applied
+// (AttrReplyOneByOne: it could not be applied as one and went down the
+// one-by-one path) and AttrReplyStray on a stray reply, left out of its
+// batch alone and dead-lettered.
+const (
+	AttrReplyOneByOne = "sagaflow.reply.one_by_one"
+	AttrReplyStray    = "sagaflow.reply.stray"
+)
+
+// replyTrace ends the "reply apply" spans of a batch.
+type replyTrace struct {
+	spans []trace.Span
+}
+
+// refused marks reply k's span as refused by its content (err), stray or
+// not.
+func (rt *replyTrace) refused(k int, err error) {
+	if rt == nil {
+		return
+	}
+	sp := rt.spans[k]
+	sp.SetAttributes(attribute.Bool(AttrReplyStray, errors.Is(err, saga.ErrStrayReply)))
+	sp.SetStatus(codes.Error, err.Error())
+}
+
+// oneByOne marks every span of the batch as applied one by one.
+func (rt *replyTrace) oneByOne() {
+	if rt == nil {
+		return
+	}
+	for _, sp := range rt.spans {
+		sp.SetAttributes(attribute.Bool(AttrReplyOneByOne, true))
+	}
+}
+
+// end ends the spans with the batch's error.
+func (rt *replyTrace) end(err error) {
+	if rt == nil {
+		return
+	}
+	for _, sp := range rt.spans {
+		if err != nil && !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
+	}
+}
+
 // replySpans starts a "reply apply" span per reply, child of the trace
 // context its record carries (the participant echoes the command's) when
-// message.RecordTraceContext keeps it, and
-// returns the function that ends them with the batch's error. Without a
-// tracer it does nothing.
-func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int) func(error) {
+// message.RecordTraceContext keeps it, and returns what ends them. Without a tracer it returns nil, whose methods
+// do nothing. The reply's message id is shown as its hash
+// (message.IDHash), as every message id in logs and spans.
+func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int) *replyTrace {
 	if !s.engine.Tracing() {
-		return func(error) {}
+		return nil
 	}
 	tr := s.engine.Tracer()
-	spans := make([]trace.Span, 0, len(rs))
+	rt := &replyTrace{spans: make([]trace.Span, 0, len(rs))}
 	for k, r := range rs {
 		m := ms[idx[k]]
 		// The door of a reply's trace context: what it refuses is dropped
@@ -35,15 +83,8 @@ func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int)
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("saga.id", r.SagaID.String()), attribute.String("saga.step", r.Step),
 				attribute.String("saga.action", string(r.Action)), attribute.String("saga.outcome", string(r.Outcome)),
-				attribute.String("messaging.message.id", r.MessageID.String())))
-		spans = append(spans, span)
+				attribute.String(message.AttrMessageIDHash, message.IDHash(r.MessageID))))
+		rt.spans = append(rt.spans, span)
 	}
-	return func(err error) {
-		for _, sp := range spans {
-			if err != nil && !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
-				sp.SetStatus(codes.Error, err.Error())
-			}
-			sp.End()
-		}
-	}
+	return rt
 }

@@ -95,8 +95,8 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 	h, ok := p.handlers[cmd.Step]
 	p.mu.RUnlock()
 	if !ok {
-		return message.Reply{}, fmt.Errorf("participant %q: saga %s message %s: %w: unknown step %q",
-			p.cfg.Name, cmd.SagaID, cmd.MessageID, message.ErrInvalid, cmd.Step)
+		return message.Reply{}, fmt.Errorf("participant %q: saga %s message-id hash %s: %w: unknown step %q",
+			p.cfg.Name, cmd.SagaID, message.IDHash(cmd.MessageID), message.ErrInvalid, cmd.Step)
 	}
 	var (
 		res recorded
@@ -115,8 +115,8 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 	case message.Query:
 		res, err = p.query(ctx, tx, cmd)
 	default:
-		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message %s: %w: action %q",
-			p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, message.ErrInvalid, cmd.Action)
+		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w: action %q",
+			p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), message.ErrInvalid, cmd.Action)
 	}
 	if err != nil {
 		return message.Reply{}, err
@@ -142,7 +142,7 @@ func (p *Participant) log(ctx context.Context, cmd message.Command) *slog.Logger
 		slog.String("saga_id", cmd.SagaID.String()),
 		slog.String("step", cmd.Step),
 		slog.String("action", string(cmd.Action)),
-		slog.String("message_id", cmd.MessageID.String()),
+		slog.String(message.AttrMessageIDHash, message.IDHash(cmd.MessageID)),
 	)
 	if id := traceIDOf(ctx); id != "" {
 		l = l.With(slog.String("trace_id", id))
@@ -383,7 +383,7 @@ func (p *Participant) read(ctx context.Context, db pgx.Tx, cmd message.Command, 
 }
 
 func (p *Participant) opName(cmd message.Command) string {
-	return fmt.Sprintf("participant %q: execute saga %s step %q %s message %s", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.Action, cmd.MessageID)
+	return fmt.Sprintf("participant %q: execute saga %s step %q %s message-id hash %s", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.Action, message.IDHash(cmd.MessageID))
 }
 
 // encodePayload JSON-encodes a handler's output, which must be a JSON object

@@ -32,13 +32,13 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Re
 		return fmt.Errorf("participant %q: topic %s partition %d offset %d: %w", p.cfg.Name, m.Topic, m.Partition, m.Offset, err)
 	}
 	if err := message.CheckRecordHeaders(m.Headers); err != nil {
-		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
 	if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
-		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
 	if err := p.replyTopicAllowed(cmd); err != nil {
-		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
 	reply, err := p.Execute(ctx, tx, cmd)
 	if err != nil {
@@ -55,7 +55,7 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Re
 func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.Command, reply message.Reply, m message.Record) error {
 	value, err := message.EncodeReply(reply)
 	if err != nil {
-		return fmt.Errorf("participant %q: saga %s step %q message %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, err)
+		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
 	err = p.enqueue(ctx, tx, outbox.Message{
 		Topic:   cmd.ReplyTo,
@@ -64,7 +64,7 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 		Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), m),
 	})
 	if err != nil {
-		return fmt.Errorf("participant %q: saga %s step %q message %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, reply.MessageID, err)
+		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), reply.MessageID, err)
 	}
 	return nil
 }

@@ -518,7 +518,7 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, publ
 func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outbox.Row, cause error) error {
 	msg := cause.Error()
 	attrs := []any{"outbox_row_id", row.ID, "topic", row.Topic, "key", row.Key,
-		"message_id", row.Headers[message.HeaderMessageID], "attempt", row.Attempts + 1, "error", msg}
+		message.AttrMessageIDHash, message.IDTextHash(row.Headers[message.HeaderMessageID]), "attempt", row.Attempts + 1, "error", msg}
 	if row.Attempts+1 >= r.cfg.MaxAttempts {
 		if err := r.ob.MarkDead(ctx, conn, row.ID, msg); err != nil {
 			return fmt.Errorf("relay %s: park row %d dead: %w", r.ob.Schema(), row.ID, err)

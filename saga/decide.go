@@ -72,7 +72,9 @@ func awaitFor(timeout time.Duration, p RetryPolicy, sagaID uuid.UUID, step strin
 // errors for inputs that do not belong together (wrong type, corrupt
 // instance) or a start whose first command cannot be built. Events the
 // transition table does not allow are not errors: the decision is unchanged
-// with an ignored journal entry (Late or Illegal set).
+// with an ignored journal entry (Late or Illegal set); so is a reply to a
+// send of its step's action other than the latest (late: only the awaited
+// attempt, compensation or query round is answered).
 func Decide(def *Def, in Instance, ev Event) (Decision, error) {
 	if def == nil {
 		return Decision{}, errors.New("saga: decide: nil definition")
@@ -301,21 +303,29 @@ func (m *machine) flag(reason string) {
 	}
 }
 
-func (m *machine) sentBy(i int, action message.Action, id uuid.UUID) bool {
-	s := m.in.Steps[i]
-	n := s.Attempts
+// sends is how many commands of action step i has sent (its attempts).
+func (m *machine) sends(i int, action message.Action) int {
+	s := &m.in.Steps[i]
 	switch action {
 	case message.Compensate:
-		n = s.CompAttempts
+		return s.CompAttempts
 	case message.Query:
-		n = s.QueryAttempts
+		return s.QueryAttempts
 	}
-	for k := n; k >= 1; k-- {
-		if m.in.CommandID(s.Name, action, k) == id {
-			return true
+	return s.Attempts
+}
+
+// sentAttempt is the attempt whose command of action step i id is, or 0
+// if the saga never sent it. The latest send is checked first: it is the
+// one a reply normally answers.
+func (m *machine) sentAttempt(i int, action message.Action, id uuid.UUID) int {
+	name := m.in.Steps[i].Name
+	for k := m.sends(i, action); k >= 1; k-- {
+		if m.in.CommandID(name, action, k) == id {
+			return k
 		}
 	}
-	return false
+	return 0
 }
 
 func (m *machine) reply(r *message.Reply) (Decision, error) {
@@ -328,9 +338,23 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 	}
 	mid := r.MessageID
 	base := JournalEntry{Step: r.Step, Action: string(r.Action), MessageID: &mid}
-	if !m.sentBy(i, r.Action, r.InReplyTo) {
+	k := m.sentAttempt(i, r.Action, r.InReplyTo)
+	if k == 0 {
 		return Decision{}, fmt.Errorf("saga %s (%s): reply %s: in_reply_to %s is not a %s command this saga sent for step %q: %w",
-			m.in.ID, m.in.Type, r.MessageID, r.InReplyTo, r.Action, r.Step, ErrStrayReply)
+			m.in.ID, m.in.Type, r.MessageID, message.IDHash(r.InReplyTo), r.Action, r.Step, ErrStrayReply)
+	}
+	// Only the round the saga awaits is answered: the latest send of the
+	// action (the forward's latest attempt, the latest compensation, the
+	// latest query). An answer to an earlier send is ignored, whatever it
+	// says: the participant's barrier, keyed by (saga, step, action),
+	// answers the latest send with the same recorded outcome, so nothing
+	// is lost, and a reply forged from an id seen earlier (a dead letter,
+	// the command topic) is not taken. While the step is queried, the
+	// forward's latest send still counts (its definite answer is as good
+	// as the query's; the state checks below take it).
+	if n := m.sends(i, r.Action); k != n {
+		base.Reason = fmt.Sprintf("%s %s answers attempt %d; the saga awaits attempt %d", r.Action, r.Outcome, k, n)
+		return m.ignore(true, base)
 	}
 	s := &m.in.Steps[i]
 	if r.Action == message.Query {
@@ -342,8 +366,8 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 	}
 	switch r.Action {
 	case message.Forward:
-		// A definite answer to any send is taken while the step is
-		// queried too: it is as good as the query's.
+		// A definite answer to the latest send is taken while the step
+		// is queried too: it is as good as the query's.
 		if m.in.State != Running || m.in.Cursor != i || (s.State != StepRunning && s.State != StepRetrying && s.State != StepQuerying) {
 			base.Reason = fmt.Sprintf("forward %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
 			return m.ignore(true, base)
@@ -539,7 +563,7 @@ func (m *machine) timer() (Decision, error) {
 	case StepRunning:
 		// Outcome unknown: the send may still be executed (or already
 		// was), so the same action is re-sent after the backoff; a reply
-		// to any send of it is taken meanwhile.
+		// to this send is taken meanwhile, one to an earlier send is not.
 		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Forward), Reason: m.timeoutReason(i)})
 		s.DueAt = nil
 		s.LastError = fmt.Sprintf("attempt %d timed out", s.Attempts)

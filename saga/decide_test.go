@@ -492,18 +492,31 @@ func TestDecideTransitions(t *testing.T) {
 			prep: then(toB, doFire), event: answerEv("b", message.Compensate, message.Success),
 			wantState: saga.Compensating, wantSteps: "compensating compensated pending pending pending",
 			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalCompensated},
-		// A definite answer to any send of the awaited action is taken:
-		// the participant's barrier key (saga, step, action) is the same.
-		{name: "before pivot/success of an earlier send taken while retrying", prep: then(toB, doFire),
+		// Only the latest send of the awaited action is answered: a
+		// definite answer to it is taken while the step waits for the
+		// backoff too; an answer to an earlier send is ignored, whatever
+		// it says (the barrier, keyed by (saga, step, action), answers the
+		// latest send with the same outcome; a forged reply from a seen id
+		// is not taken).
+		{name: "before pivot/success of the timed-out latest send taken while retrying", prep: then(toB, doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
 			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded},
-		{name: "before pivot/success of an earlier send taken while the re-send runs", prep: then(toB, doFire, doFire, doFire, doFire),
+		{name: "before pivot/success of an earlier send while the re-send runs: ignored", prep: then(toB, doFire, doFire, doFire, doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Success) },
-			wantState: saga.Running, wantSteps: "succeeded succeeded running pending pending",
-			wantSend: []wantCmd{fwd("p", 1)}, wantWake: wakeIn(20 * time.Second), wantEvent: saga.JournalStepSucceeded},
-		{name: "before pivot/failure of an earlier send taken", prep: then(toB, doFire, doFire),
+			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true,
+			check: func(t *testing.T, h *harness, d saga.Decision) {
+				if !strings.Contains(d.Journal[0].Reason, "answers attempt 1; the saga awaits attempt 3") {
+					t.Fatalf("journal reason %q does not name the attempts", d.Journal[0].Reason)
+				}
+			}},
+		{name: "before pivot/failure of an earlier send: ignored", prep: then(toB, doFire, doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 1, message.Failure) },
+			wantState: saga.Running, wantSteps: "succeeded running pending pending pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
+		{name: "before pivot/failure of the latest send taken", prep: then(toB, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("b", message.Forward, 2, message.Failure) },
 			wantState: saga.Compensating, wantSteps: "compensating failed pending pending pending",
 			wantSend: []wantCmd{comp("a", 1)}, wantWake: wakeIn(10 * time.Second), wantEvent: saga.JournalStepFailed},
 		{name: "before pivot/retry answer to an earlier send: ignored", prep: then(toB, doFire, doFire),
@@ -570,8 +583,12 @@ func TestDecideTransitions(t *testing.T) {
 					t.Fatalf("journal reason %q does not say an operator must resolve it", d.Journal[0].Reason)
 				}
 			}},
-		{name: "pivot/success of an earlier send taken while retrying", prep: then(toP, doFire, doFire, doFire),
+		{name: "pivot/success of an earlier send while retrying: ignored", prep: then(toP, doFire, doFire, doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("p", message.Forward, 1, message.Success) },
+			wantState: saga.Running, wantSteps: "succeeded succeeded retrying pending pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
+		{name: "pivot/success of the latest send taken while retrying", prep: then(toP, doFire, doFire, doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("p", message.Forward, 2, message.Success) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
 			wantSend: []wantCmd{fwd("r1", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
 		{name: "pivot/timeout past its deadline: failed",
@@ -647,8 +664,12 @@ func TestDecideTransitions(t *testing.T) {
 			event:     func(h *harness) saga.Event { return h.answerEv("r1", message.Forward, 1, message.Retry) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
 			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
-		{name: "after pivot/success answering an earlier send is accepted", prep: then(toR1, doRetry("r1"), doFire),
+		{name: "after pivot/success answering an earlier send: ignored", prep: then(toR1, doRetry("r1"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("r1", message.Forward, 1, message.Success) },
+			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded running pending",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
+		{name: "after pivot/success answering the latest send is taken", prep: then(toR1, doRetry("r1"), doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("r1", message.Forward, 2, message.Success) },
 			wantState: saga.Running, wantSteps: "succeeded succeeded succeeded succeeded running",
 			wantSend: []wantCmd{fwd("r2", 1)}, wantWake: wakeIn(15 * time.Second), wantEvent: saga.JournalStepSucceeded},
 
@@ -688,8 +709,12 @@ func TestDecideTransitions(t *testing.T) {
 			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 1, message.Failure) },
 			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
 			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
-		{name: "compensation success answering an earlier send is accepted", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
+		{name: "compensation success answering an earlier send: ignored", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
 			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 1, message.Success) },
+			wantState: saga.Compensating, wantSteps: "succeeded compensating failed",
+			wantWake: unchangedWake, wantEvent: saga.JournalLate, wantIgnored: true, wantLate: true},
+		{name: "compensation success answering the latest send is taken", def: noPivotDef, prep: then(toCompY, doCompFail("y"), doFire),
+			event:     func(h *harness) saga.Event { return h.answerEv("y", message.Compensate, 2, message.Success) },
 			wantState: saga.Compensating, wantSteps: "compensating compensated failed",
 			wantSend: []wantCmd{comp("x", 1)}, wantWake: wakeIn(5 * time.Second), wantEvent: saga.JournalCompensated},
 

@@ -55,6 +55,8 @@
 // then [Completed], or [Compensating] then [Compensated]; or [Failed],
 // which needs an operator ([Engine.Operate]: retry, compensate, resolve);
 // a saga that has sent [Definition] MaxSends commands stops there too.
+// A reply is taken only when it answers the latest send of its step's
+// action; an answer to an earlier send is journaled as late and ignored.
 //
 // Reading: [Engine.Get] (one saga and its journal), [Engine.List]
 // (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];

@@ -504,9 +504,9 @@ func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) err
 		case !errors.Is(err, ErrBatchFallback):
 			return err
 		case errors.Is(err, ErrNotFound):
-			return fmt.Errorf("%w: reply %s: unknown saga %s", message.ErrInvalid, r.MessageID, r.SagaID)
+			return unknownSaga(&r)
 		case errors.Is(err, ErrUnknownStep):
-			return fmt.Errorf("%w: %v", message.ErrInvalid, err)
+			return fmt.Errorf("%w: %w", ErrStrayReply, err)
 		case attempt >= maxVersionConflicts:
 			return fmt.Errorf("saga %s: gave up after %d version conflicts", r.SagaID, attempt+1)
 		}
@@ -519,6 +519,12 @@ func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) err
 // the batch was written; apply the replies one by one with ApplyReply, which
 // reloads and re-decides on a conflict and reports bad replies one by one.
 var ErrBatchFallback = errors.New("apply the replies one by one")
+
+// unknownSaga is the error of a reply for a saga that does not exist: a
+// stray reply (it answers nothing this orchestrator sent).
+func unknownSaga(r *message.Reply) error {
+	return fmt.Errorf("%w: reply %s: unknown saga %s", ErrStrayReply, r.MessageID, r.SagaID)
+}
 
 // ApplyReplies applies a batch of replies inside tx with a constant number
 // of statements: one load of every saga concerned, Decide per reply in
@@ -535,6 +541,27 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 // the same transaction, before the replies were decoded (QueueLoad); the
 // sagas pre did not load are loaded here. A nil pre loads them all.
 func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded) error {
+	return e.applyReplies(ctx, tx, rs, pre, nil)
+}
+
+// ApplyReplyBatch is ApplyRepliesPreloaded leaving out, each alone, the
+// replies that cannot be applied by their content: a stray reply (for an
+// unknown saga or step, or answering nothing the saga sent: errors
+// wrapping ErrStrayReply) or one Decide refuses as invalid (wrapping
+// message.ErrInvalid). refused[k] is rs[k]'s error, nil when it was
+// applied (or journaled as ignored); the rest of the batch is applied as
+// one, so one stray reply does not send its batch down the one-by-one
+// path. The error is as ApplyRepliesPreloaded's: on one wrapping
+// ErrBatchFallback (a version conflict) nothing was written.
+func (e *Engine) ApplyReplyBatch(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded) (refused []error, err error) {
+	refused = make([]error, len(rs))
+	return refused, e.applyReplies(ctx, tx, rs, pre, refused)
+}
+
+// applyReplies applies rs; with refused non-nil (len(rs)), a reply that is
+// invalid by its content is left out and its error put there instead of
+// ending the batch.
+func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded, refused []error) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -563,6 +590,10 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 		in, ok := next[r.SagaID]
 		if !ok {
 			if in, ok = loaded[r.SagaID]; !ok {
+				if refused != nil {
+					refused[i] = unknownSaga(r)
+					continue
+				}
 				return fmt.Errorf("reply %s: saga %s: %w: %w", r.MessageID, r.SagaID, ErrNotFound, ErrBatchFallback)
 			}
 			cur[r.SagaID] = &change{prev: in}
@@ -572,6 +603,13 @@ func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []mess
 			return fmt.Errorf("saga %s: type %q version %d: %w", r.SagaID, in.Type, in.DefVersion, ErrUnknownType)
 		}
 		d, err := Decide(def, in, Event{Kind: EventReply, At: e.cfg.Now(), Reply: r})
+		if refused != nil && err != nil && (errors.Is(err, ErrUnknownStep) || errors.Is(err, message.ErrInvalid)) {
+			if errors.Is(err, ErrUnknownStep) {
+				err = fmt.Errorf("%w: %w", ErrStrayReply, err)
+			}
+			refused[i] = err
+			continue
+		}
 		if errors.Is(err, ErrUnknownStep) {
 			return fmt.Errorf("%w: %w", err, ErrBatchFallback)
 		}

@@ -223,3 +223,40 @@ func TestApplyRepliesPreloaded(t *testing.T) {
 		}
 	}
 }
+
+// ApplyReplyBatch leaves out, each alone, the replies that answer nothing
+// the orchestrator sent (an unknown saga, an unknown step, an in_reply_to
+// never sent), reporting them as stray, and applies the rest as one.
+func TestApplyReplyBatchLeavesStrayRepliesOut(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	in, _, err := env.eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "k", AggregateID: "o", Data: order("o")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := lastCommand(t, env)
+	unknownSaga := successReply(message.Command{MessageID: uuid.New(), SagaID: uuid.New(), Step: orderapi.StepReserveInventory, Action: message.Forward})
+	neverSent := successReply(c)
+	neverSent.InReplyTo = uuid.New()
+	unknownStep := successReply(c)
+	unknownStep.Step = "no-such-step"
+	rs := []message.Reply{unknownSaga, neverSent, successReply(c), unknownStep}
+	var refused []error
+	if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
+		var err error
+		refused, err = env.eng.ApplyReplyBatch(ctx, tx, rs, nil)
+		return err
+	}); err != nil {
+		t.Fatalf("ApplyReplyBatch: %v", err)
+	}
+	for k, want := range []bool{true, true, false, true} {
+		if got := errors.Is(refused[k], saga.ErrStrayReply); got != want {
+			t.Fatalf("reply %d: refused %v, want stray %v", k, refused[k], want)
+		}
+	}
+	got, _ := get(t, env, in.ID)
+	if got.CurrentStep() != orderapi.StepLockCoupon || got.Version != 2 {
+		t.Fatalf("saga at %q version %d, want %s at version 2: the valid reply applied once", got.CurrentStep(), got.Version, orderapi.StepLockCoupon)
+	}
+}

@@ -72,6 +72,17 @@ func (m *model) outstanding() (message.Command, bool) {
 	return message.Command{}, false
 }
 
+// sendsOf is how many commands of action st has sent.
+func sendsOf(st saga.StepState, action message.Action) int {
+	switch action {
+	case message.Compensate:
+		return st.CompAttempts
+	case message.Query:
+		return st.QueryAttempts
+	}
+	return st.Attempts
+}
+
 // apply decides ev and checks every invariant.
 func (m *model) apply(ev saga.Event) saga.Decision {
 	t, h := m.t, m.h
@@ -87,11 +98,7 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 				if st.Name != r.Step {
 					continue
 				}
-				n := st.Attempts
-				if r.Action == message.Compensate {
-					n = st.CompAttempts
-				}
-				for k := 1; k <= n; k++ {
+				for k := 1; k <= sendsOf(st, r.Action); k++ {
 					if prev.CommandID(r.Step, r.Action, k) == r.InReplyTo {
 						t.Fatalf("reply to send %d of step %d %s %s rejected as stray: %v", k, i, r.Step, r.Action, err)
 					}
@@ -107,6 +114,15 @@ func (m *model) apply(ev saga.Event) saga.Decision {
 	}
 	if ev.Kind == saga.EventReply {
 		m.replies = append(m.replies, ev.Reply)
+		// Only the latest send of a step's action is answered: a reply to
+		// an earlier one, in whatever order it comes, changes nothing.
+		r := ev.Reply
+		if i, ok := h.def.StepIndex(r.Step); ok {
+			st := prev.Steps[i]
+			if n := sendsOf(st, r.Action); r.InReplyTo != prev.CommandID(r.Step, r.Action, n) && (d.Changed || !d.Late || len(d.Send) > 0) {
+				t.Fatalf("reply to an earlier %s %s send (latest is attempt %d) was taken: changed=%v late=%v", r.Step, r.Action, n, d.Changed, d.Late)
+			}
+		}
 	}
 	// A timer at or after the wake-up the saga asked for must move it;
 	// otherwise the engine's timer would claim it again and again.

@@ -4,6 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/sagaflow/sagaflow/message"
 )
 
 // Ignored events (late replies, duplicates) can repeat by the thousand for
@@ -56,11 +60,19 @@ func (e *Engine) logIgnored(ctx context.Context, in *Instance, d Decision) {
 		if !ok {
 			continue
 		}
-		attrs := []slog.Attr{slog.String("saga_id", sagaID), slog.String("step", j.Step), slog.Any("message_id", j.MessageID),
+		attrs := []slog.Attr{slog.String("saga_id", sagaID), slog.String("step", j.Step), slog.String(message.AttrMessageIDHash, journalIDHash(j.MessageID)),
 			slog.String("event", j.Event), slog.String("reason", j.Reason), traceAttr(in)}
 		if suppressed > 0 {
 			attrs = append(attrs, slog.Int("suppressed_since_last", suppressed))
 		}
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "saga event ignored", attrs...)
 	}
+}
+
+// journalIDHash is the hash of a journal entry's message id, "" for none.
+func journalIDHash(id *uuid.UUID) string {
+	if id == nil {
+		return ""
+	}
+	return message.IDHash(*id)
 }

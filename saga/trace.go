@@ -190,7 +190,7 @@ func (e *Engine) commandHeaders(in *Instance, c message.Command, participant str
 		attribute.String("saga.id", c.SagaID.String()), attribute.String("saga.type", c.SagaType),
 		attribute.String("saga.step", c.Step), attribute.String("saga.action", string(c.Action)),
 		attribute.Int("saga.attempt", c.Attempt), attribute.String("saga.participant", participant),
-		attribute.String("messaging.message.id", c.MessageID.String())))
+		attribute.String(message.AttrMessageIDHash, message.IDHash(c.MessageID))))
 	injectTrace(ctx, h)
 	span.End()
 	return h

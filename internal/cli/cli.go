@@ -422,7 +422,7 @@ func withRetention(rc RetentionConfig, pool *pgxpool.Pool, log *slog.Logger, ms 
 		Schemas: schemas, OrchestratorSchema: orchSchema,
 		SentOutboxAfter: rc.SentOutboxAfter, InboxAfter: rc.InboxAfter, FinishedSagaAfter: rc.FinishedSagaAfter,
 		FailedSagaAfter: rc.FailedSagaAfter, BarrierAfter: rc.BarrierAfter,
-		DeadLetterAfter: rc.DeadLetterAfter, AuditAfter: rc.AuditAfter,
+		DeadLetterAfter: rc.DeadLetterAfter, AuditAfter: rc.AuditAfter, StrayDeadLetterAfter: rc.StrayDeadLetterAfter,
 		BatchSize: rc.BatchSize, Interval: rc.Interval, Logger: log.With(slog.String("component", "retention")), Metrics: ms.Retention,
 	})
 	if err != nil {

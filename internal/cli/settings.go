@@ -114,6 +114,7 @@ type RetentionConfig struct {
 	SentOutboxAfter, InboxAfter, FinishedSagaAfter time.Duration
 	FailedSagaAfter, BarrierAfter                  time.Duration
 	DeadLetterAfter, AuditAfter                    time.Duration
+	StrayDeadLetterAfter                           time.Duration
 	BatchSize                                      int
 	Interval                                       time.Duration
 }
@@ -195,7 +196,8 @@ func (c *Config) bindings() []binding {
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
 		{"retention.finished_saga_after", &r.FinishedSagaAfter},
 		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter},
-		{"retention.dead_letter_after", &r.DeadLetterAfter}, {"retention.audit_after", &r.AuditAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
+		{"retention.dead_letter_after", &r.DeadLetterAfter}, {"retention.audit_after", &r.AuditAfter},
+		{"retention.stray_dead_letter_after", &r.StrayDeadLetterAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
 		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
 		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"tracing.otlp_endpoint", &c.Tracing.OTLPEndpoint}, {"tracing.service_name", &c.Tracing.ServiceName},
@@ -425,6 +427,7 @@ func (c *Config) validate() error {
 		bad("retention.barrier_after", "must be at least retention.inbox_after ("+r.InboxAfter.String()+")", r.BarrierAfter)
 	}
 	positive("retention.dead_letter_after", r.DeadLetterAfter)
+	positive("retention.stray_dead_letter_after", r.StrayDeadLetterAfter)
 	positive("retention.audit_after", r.AuditAfter)
 	if r.AuditAfter < r.DeadLetterAfter {
 		bad("retention.audit_after", "must be at least retention.dead_letter_after ("+r.DeadLetterAfter.String()+")", r.AuditAfter)

@@ -250,6 +250,10 @@ func TestStrayRepliesJournaledLate(t *testing.T) {
 			t.Fatalf("stray reply dead-lettered with reason %q, want it to say stray reply", r)
 		}
 	}
+	// Their dead letters are marked stray, for retention to purge.
+	testkit.Eventually(t, settle, "stray dead letters marked stray", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.dead_letters WHERE stray`) == len(stray), nil
+	})
 	if got := e.count(`SELECT sum(version)::int FROM ` + e.schemas.Orchestrator + `.sagas`); got != versions {
 		t.Fatalf("late or stray replies moved sagas: versions %d -> %d", versions, got)
 	}
@@ -311,4 +315,78 @@ func TestForgedReplyFromSagaIDAloneIsDeadLettered(t *testing.T) {
 	}
 	e.waitTerminal(settle)
 	e.checkInvariants(false)
+}
+
+// A reply forged from a command id seen on the command topic is not taken
+// once the saga re-sent: a client that reads inventory.commands takes the
+// first command's id, lets the step time out and be re-sent (attempt 2),
+// then writes a success with a reservation of its choosing, answering
+// attempt 1, on the reply topic. The saga awaits only its latest send: the
+// forged reply is journaled as ignored, the payload goes nowhere, and the
+// real participant's answer (to the latest send) completes the step.
+func TestForgedReplyToEarlierAttemptIsNotTaken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{orders: 1, seed: 23, override: func(r *saga.Registry) error {
+		return r.Override(orderapi.SagaType, orderapi.StepReserveInventory, saga.StepOverride{Timeout: 300 * time.Millisecond, Deadline: 5 * time.Minute})
+	}})
+	ctx := testkit.Context(t, 2*time.Minute)
+	e.run("orchestrator", e.service(orchestrator.DefaultRun).Run)
+	parts := e.participants()
+	e.runParticipants(parts, orderapi.Inventory) // inventory is away: the step is re-sent
+	ids := e.startAll(ctx)
+	target := ids[0]
+	invTopic := e.prefix + orderapi.Inventory + ".commands"
+	testkit.Eventually(t, settle, "the reservation re-sent on the command topic", func() (bool, error) {
+		n, err := e.records(invTopic)
+		return n >= 2, err
+	})
+	var seen message.Command
+	for _, m := range e.readAll(invTopic, 2) {
+		c, err := message.DecodeCommand(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SagaID == target && c.Action == message.Forward && c.Attempt == 1 {
+			seen = c
+		}
+	}
+	if seen.Attempt != 1 {
+		t.Fatal("the first reservation command is not on the command topic")
+	}
+	before, _, err := e.engine.Get(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Steps[0].Attempts < 2 {
+		t.Fatalf("reservation sent %d times, want a re-send before the forgery", before.Steps[0].Attempts)
+	}
+	forged := message.Reply{MessageID: uuid.New(), InReplyTo: seen.MessageID, SagaID: target, Step: orderapi.StepReserveInventory,
+		Action: message.Forward, Outcome: message.Success, Payload: json.RawMessage(`{"reservation_id":"FAKE"}`)}
+	e.produce(e.replies, replyRecord(t, forged))
+	testkit.Eventually(t, settle, "the forged reply journaled as ignored", func() (bool, error) {
+		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE saga_id = $1 AND ignored AND message_id = $2 AND reason LIKE '%answers attempt 1;%'`,
+			target, forged.MessageID) == 1, nil
+	})
+	after, _, err := e.engine.Get(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := after.Steps[0]; s.State == saga.StepSucceeded || len(s.Output) != 0 || strings.Contains(string(after.Data), "FAKE") {
+		t.Fatalf("the forged reply was taken: step %s, output %s, data %s", s.State, s.Output, after.Data)
+	}
+	// Inventory comes back and answers the latest send.
+	for _, p := range parts.Participants() {
+		if p.Name() == orderapi.Inventory {
+			e.run("participant "+p.Name(), p.Run)
+		}
+	}
+	e.waitTerminal(settle)
+	e.checkInvariants(false)
+	final, _, err := e.engine.Get(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(final.Data), "FAKE") || strings.Contains(string(final.Steps[0].Output), "FAKE") {
+		t.Fatalf("the forged reservation reached the saga: data %s, output %s", final.Data, final.Steps[0].Output)
+	}
 }

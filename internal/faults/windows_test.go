@@ -409,6 +409,35 @@ func TestWindowCompensationBeforeForward(t *testing.T) {
 		return len(comps) == n, nil
 	})
 	e.produce(topic, comps...)
+	// The saga awaits only its latest compensation: if it re-sent one
+	// before the participant's answer to the first came back, that answer
+	// is ignored. The re-sends enqueued meanwhile are delivered too (still
+	// before any forward), and the barrier answers each with the recorded
+	// compensation, until every saga is compensated.
+	produced := map[uuid.UUID]bool{}
+	for _, m := range comps {
+		c, err := message.DecodeCommand(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		produced[c.MessageID] = true
+	}
+	testkit.Eventually(t, settle, "sagas compensated with their forwards held back", func() (bool, error) {
+		if e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.sagas WHERE state IN ('running', 'compensating')`) == 0 {
+			return true, nil
+		}
+		var more []kafka.Message
+		for _, r := range e.commandsIn(topic) {
+			if r.cmd.Action == message.Compensate && !produced[r.cmd.MessageID] {
+				produced[r.cmd.MessageID] = true
+				more = append(more, r.msg)
+			}
+		}
+		if len(more) > 0 {
+			e.produce(topic, more...)
+		}
+		return false, nil
+	})
 	e.waitTerminal(settle)
 	if got := e.count(`SELECT count(*) FROM ` + e.schemas.Inventory + `.barrier WHERE action = 'forward' AND closed`); got != n {
 		t.Fatalf("%d forwards closed by an empty compensation, want %d", got, n)

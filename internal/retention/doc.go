@@ -31,7 +31,9 @@
 //     its compensation and answers a re-sent command without executing it
 //     again, so it must outlast every redelivery of its command.
 //   - Dead letters go DeadLetterAfter after their redrive; open ones (not
-//     redriven) are never deleted. ops_audit entries go after AuditAfter,
+//     redriven) are never deleted, but for stray replies' (marked stray:
+//     a reply that answers nothing the orchestrator sent), which go
+//     StrayDeadLetterAfter after they were dead-lettered. ops_audit entries go after AuditAfter,
 //     at least DeadLetterAfter.
 //
 // Every purged row counts in sagaflow_retention_purged_total{table}, with

@@ -27,6 +27,9 @@ const (
 	// DeadLetterAfterDefault keeps a redriven dead letter 30 days after its
 	// redrive; open ones are kept until they are redriven.
 	DeadLetterAfterDefault = 30 * 24 * time.Hour
+	// StrayDeadLetterAfterDefault keeps a stray reply's dead letter a week,
+	// redriven or not (see StrayDeadLetterAfter).
+	StrayDeadLetterAfterDefault = 7 * 24 * time.Hour
 	// AuditAfterDefault keeps the operators' message repairs (ops_audit)
 	// half a year, as long as audited sagas.
 	AuditAfterDefault = 180 * 24 * time.Hour
@@ -70,6 +73,11 @@ type Config struct {
 	// than this are deleted. Open dead letters (not redriven) are never
 	// deleted: each is a record an operator still has to look at.
 	DeadLetterAfter time.Duration
+	// StrayDeadLetterAfter: open dead letters marked stray (a reply that
+	// answers nothing the orchestrator sent: inbox.Result.Stray) older than
+	// this are deleted although nobody redrove them. They need no
+	// operator, and anyone who can write the reply topic can make them.
+	StrayDeadLetterAfter time.Duration
 	// AuditAfter: ops_audit entries (redrives, requeues) of the Schemas
 	// older than this are deleted. At least DeadLetterAfter, so a kept
 	// redriven dead letter keeps its audit entry.
@@ -91,6 +99,7 @@ func (c Config) WithDefaults() Config {
 	c.FailedSagaAfter = cmp.Or(c.FailedSagaAfter, FailedSagaAfterDefault)
 	c.BarrierAfter = cmp.Or(c.BarrierAfter, BarrierAfterDefault)
 	c.DeadLetterAfter = cmp.Or(c.DeadLetterAfter, DeadLetterAfterDefault)
+	c.StrayDeadLetterAfter = cmp.Or(c.StrayDeadLetterAfter, StrayDeadLetterAfterDefault)
 	c.AuditAfter = cmp.Or(c.AuditAfter, AuditAfterDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
@@ -113,6 +122,7 @@ func (c Config) validate() error {
 	pos("FailedSagaAfter", c.FailedSagaAfter)
 	pos("BarrierAfter", c.BarrierAfter)
 	pos("DeadLetterAfter", c.DeadLetterAfter)
+	pos("StrayDeadLetterAfter", c.StrayDeadLetterAfter)
 	pos("AuditAfter", c.AuditAfter)
 	if c.AuditAfter < c.DeadLetterAfter {
 		errs = append(errs, fmt.Errorf("retention: Config.AuditAfter (%s) is shorter than DeadLetterAfter (%s): a kept redriven dead letter keeps its audit entry", c.AuditAfter, c.DeadLetterAfter))
@@ -208,6 +218,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 			p.barrier(s, c.BarrierAfter),
 			p.simple(s+".dead_letters", c.DeadLetterAfter,
 				`DELETE FROM `+dl+` WHERE id IN (SELECT id FROM `+dl+` WHERE redriven_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
+			// Stray replies' dead letters, open ones too, by their time.
+			p.simple(s+".dead_letters", c.StrayDeadLetterAfter,
+				`DELETE FROM `+dl+` WHERE id IN (SELECT id FROM `+dl+` WHERE stray AND redriven_at IS NULL AND dead_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
 			p.simple(s+".ops_audit", c.AuditAfter,
 				`DELETE FROM `+au+` WHERE id IN (SELECT id FROM `+au+` WHERE at < $1 LIMIT $2)`),
 		)

@@ -398,6 +398,50 @@ func TestPurgeRedrivenDeadLettersAndOldAudit(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// Stray replies' dead letters go StrayDeadLetterAfter after they were
+// dead-lettered, open or not; other open dead letters stay.
+func TestPurgeStrayDeadLetters(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	now := time.Now()
+	days := func(n int) time.Time { return now.Add(-time.Duration(n) * 24 * time.Hour) }
+	for _, d := range []struct {
+		reason string
+		dead   time.Time
+		stray  bool
+	}{
+		{"stray, old", days(8), true},
+		{"stray, older", days(300), true},
+		{"stray, recent", days(6), true},
+		{"not stray, old", days(300), false},
+	} {
+		exec(t, pool, `INSERT INTO orch.dead_letters (topic, partition, "offset", value, reason, dead_at, stray) VALUES ('t', 0, 1, 'v', $1, $2, $3)`, d.reason, d.dead, d.stray)
+	}
+	p, err := retention.New(pool, &retention.Config{Schemas: []string{"orch"}, BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatalf("PurgeOnce: %v", err)
+	}
+	if got["orch.dead_letters"] != 2 {
+		t.Errorf("purged %v; want 2 orch.dead_letters rows", got)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT reason FROM orch.dead_letters ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(left, "; ") != "stray, recent; not stray, old" {
+		t.Errorf("dead letters left: %q; want the recent stray one and the open one that is not stray", left)
+	}
+}
+
 func TestRetentionWindowsAreOrdered(t *testing.T) {
 	t.Parallel()
 	pool := testkit.Pool(t)

@@ -33,6 +33,8 @@ import (
 //     step has a due time;
 //   - a timer at or after the saga's wake-up moves it (or the timer loop
 //     would spin);
+//   - only a reply to the latest send of its step's action (the awaited
+//     attempt, compensation or query) moves the saga;
 //   - a completed saga has every step succeeded and a compensated one
 //     leaves no effect behind (steps compensated, failed or never run),
 //     unless an operator resolved it so.
@@ -85,6 +87,21 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 	}
 	if (d.Late || d.Illegal) && d.Changed {
 		bad("the event is late=%v illegal=%v but changed the saga", d.Late, d.Illegal)
+	}
+	if r := ev.Reply; ev.Kind == saga.EventReply && r != nil && d.Changed {
+		if i, ok := def.StepIndex(r.Step); ok && i < len(prev.Steps) {
+			st := prev.Steps[i]
+			n := st.Attempts
+			switch r.Action {
+			case message.Compensate:
+				n = st.CompAttempts
+			case message.Query:
+				n = st.QueryAttempts
+			}
+			if r.InReplyTo != prev.CommandID(r.Step, r.Action, n) {
+				bad("a reply to an earlier %s send of step %q (the latest is attempt %d) moved the saga: only the awaited send is answered", r.Action, r.Step, n)
+			}
+		}
 	}
 	if check && d.Changed && next.State != prev.State {
 		bad("a check moved the saga %s -> %s; it only sends queries", prev.State, next.State)

@@ -45,8 +45,10 @@
 // timeouts, ends of backoffs, deadlines), as a punctual timer loop would;
 // [Harness.FireNextTimer] jumps to the next wake-up and fires it;
 // [Harness.FireTimers] fires what is due now. A timeout is not a failure:
-// the same action is re-sent after the backoff, and an answer to any send
-// is taken. [Harness.TimeoutUntilGivenUp] plays a participant that never
+// the same action is re-sent after the backoff, and only an answer to the
+// latest send is taken (one to an earlier send is a late reply: the
+// participant's barrier answers the latest with the same outcome).
+// [Harness.TimeoutUntilGivenUp] plays a participant that never
 // answers a step until the saga gives it up at its deadline
 // ([Harness.DeadlineOf]): before the pivot it is then compensated, at the
 // pivot the saga is failed.

@@ -130,9 +130,10 @@ func Example_compensation() {
 // A timeout is not a failure: the outcome of the send is unknown, so after
 // the backoff the same action is re-sent (attempt 2). The participant was
 // only slow: its answer to the first send arrives after the re-send and is
-// taken (the participant's barrier runs the action once whatever the
-// attempt); the answer to the second, a duplicate, is journaled as a late
-// reply and ignored. Faults delay a saga, they do not cancel it.
+// journaled as a late reply and ignored (only the latest send is awaited);
+// the participant's barrier runs the action once whatever the attempt and
+// answers the second send with the same outcome, which is taken. Faults
+// delay a saga, they do not cancel it.
 func Example_timeout() {
 	h := sagatest.New(sagatest.PanicT{}, placeOrder(), sagatest.Data(order))
 	h.Start()
@@ -145,20 +146,20 @@ func Example_timeout() {
 	fmt.Printf("+%s re-sent as attempt %d, same payload: %t\n", h.Elapsed().Round(time.Millisecond), again.Attempt, string(again.Payload) == string(first.Payload))
 
 	h.Advance(time.Second)
-	h.AnswerEarlier(1, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
+	late := h.AnswerEarlier(1, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
+	fmt.Println("answer to attempt 1 ignored:", late.Late, h.Step(orderapi.StepReserveInventory).State)
+	h.Reply(again, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
 	h.Expect(orderapi.StepLockCoupon, sagatest.Forward)
-	late := h.Reply(again, sagatest.Succeeded(orderapi.ReserveInventoryResult{ReservationID: "res-1"}))
-	fmt.Println("duplicate ignored:", late.Late, h.Step(orderapi.StepReserveInventory).State)
 	fmt.Println(strings.Join(h.Events(), "\n"))
 	// Output:
 	// +10s timeout: no reply to attempt 1 within 10s
 	// +10.094s re-sent as attempt 2, same payload: true
-	// duplicate ignored: true succeeded
+	// answer to attempt 1 ignored: true running
 	// started reserve-inventory
 	// timeout reserve-inventory
 	// command re-sent reserve-inventory
-	// step succeeded reserve-inventory
 	// late reply reserve-inventory
+	// step succeeded reserve-inventory
 }
 
 // A pivot that never gets a definite answer: the payment is re-sent after

@@ -374,7 +374,9 @@ func (h *Harness) Reply(cmd message.Command, a Answer) saga.Decision {
 
 // AnswerEarlier answers the attempt-th send of the awaited step and action
 // (of the last command sent, when nothing is awaited): a slow participant's
-// answer to a send that timed out and was re-sent, or a duplicate.
+// answer to a send that timed out and was re-sent, or a duplicate. Unless
+// attempt is the latest send, the saga journals it as a late reply and
+// ignores it.
 func (h *Harness) AnswerEarlier(attempt int, a Answer) saga.Decision {
 	h.t.Helper()
 	ref, ok := h.Awaited()
