@@ -22,6 +22,11 @@
 //   - a dead letter is redriven at most once: the row is locked and must be
 //     unredriven. If the copy dies again it is a new dead letter.
 //
+// A redrive publishes only to the topics the schema's consumer reads (given
+// to New): a dead letter naming any other topic, a row written by hand or a
+// topic no longer consumed, is refused with ErrTopicNotConsumed, and a bulk
+// redrive that matches one redrives nothing.
+//
 // Requeue clears the dead mark of outbox rows (attempts back to zero) so
 // the relay publishes them again, audited the same way. Nothing here
 // deletes a dead letter or an outbox row.

@@ -313,7 +313,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
 			}
-			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema); err != nil {
+			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema, svc.Engine().ReplyTopic()); err != nil {
 				return err
 			}
 			srv, err := api.New(apiEng, &acfg)

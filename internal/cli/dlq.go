@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/reference"
 )
 
 // dlqCmd is `orchestrator dlq`: dead letters and dead outbox rows of the
@@ -28,6 +30,7 @@ func dlqCmd(cfg *Config) *cobra.Command {
 	}
 	cmd.PersistentFlags().String("schema", "", "schema whose dead letters and outbox to use (default orchestrator.schema; a participant's schema works too)")
 	cmd.PersistentFlags().Bool("json", false, "print JSON")
+	cmd.PersistentFlags().StringSlice("consumes", nil, "topics the schema's consumer reads, the only ones a redrive may publish to (default: kafka.reply_topic for the orchestrator's schema, <topic_prefix><name>.commands for a reference participant's; required for any other schema's redrive)")
 	cmd.AddCommand(dlqListCmd(cfg), dlqShowCmd(cfg), dlqRedriveCmd(cfg), dlqOutboxCmd(cfg), dlqRequeueCmd(cfg), dlqAuditCmd(cfg))
 	return cmd
 }
@@ -43,7 +46,11 @@ func withStore(cmd *cobra.Command, cfg *Config, run func(ctx context.Context, st
 		return err
 	}
 	defer pool.Close()
-	st, err := dlq.New(pool, schema)
+	consumes, _ := cmd.Flags().GetStringSlice("consumes")
+	if len(consumes) == 0 {
+		consumes = consumedTopics(cfg, schema)
+	}
+	st, err := dlq.New(pool, schema, consumes...)
 	if err != nil {
 		return err
 	}
@@ -52,7 +59,25 @@ func withStore(cmd *cobra.Command, cfg *Config, run func(ctx context.Context, st
 		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
 			return fmt.Errorf("schema %s: %w (is it a sagaflow schema, migrated? `orchestrator migrate`, or starting its process, creates the tables)", schema, err)
 		}
+		if errors.Is(err, dlq.ErrTopicNotConsumed) && len(consumes) == 0 {
+			return fmt.Errorf("schema %s: %w (name the topics its consumer reads with --consumes)", schema, err)
+		}
 		return fmt.Errorf("schema %s: %w", schema, err)
+	}
+	return nil
+}
+
+// consumedTopics is what the consumer of schema reads, as far as this
+// binary knows it: the reply topic for the orchestrator's schema, the
+// command topic for a reference participant's; nil for any other.
+func consumedTopics(cfg *Config, schema string) []string {
+	if schema == cfg.Orchestrator.Schema {
+		return []string{cfg.Kafka.ReplyTopic}
+	}
+	for _, name := range reference.Names {
+		if schema == cfg.Participants.SchemaPrefix+name {
+			return []string{message.CommandTopic(cfg.Kafka.TopicPrefix, name)}
+		}
 	}
 	return nil
 }
