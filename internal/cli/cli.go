@@ -553,6 +553,7 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 
 func migrateCmd(cfg *Config) *cobra.Command {
 	var list, withParticipants bool
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply (or --list) the orchestrator's migrations (and the reference participants' with --participants)",
@@ -580,7 +581,7 @@ func migrateCmd(cfg *Config) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if !list {
-				applied, err := migrations.Migrate(ctx, pool, sets...)
+				applied, err := migrations.MigrateWithin(ctx, pool, lockTimeout, sets...)
 				if err != nil {
 					return err
 				}
@@ -615,6 +616,7 @@ func migrateCmd(cfg *Config) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&list, "list", false, "list migrations and whether they are applied")
 	cmd.Flags().BoolVar(&withParticipants, "participants", false, "include the reference participants' schemas")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrations.LockTimeoutDefault, "wait at most this long for the migration advisory lock (then fail naming the session that holds it)")
 	return cmd
 }
 
