@@ -57,7 +57,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ex) {
 			return ex.code
 		}
-		fmt.Fprintln(stderr, "error:", err)
+		fmt.Fprintln(stderr, "error:", safeLines(err.Error()))
 		return 1
 	}
 	return 0

@@ -83,9 +83,7 @@ func consumedTopics(cfg *Config, schema string) []string {
 }
 
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return writeJSON(w, v, true)
 }
 
 func parseIDs(args []string) ([]int64, error) {
@@ -168,8 +166,8 @@ func printDeadLetters(w io.Writer, ls []dlq.DeadLetter, next int64, c dlq.Counts
 		if d.RedrivenAt != nil {
 			red = d.RedrivenAt.UTC().Format(time.RFC3339) + " by " + d.RedrivenBy
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Topic, d.Partition, d.Offset, dash(d.MessageID),
-			d.DeadAt.UTC().Format(time.RFC3339), red, oneLine(d.Reason))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, safe(d.Topic), d.Partition, d.Offset, safe(dash(d.MessageID)),
+			d.DeadAt.UTC().Format(time.RFC3339), safe(red), oneLine(d.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -201,15 +199,15 @@ func dlqShowCmd(cfg *Config) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "dead letter %d\nfrom     %s partition %d offset %d\nmessage  %s\nreason   %s\ndead at  %s\n",
-					d.ID, d.Topic, d.Partition, d.Offset, dash(d.MessageID), d.Reason, d.DeadAt.UTC().Format(time.RFC3339Nano))
+					d.ID, safe(d.Topic), d.Partition, d.Offset, safe(dash(d.MessageID)), safe(d.Reason), d.DeadAt.UTC().Format(time.RFC3339Nano))
 				if d.RedrivenAt != nil {
-					fmt.Fprintf(w, "redriven %s by %s: %s\n", d.RedrivenAt.UTC().Format(time.RFC3339Nano), d.RedrivenBy, d.RedriveReason)
+					fmt.Fprintf(w, "redriven %s by %s: %s\n", d.RedrivenAt.UTC().Format(time.RFC3339Nano), safe(d.RedrivenBy), safe(d.RedriveReason))
 				}
-				fmt.Fprintf(w, "key      %s\nheaders\n", d.Key)
+				fmt.Fprintf(w, "key      %s\nheaders\n", safe(d.Key))
 				hs, _ := json.MarshalIndent(d.Headers, "  ", "  ")
-				fmt.Fprintf(w, "  %s\nvalue (%d bytes)\n", hs, d.ValueBytes)
+				fmt.Fprintf(w, "  %s\nvalue (%d bytes)\n", safeJSON(hs), d.ValueBytes)
 				if utf8.Valid(d.Value) {
-					_, err = fmt.Fprintf(w, "  %s\n", d.Value)
+					_, err = fmt.Fprintf(w, "  %s\n", safe(string(d.Value)))
 				} else {
 					_, err = fmt.Fprintf(w, "  %q\n", d.Value)
 				}
@@ -321,7 +319,7 @@ func dlqOutboxCmd(cfg *Config) *cobra.Command {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPTS\tDEAD AT\tLAST ERROR")
 				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, r.Key, r.Attempts, r.DeadAt.UTC().Format(time.RFC3339), oneLine(r.LastError))
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, safe(r.Topic), safe(r.Key), r.Attempts, r.DeadAt.UTC().Format(time.RFC3339), oneLine(r.LastError))
 				}
 				return tw.Flush()
 			})
@@ -387,7 +385,7 @@ func dlqAuditCmd(cfg *Config) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "AT\tACTION\tTARGET\tACTOR\tREASON")
 				for _, e := range log {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), e.Action, e.Target, e.Actor, oneLine(e.Reason))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), safe(e.Action), safe(e.Target), safe(e.Actor), oneLine(e.Reason))
 				}
 				return tw.Flush()
 			})
