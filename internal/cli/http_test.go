@@ -51,6 +51,49 @@ func TestConfigEffectiveRedactsSecrets(t *testing.T) {
 	}
 }
 
+// TestConfigEffectiveFailsClosedOnSecrets: config --effective never prints
+// a secret: a database URL that does not parse is printed fully redacted
+// (it was printed raw, password and all), sslpassword and sslkey are hidden
+// in both forms of connection string, a keyword string it cannot read (an
+// unterminated quote) is hidden whole, the credentials of any other URL
+// (the OTLP endpoint) are hidden, and keys that look like secrets
+// (kafka.tls.key_file) print redacted.
+func TestConfigEffectiveFailsClosedOnSecrets(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, url, endpoint string
+		want                []string
+	}{
+		{name: "unparsable URL", url: "postgres://orch:s3cr3t%zz@db.internal/sagaflow", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "URL sslpassword", url: "postgres://orch@db.internal/sagaflow?sslmode=verify-full&sslpassword=s3cr3t&sslkey=/etc/s3cr3t.key",
+			want: []string{"| `database.url` | `postgres://orch@db.internal/sagaflow?sslmode=verify-full&sslpassword=xxxxx&sslkey=xxxxx` |"}},
+		{name: "keyword sslpassword", url: "host=db.internal sslpassword=s3cr3t sslkey='/etc/s3cr3t key' user=orch",
+			want: []string{"| `database.url` | `host=db.internal sslpassword=xxxxx sslkey=xxxxx user=orch` |"}},
+		{name: "unterminated quote", url: "host='db.internal password=s3cr3t", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "not a connection string", url: "s3cr3t", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "endpoint credentials", url: "host=db", endpoint: "https://otel:s3cr3t@collector:4318/v1/traces?api_key=s3cr3t&x=1#s3cr3t",
+			want: []string{"| `tracing.otlp_endpoint` | `https://otel:xxxxx@collector:4318/v1/traces?api_key=xxxxx&x=1#xxxxx` |"}},
+		{name: "unparsable endpoint", url: "host=db", endpoint: "http://otel:s3cr3t@[::1", want: []string{"| `tracing.otlp_endpoint` | `<redacted: does not parse>` |"}},
+	} {
+		yaml := "database:\n  url: \"" + c.url + "\"\nkafka:\n  tls:\n    key_file: /etc/kafka/s3cr3t.pem\n"
+		if c.endpoint != "" {
+			yaml += "tracing:\n  otlp_endpoint: \"" + c.endpoint + "\"\n"
+		}
+		out, stderr, code := runCLI(t, "config", "--effective", "--config", writeConfig(t, yaml))
+		if code != 0 {
+			t.Fatalf("%s: config --effective: exit %d: %s", c.name, code, stderr)
+		}
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("%s: config --effective prints a secret:\n%s", c.name, out)
+		}
+		for _, want := range append(c.want, "| `kafka.tls.key_file` | `<redacted>` |") {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: config --effective lacks %q:\n%s", c.name, want, out)
+			}
+		}
+	}
+}
+
 func TestRedactConnectionStrings(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

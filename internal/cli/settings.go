@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
@@ -457,7 +456,11 @@ func (c *Config) effective(key string) string {
 		var val string
 		switch p := b.ptr.(type) {
 		case *[]string:
-			val = strings.Join(*p, ",")
+			vs := make([]string, len(*p))
+			for i, v := range *p {
+				vs[i] = redactSetting(key, v)
+			}
+			return safe(strings.Join(vs, ","))
 		case *time.Duration:
 			val = p.String()
 		case *string:
@@ -471,13 +474,7 @@ func (c *Config) effective(key string) string {
 		case *float64:
 			val = fmt.Sprint(*p)
 		}
-		switch {
-		case secretKeys[key] && val != "":
-			return "<redacted>"
-		case key == "database.url":
-			return demo.Redact(val)
-		}
-		return val
+		return safe(redactSetting(key, val))
 	}
 	return ""
 }
