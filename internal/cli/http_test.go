@@ -140,3 +140,28 @@ func TestServeRefusesBadHTTPSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSASLPlainWithoutTLSRefusedAtStart: serve and participants refuse SASL
+// PLAIN without TLS (the password would cross the network in clear) at
+// start, before connecting to anything, naming the keys that fix it;
+// kafka.sasl.allow_plaintext: true lets it through (it then fails later,
+// on the unreachable database, not on the setting).
+func TestSASLPlainWithoutTLSRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	plain := "kafka:\n  sasl:\n    mechanism: plain\n    username: saga\n    password: pw\n"
+	for _, cmd := range []string{"serve", "participants"} {
+		_, stderr, code := runCLI(t, cmd, "--config", writeConfig(t, plain), "--brokers", "127.0.0.1:1")
+		if code != 1 {
+			t.Fatalf("%s with PLAIN without TLS: exit %d, want 1: %s", cmd, code, stderr)
+		}
+		for _, want := range []string{"kafka.sasl.mechanism PLAIN", "kafka.tls.enabled", "kafka.sasl.allow_plaintext"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%s with PLAIN without TLS: stderr %q does not name %s", cmd, stderr, want)
+			}
+		}
+	}
+	_, stderr, code := runCLI(t, "migrate", "--config", writeConfig(t, plain+"    allow_plaintext: true\ndatabase:\n  url: postgres://nobody@127.0.0.1:1/none\n"))
+	if code == 0 || strings.Contains(stderr, "allow_plaintext") || !strings.Contains(stderr, "127.0.0.1") {
+		t.Fatalf("PLAIN without TLS but allowed: exit %d, stderr %q; want past the setting, failing on the unreachable database", code, stderr)
+	}
+}

@@ -171,6 +171,7 @@ func (c *Config) bindings() []binding {
 		{"kafka.tls.key_file", &k.TLS.KeyFile}, {"kafka.tls.server_name", &k.TLS.ServerName},
 		{"kafka.tls.insecure_skip_verify", &k.TLS.InsecureSkipVerify},
 		{"kafka.sasl.mechanism", &k.SASL.Mechanism}, {"kafka.sasl.username", &k.SASL.Username}, {"kafka.sasl.password", &k.SASL.Password},
+		{"kafka.sasl.allow_plaintext", &k.SASL.AllowPlaintext},
 		{"orchestrator.schema", &o.Schema}, {"orchestrator.group_id", &o.GroupID}, {"orchestrator.timer_interval", &o.TimerInterval},
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
