@@ -197,6 +197,10 @@ func (s *Server) repairBody(w http.ResponseWriter, r *http.Request) (RepairBody,
 // repaired answers a repair's outcome; err from the store.
 func (s *Server) repaired(w http.ResponseWriter, r *http.Request, what string, ids []int64, err error) {
 	switch {
+	case errors.Is(err, dlq.ErrTopicNotConsumed) && errors.Is(err, dlq.ErrInvalidInput):
+		fail(w, http.StatusBadRequest, "topic", "%v", err)
+	case errors.Is(err, dlq.ErrTopicNotConsumed):
+		fail(w, http.StatusConflict, "topic", "%v", err)
 	case errors.Is(err, dlq.ErrInvalidInput):
 		field := "reason"
 		if strings.Contains(err.Error(), "actor is required") {

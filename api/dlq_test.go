@@ -19,7 +19,7 @@ import (
 func setupDLQ(t *testing.T, token string) (*env, int64, int64) {
 	t.Helper()
 	e := setup(t, token)
-	st, err := dlq.New(e.pool, "orch")
+	st, err := dlq.New(e.pool, "orch", "saga.replies")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +108,47 @@ func TestDeadLetterEndpoints(t *testing.T) {
 	code, out = e.do("GET", "/dlq/audit", nil)
 	if code != 200 || len(out["audit"].([]any)) != 2 {
 		t.Fatalf("GET /dlq/audit = %d %v; want the redrive and the requeue", code, out)
+	}
+}
+
+// TestRedriveRefusesTopicsTheSchemaDoesNotConsume: a dead letter naming a
+// topic the orchestrator does not consume (its reply topic only) is not
+// redriven: 409 by id and in bulk, 400 for a bulk filter on that topic, the
+// error naming the topic and the allowed one; nothing is enqueued.
+func TestRedriveRefusesTopicsTheSchemaDoesNotConsume(t *testing.T) {
+	t.Parallel()
+	e, _, _ := setupDLQ(t, adminToken)
+	auth := []string{"Authorization", "Bearer " + adminToken}
+	ctx := context.Background()
+	var foreign int64
+	if err := e.pool.QueryRow(ctx, `INSERT INTO orch.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
+VALUES ('payments.ledger', 0, 7, 'k', '{}', '{}', 'm-7', 'r') RETURNING id`).Scan(&foreign); err != nil {
+		t.Fatal(err)
+	}
+	named := func(what string, out map[string]any) {
+		t.Helper()
+		msg, _ := out["error"].(string)
+		if !strings.Contains(msg, `"payments.ledger"`) || !strings.Contains(msg, "saga.replies") {
+			t.Fatalf("%s: error %q; want the topic and the allowed one named", what, msg)
+		}
+	}
+	body := map[string]any{"actor": "alice", "reason": "fixed"}
+	code, out := e.do("POST", fmt.Sprintf("/dlq/%d/redrive", foreign), body, auth...)
+	wantError(t, "redrive of a foreign topic", code, out, 409, "topic")
+	named("redrive of a foreign topic", out)
+	code, out = e.do("POST", "/dlq/redrive", map[string]any{"actor": "alice", "reason": "r", "all": true}, auth...)
+	wantError(t, "bulk redrive over a foreign topic", code, out, 409, "topic")
+	named("bulk redrive over a foreign topic", out)
+	code, out = e.do("POST", "/dlq/redrive", map[string]any{"actor": "alice", "reason": "r", "topic": "payments.ledger"}, auth...)
+	wantError(t, "bulk redrive filtered to a foreign topic", code, out, 400, "topic")
+	named("bulk redrive filtered to a foreign topic", out)
+	var n int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM orch.outbox WHERE topic = 'payments.ledger'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d outbox rows to payments.ledger (%v), want none", n, err)
+	}
+	code, out = e.do("POST", "/dlq/redrive", map[string]any{"actor": "alice", "reason": "r", "topic": "saga.replies"}, auth...)
+	if code != 200 || len(out["ids"].([]any)) != 1 {
+		t.Fatalf("bulk redrive filtered to the reply topic = %d %v; want the one dead letter", code, out)
 	}
 }
 

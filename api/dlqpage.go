@@ -113,6 +113,8 @@ func (s *Server) dlqActionPage(w http.ResponseWriter, r *http.Request) {
 		ids, err = s.cfg.DeadLetters.Requeue(r.Context(), []int64{id}, a)
 	}
 	switch {
+	case errors.Is(err, dlq.ErrTopicNotConsumed):
+		fail(http.StatusConflict, err.Error()+".")
 	case errors.Is(err, dlq.ErrInvalidInput):
 		fail(http.StatusBadRequest, err.Error()+".")
 	case err != nil:

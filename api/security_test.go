@@ -214,7 +214,7 @@ func TestSagaDataIsCapped(t *testing.T) {
 	srv := httptest.NewServer(newAPI(t, env.eng, &api.Config{MaxDataBytes: 2048}))
 	defer srv.Close()
 	withData := func(key string, pad int) string {
-		return fmt.Sprintf(`{"type": %q, "idempotency_key": %q, "aggregate_id": %q, "data": {"order_id": %q, "customer": "c%s", "sku": "s", "qty": 1}}`,
+		return fmt.Sprintf(`{"type": %q, "idempotency_key": %q, "aggregate_id": %q, "data": {"order_id": %q, "customer": "c%s", "sku": "s", "qty": 1, "amount_cents": 100}}`,
 			orderapi.SagaType, key, key, key, strings.Repeat("n", pad))
 	}
 	for _, c := range []struct {

@@ -67,6 +67,8 @@ func TestStartBodyValidation(t *testing.T) {
 		{"unknown type", with(func(m map[string]any) { m["type"] = "refund-order" }), 400, "type"},
 		{"order without sku", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "qty": 1}`), 400, "data"},
 		{"order with negative amount", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": 1, "amount_cents": -1}`), 400, "data"},
+		{"order with zero amount", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": 1, "amount_cents": 0}`), 400, "data"},
+		{"order without amount", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": 1}`), 400, "data"},
 		{"order qty a string", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": "two"}`), 400, "data"},
 		{"order qty fractional", raw(typ, key, agg, `{"order_id": "o-1", "customer": "c-1", "sku": "s", "qty": 1.5}`), 400, "data"},
 		{"empty data object", raw(typ, key, agg, `{}`), 400, "data"},
@@ -100,6 +102,38 @@ func TestStartBodyValidation(t *testing.T) {
 	code, out := e.do("POST", "/sagas", raw(typ, key, agg, goodData)+pad)
 	if code != http.StatusCreated {
 		t.Fatalf("a valid body padded with %d spaces: %d %v, want 201", len(pad), code, out)
+	}
+}
+
+// TestStartRefusesNonPositiveAmount: the reference place-order saga refuses
+// an order of 0 cents (it completed before: a free order charged nothing),
+// a negative amount and a missing one at the start, 400 naming
+// amount_cents, and starts nothing; 1 cent starts.
+func TestStartRefusesNonPositiveAmount(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	body := func(key, amount string) string {
+		return fmt.Sprintf(`{"type": %q, "idempotency_key": %q, "aggregate_id": %q, "data": {"order_id": %q, "customer": "c-1", "sku": "sku-apple", "qty": 1%s}}`,
+			orderapi.SagaType, key, key, key, amount)
+	}
+	for _, c := range []struct{ name, amount string }{
+		{"zero", `, "amount_cents": 0`}, {"negative", `, "amount_cents": -5`}, {"missing", ``},
+	} {
+		code, out := e.do("POST", "/sagas", body("amount-"+c.name, c.amount))
+		wantError(t, c.name+" amount", code, out, 400, "data")
+		if msg, _ := out["error"].(string); !strings.Contains(msg, "amount_cents must be positive") {
+			t.Errorf("%s amount: error %q does not name amount_cents", c.name, msg)
+		}
+	}
+	p, err := e.eng.List(context.Background(), saga.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Sagas) != 0 {
+		t.Fatalf("%d sagas started for orders without a positive amount", len(p.Sagas))
+	}
+	if code, out := e.do("POST", "/sagas", body("amount-one-cent", `, "amount_cents": 1`)); code != http.StatusCreated {
+		t.Fatalf("an order of 1 cent: %d %v, want 201", code, out)
 	}
 }
 

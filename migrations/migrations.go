@@ -22,9 +22,16 @@ import (
 //go:embed sql
 var embedded embed.FS
 
-// lockKey is the advisory lock every migration run holds, so two processes
+// LockKey is the advisory lock every migration run holds, so two processes
 // starting at once apply each version exactly once.
-const lockKey int64 = 0x5a6a_f10e_0001
+const LockKey int64 = 0x5a6a_f10e_0001
+
+// LockTimeoutDefault bounds Migrate's wait for LockKey.
+const LockTimeoutDefault = 30 * time.Second
+
+// ErrLockTimeout: the migration lock was held by another session for the
+// whole lock timeout; the error names the holder.
+var ErrLockTimeout = errors.New("migrate: the migration advisory lock is held by another session")
 
 var (
 	fileRE   = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.up\.sql$`)
@@ -120,21 +127,32 @@ type Applied struct {
 }
 
 // Migrate applies every missing migration of sets, each version in its own
-// transaction, under a session advisory lock. It returns what it applied.
+// transaction, under a session advisory lock (LockKey) waited for at most
+// LockTimeoutDefault. It returns what it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, sets ...Set) ([]Applied, error) {
+	return MigrateWithin(ctx, pool, LockTimeoutDefault, sets...)
+}
+
+// MigrateWithin is Migrate waiting at most lockTimeout (> 0) for the
+// migration lock; then it fails with ErrLockTimeout naming the session that
+// holds it (pid, user, application_name, client address, since when).
+func MigrateWithin(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration, sets ...Set) ([]Applied, error) {
+	if lockTimeout <= 0 {
+		return nil, fmt.Errorf("migrate: lock timeout %s: want more than 0", lockTimeout)
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take advisory lock: %w", err)
+	if err := lockWithin(ctx, conn.Conn(), LockKey, lockTimeout); err != nil {
+		return nil, err
 	}
 	defer func() {
 		// Unlock on a fresh context so a cancelled ctx still releases it.
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, lockKey); err != nil {
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, LockKey); err != nil {
 			conn.Conn().Close(uctx) // drop the session, which drops the lock
 		}
 	}()

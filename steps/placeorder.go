@@ -54,8 +54,8 @@ func (o Order) Validate() error {
 		return errors.New("sku is required")
 	case o.Qty <= 0:
 		return fmt.Errorf("qty must be positive, got %d", o.Qty)
-	case o.AmountCents < 0:
-		return fmt.Errorf("amount_cents must not be negative, got %d", o.AmountCents)
+	case o.AmountCents <= 0:
+		return fmt.Errorf("amount_cents must be positive (the order's amount in cents), got %d", o.AmountCents)
 	}
 	return nil
 }
@@ -88,10 +88,17 @@ func merge[R any](apply func(*Order, R)) func(*Order, json.RawMessage) error {
 // PlaceOrderDefinition is the typed definition; Timeout and retry values are
 // defaults that configuration may override per step.
 func PlaceOrderDefinition() saga.Definition[Order] {
+	// The first command checks the order: a bad one (a non-positive
+	// amount or quantity, a missing field) answers 400 at the start and
+	// starts nothing. The compensation does not check again: a saga
+	// started before a check was added must still be able to undo.
 	reserve := func(o Order) (any, error) {
 		if err := o.Validate(); err != nil {
 			return nil, err
 		}
+		return orderapi.ReserveInventory{OrderID: o.OrderID, SKU: o.SKU, Qty: o.Qty}, nil
+	}
+	unreserve := func(o Order) (any, error) {
 		return orderapi.ReserveInventory{OrderID: o.OrderID, SKU: o.SKU, Qty: o.Qty}, nil
 	}
 	lock := func(o Order) (any, error) { return orderapi.LockCoupon{OrderID: o.OrderID, Code: o.Coupon}, nil }
@@ -103,7 +110,7 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 		Steps: []saga.Step[Order]{
 			{
 				Name: orderapi.StepReserveInventory, Participant: orderapi.Inventory, Kind: saga.Compensable,
-				Command: reserve, Compensation: reserve,
+				Command: reserve, Compensation: unreserve,
 				OnSuccess: merge(func(o *Order, r orderapi.ReserveInventoryResult) { o.ReservationID = r.ReservationID }),
 				Timeout:   10 * time.Second, Retry: fast,
 			},

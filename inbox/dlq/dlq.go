@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,11 @@ var (
 	ErrNotFound = errors.New("dlq: no such dead letter")
 	// ErrInvalidInput: a bad Audit or Filter; the message names the field.
 	ErrInvalidInput = errors.New("dlq: invalid input")
+	// ErrTopicNotConsumed: a redrive would publish to a topic the schema's
+	// consumer does not read; nothing was redriven. The message names the
+	// topic and the ones allowed. With a Filter.Topic it wraps
+	// ErrInvalidInput too.
+	ErrTopicNotConsumed = errors.New("dlq: redrive to a topic this schema does not consume")
 )
 
 // Audit says who acts and why; both are required.
@@ -110,14 +116,18 @@ const (
 
 // Store is the dead letters, dead outbox rows and audit of one schema.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
-	ob     *outbox.Outbox
-	dl, au string
+	pool     *pgxpool.Pool
+	schema   string
+	ob       *outbox.Outbox
+	dl, au   string
+	consumes []string
 }
 
 // New returns the store of schema (created by the messaging migrations).
-func New(pool *pgxpool.Pool, schema string) (*Store, error) {
+// consumes are the topics the schema's consumer reads: a redrive publishes
+// only to them (a dead letter naming any other topic is refused with
+// ErrTopicNotConsumed; with none given, every redrive is).
+func New(pool *pgxpool.Pool, schema string, consumes ...string) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("dlq: New: pool is nil")
 	}
@@ -128,12 +138,36 @@ func New(pool *pgxpool.Pool, schema string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, schema: schema, ob: ob,
+	for i, t := range consumes {
+		if t == "" {
+			return nil, fmt.Errorf("dlq: New: consumed topic %d is empty", i)
+		}
+	}
+	return &Store{pool: pool, schema: schema, ob: ob, consumes: append([]string(nil), consumes...),
 		dl: pgx.Identifier{schema, "dead_letters"}.Sanitize(), au: pgx.Identifier{schema, "ops_audit"}.Sanitize()}, nil
 }
 
 // Schema is the schema the store reads.
 func (s *Store) Schema() string { return s.schema }
+
+// Consumes is the topics a redrive may publish to.
+func (s *Store) Consumes() []string { return append([]string(nil), s.consumes...) }
+
+func (s *Store) consumed(topic string) bool { return slices.Contains(s.consumes, topic) }
+
+// notConsumed is the ErrTopicNotConsumed of topic (of dead letter id, if
+// not 0).
+func (s *Store) notConsumed(id int64, topic string) error {
+	allowed := "none: no consumed topic is configured for it"
+	if len(s.consumes) > 0 {
+		allowed = strings.Join(s.consumes, ", ")
+	}
+	what := "topic " + strconv.Quote(topic)
+	if id != 0 {
+		what = fmt.Sprintf("dead letter %d is from topic %q", id, topic)
+	}
+	return fmt.Errorf("%w: %s; schema %s consumes (and a redrive may publish to) %s", ErrTopicNotConsumed, what, s.schema, allowed)
+}
 
 const columns = `id, topic, partition, "offset", key, length(value), headers, message_id, reason, dead_at, redriven_at, redriven_by, redrive_reason`
 
@@ -259,6 +293,22 @@ func (s *Store) RedriveMatching(ctx context.Context, f Filter, a Audit) ([]int64
 	if err := a.validate(); err != nil {
 		return nil, err
 	}
+	if f.Topic != "" && !s.consumed(f.Topic) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, s.notConsumed(0, f.Topic))
+	}
+	// Refuse the whole redrive, before any batch, if a matching dead letter
+	// names a topic the schema does not consume.
+	var args []any
+	args = append(args, append([]string{}, s.consumes...))
+	q := `SELECT id, topic FROM ` + s.dl + s.where(Filter{Topic: f.Topic, Match: f.Match}, &args) + ` AND topic <> ALL($1::text[]) ORDER BY id LIMIT 1`
+	var badID int64
+	var badTopic string
+	switch err := s.pool.QueryRow(ctx, q, args...).Scan(&badID, &badTopic); {
+	case err == nil:
+		return nil, fmt.Errorf("dlq %s: redrive matching dead letters: %w (nothing redriven; narrow it with a topic filter)", s.schema, s.notConsumed(badID, badTopic))
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("dlq %s: redrive matching dead letters: check their topics: %w", s.schema, err)
+	}
 	var all []int64
 	var after int64
 	for {
@@ -305,6 +355,11 @@ func (s *Store) redriveTx(ctx context.Context, tx pgx.Tx, q string, args []any, 
 	}
 	if len(ds) == 0 {
 		return nil, nil
+	}
+	for _, d := range ds {
+		if !s.consumed(d.Topic) {
+			return nil, s.notConsumed(d.ID, d.Topic)
+		}
 	}
 	msgs := make([]outbox.Message, len(ds))
 	ids := make([]int64, len(ds))

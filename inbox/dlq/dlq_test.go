@@ -98,7 +98,7 @@ func TestRedriveGoesThroughTheConsumerOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := dlq.New(pool, schema)
+	st, err := dlq.New(pool, schema, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +166,79 @@ func TestRedriveGoesThroughTheConsumerOnce(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM effects WHERE message_id = $1`, id).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("effects of the redriven message = %d, %v; want exactly 1", n, err)
+	}
+}
+
+// TestRedriveOnlyToConsumedTopics: a redrive publishes only to the topics
+// the schema consumes. A dead letter naming any other topic (a row written
+// by hand, or a topic the consumer no longer reads) is refused by id and in
+// bulk, with the topic and the allowed ones named, and nothing is enqueued
+// or marked; a bulk redrive filtered to an allowed topic goes ahead; a
+// store told no topic refuses every redrive.
+func TestRedriveOnlyToConsumedTopics(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	const schema = "rt"
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Participant(schema)))
+	ctx := testkit.Context(t, wait)
+	var good, foreign int64
+	if err := pool.QueryRow(ctx, `INSERT INTO rt.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
+VALUES ('shop.commands', 0, 1, 'k', 'v', '{}', 'm-1', 'r') RETURNING id`).Scan(&good); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO rt.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
+VALUES ('payments.ledger', 0, 2, 'k', 'v', '{}', 'm-2', 'r') RETURNING id`).Scan(&foreign); err != nil {
+		t.Fatal(err)
+	}
+	st, err := dlq.New(pool, schema, "shop.commands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dlq.Audit{Actor: "alice", Reason: "fixed"}
+	enqueued := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM rt.outbox`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	named := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, dlq.ErrTopicNotConsumed) || !strings.Contains(err.Error(), `"payments.ledger"`) || !strings.Contains(err.Error(), "shop.commands") {
+			t.Fatalf("%s: err %v; want ErrTopicNotConsumed naming the topic and the allowed one", what, err)
+		}
+		if n := enqueued(); n != 0 {
+			t.Fatalf("%s: %d outbox rows; want nothing enqueued", what, n)
+		}
+	}
+	_, err = st.Redrive(ctx, []int64{good, foreign}, a)
+	named("Redrive of both", err)
+	_, err = st.RedriveMatching(ctx, dlq.Filter{}, a)
+	named("RedriveMatching of all", err)
+	_, err = st.RedriveMatching(ctx, dlq.Filter{Topic: "payments.ledger"}, a)
+	named("RedriveMatching filtered to the foreign topic", err)
+	if !errors.Is(err, dlq.ErrInvalidInput) {
+		t.Fatalf("RedriveMatching filtered to the foreign topic: err %v; want ErrInvalidInput too (a bad filter)", err)
+	}
+	var marked int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM rt.dead_letters WHERE redriven_at IS NOT NULL`).Scan(&marked); err != nil || marked != 0 {
+		t.Fatalf("%d dead letters marked redriven (%v), want 0", marked, err)
+	}
+	done, err := st.RedriveMatching(ctx, dlq.Filter{Topic: "shop.commands"}, a)
+	if err != nil || len(done) != 1 || done[0] != good {
+		t.Fatalf("RedriveMatching filtered to the consumed topic = %v, %v; want the one dead letter", done, err)
+	}
+	var topic string
+	if err := pool.QueryRow(ctx, `SELECT topic FROM rt.outbox`).Scan(&topic); err != nil || topic != "shop.commands" {
+		t.Fatalf("outbox topic %q (%v), want shop.commands", topic, err)
+	}
+	none, err := dlq.New(pool, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := none.Redrive(ctx, []int64{foreign}, a); !errors.Is(err, dlq.ErrTopicNotConsumed) || !strings.Contains(err.Error(), "no consumed topic") {
+		t.Fatalf("Redrive with no consumed topic configured: err %v; want ErrTopicNotConsumed saying none is", err)
 	}
 }
 

@@ -7,7 +7,7 @@
 //
 // List what is dead, fix the cause, then send it through again, audited:
 //
-//	s, err := dlq.New(pool, "inventory")
+//	s, err := dlq.New(pool, "inventory", "inventory.commands")
 //	dead, total, err := s.List(ctx, dlq.Filter{Topic: "inventory.commands", Match: "invalid_payload"})
 //	ids, err := s.Redrive(ctx, []int64{dead[0].ID}, dlq.Audit{Actor: "alice", Reason: "fixed the payload bug"})
 //
@@ -26,4 +26,8 @@
 //
 // Why a redrive keeps the guarantees: docs/DESIGN.md, "Inside the
 // packages", package inbox/dlq.
+//
+// A redrive publishes only to the topics the schema's consumer reads (given
+// to New): a dead letter naming any other topic is refused with
+// ErrTopicNotConsumed, and a bulk redrive that matches one redrives nothing.
 package dlq

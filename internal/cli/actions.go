@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -115,9 +114,9 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 			return fmt.Errorf("%s saga %s: %w", action, id, err)
 		}
 		if asJSON {
-			return json.NewEncoder(w).Encode(in)
+			return writeJSON(w, in, false)
 		}
-		_, err = fmt.Fprintf(w, "%s applied to saga %s: now %s%s (journaled: actor %q, reason %q)\n", action, id, in.State, stepSuffix(in.CurrentStep()), actor, reason)
+		_, err = fmt.Fprintf(w, "%s applied to saga %s: now %s%s (journaled: actor %q, reason %q)\n", action, id, safe(string(in.State)), safe(stepSuffix(in.CurrentStep())), actor, reason)
 		return err
 	}
 	res, err := eng.OperateMatching(ctx, req)
@@ -125,7 +124,7 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 		return fmt.Errorf("%s on --filter %s: %w", action, spec, err)
 	}
 	if asJSON {
-		return json.NewEncoder(w).Encode(res)
+		return writeJSON(w, res, false)
 	}
 	return printBulk(w, res)
 }
@@ -141,7 +140,7 @@ func printBulk(w io.Writer, res saga.BulkResult) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tSTEP\tOUTCOME\tWHY")
 	for _, it := range res.Items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, it.Type, it.State, it.Step, it.Outcome, it.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, safe(it.Type), safe(string(it.State)), safe(it.Step), safe(string(it.Outcome)), oneLine(it.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -94,7 +94,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 			case chaos.ExitViolation:
 				if !asJSON {
 					for _, s := range res.Violations {
-						fmt.Fprintln(cmd.ErrOrStderr(), "  violation:", s)
+						fmt.Fprintln(cmd.ErrOrStderr(), "  violation:", safe(s))
 					}
 				}
 				if res.WorkDir != "" {

@@ -57,7 +57,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ex) {
 			return ex.code
 		}
-		fmt.Fprintln(stderr, "error:", err)
+		fmt.Fprintln(stderr, "error:", safeLines(err.Error()))
 		return 1
 	}
 	return 0
@@ -321,7 +321,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				log.Warn("the reads and the status page (saga data, journals, dead letters) are open to anyone who reaches http.addr: set http.protect_reads",
 					slog.String("addr", cfg.HTTP.Addr))
 			}
-			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema); err != nil {
+			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema, svc.Engine().ReplyTopic()); err != nil {
 				return err
 			}
 			srv, err := api.New(apiEng, &acfg)
@@ -564,6 +564,7 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 
 func migrateCmd(cfg *Config) *cobra.Command {
 	var list, withParticipants bool
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply (or --list) the orchestrator's migrations (and the reference participants' with --participants)",
@@ -591,7 +592,7 @@ func migrateCmd(cfg *Config) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if !list {
-				applied, err := migrations.Migrate(ctx, pool, sets...)
+				applied, err := migrations.MigrateWithin(ctx, pool, lockTimeout, sets...)
 				if err != nil {
 					return err
 				}
@@ -626,6 +627,7 @@ func migrateCmd(cfg *Config) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&list, "list", false, "list migrations and whether they are applied")
 	cmd.Flags().BoolVar(&withParticipants, "participants", false, "include the reference participants' schemas")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrations.LockTimeoutDefault, "wait at most this long for the migration advisory lock (then fail naming the session that holds it)")
 	return cmd
 }
 

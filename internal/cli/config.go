@@ -42,6 +42,7 @@ var Keys = []Key{
 	{"kafka.sasl.mechanism", "", "SASL mechanism: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."},
 	{"kafka.sasl.username", "", "SASL user name."},
 	{"kafka.sasl.password", "", "SASL password (a secret: set it through the environment or a protected file; never logged)."},
+	{"kafka.sasl.allow_plaintext", false, "Let SASL PLAIN run without `kafka.tls.enabled` (the password goes in clear; development only). Off: PLAIN without TLS is refused at start."},
 	{"orchestrator.schema", saga.SchemaDefault, "Postgres schema of the orchestrator's tables."},
 	{"orchestrator.group_id", "sagaflow-orchestrator", "Consumer group of the reply consumer (shared by replicas)."},
 	{"orchestrator.timer_interval", saga.TimerIntervalDefault, "How often due timers (timeouts, retry backoff, deadlines) are looked for."},

@@ -194,6 +194,6 @@ func printSummary(w io.Writer, s demo.Summary) {
 	}
 	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))
 	for _, v := range s.Violations {
-		fmt.Fprintln(w, "  -", v)
+		fmt.Fprintln(w, "  -", safe(v))
 	}
 }

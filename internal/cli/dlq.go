@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/reference"
 )
 
 // dlqCmd is `orchestrator dlq`: dead letters and dead outbox rows of the
@@ -28,6 +30,7 @@ func dlqCmd(cfg *Config) *cobra.Command {
 	}
 	cmd.PersistentFlags().String("schema", "", "schema whose dead letters and outbox to use (default orchestrator.schema; a participant's schema works too)")
 	cmd.PersistentFlags().Bool("json", false, "print JSON")
+	cmd.PersistentFlags().StringSlice("consumes", nil, "topics the schema's consumer reads, the only ones a redrive may publish to (default: kafka.reply_topic for the orchestrator's schema, <topic_prefix><name>.commands for a reference participant's; required for any other schema's redrive)")
 	cmd.AddCommand(dlqListCmd(cfg), dlqShowCmd(cfg), dlqRedriveCmd(cfg), dlqOutboxCmd(cfg), dlqRequeueCmd(cfg), dlqAuditCmd(cfg))
 	return cmd
 }
@@ -43,7 +46,11 @@ func withStore(cmd *cobra.Command, cfg *Config, run func(ctx context.Context, st
 		return err
 	}
 	defer pool.Close()
-	st, err := dlq.New(pool, schema)
+	consumes, _ := cmd.Flags().GetStringSlice("consumes")
+	if len(consumes) == 0 {
+		consumes = consumedTopics(cfg, schema)
+	}
+	st, err := dlq.New(pool, schema, consumes...)
 	if err != nil {
 		return err
 	}
@@ -52,15 +59,31 @@ func withStore(cmd *cobra.Command, cfg *Config, run func(ctx context.Context, st
 		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
 			return fmt.Errorf("schema %s: %w (is it a sagaflow schema, migrated? `orchestrator migrate`, or starting its process, creates the tables)", schema, err)
 		}
+		if errors.Is(err, dlq.ErrTopicNotConsumed) && len(consumes) == 0 {
+			return fmt.Errorf("schema %s: %w (name the topics its consumer reads with --consumes)", schema, err)
+		}
 		return fmt.Errorf("schema %s: %w", schema, err)
 	}
 	return nil
 }
 
+// consumedTopics is what the consumer of schema reads, as far as this
+// binary knows it: the reply topic for the orchestrator's schema, the
+// command topic for a reference participant's; nil for any other.
+func consumedTopics(cfg *Config, schema string) []string {
+	if schema == cfg.Orchestrator.Schema {
+		return []string{cfg.Kafka.ReplyTopic}
+	}
+	for _, name := range reference.Names {
+		if schema == cfg.Participants.SchemaPrefix+name {
+			return []string{message.CommandTopic(cfg.Kafka.TopicPrefix, name)}
+		}
+	}
+	return nil
+}
+
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return writeJSON(w, v, true)
 }
 
 func parseIDs(args []string) ([]int64, error) {
@@ -143,8 +166,8 @@ func printDeadLetters(w io.Writer, ls []dlq.DeadLetter, next int64, c dlq.Counts
 		if d.RedrivenAt != nil {
 			red = d.RedrivenAt.UTC().Format(time.RFC3339) + " by " + d.RedrivenBy
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Topic, d.Partition, d.Offset, dash(d.MessageID),
-			d.DeadAt.UTC().Format(time.RFC3339), red, oneLine(d.Reason))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, safe(d.Topic), d.Partition, d.Offset, safe(dash(d.MessageID)),
+			d.DeadAt.UTC().Format(time.RFC3339), safe(red), oneLine(d.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -176,15 +199,15 @@ func dlqShowCmd(cfg *Config) *cobra.Command {
 				}
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "dead letter %d\nfrom     %s partition %d offset %d\nmessage  %s\nreason   %s\ndead at  %s\n",
-					d.ID, d.Topic, d.Partition, d.Offset, dash(d.MessageID), d.Reason, d.DeadAt.UTC().Format(time.RFC3339Nano))
+					d.ID, safe(d.Topic), d.Partition, d.Offset, safe(dash(d.MessageID)), safe(d.Reason), d.DeadAt.UTC().Format(time.RFC3339Nano))
 				if d.RedrivenAt != nil {
-					fmt.Fprintf(w, "redriven %s by %s: %s\n", d.RedrivenAt.UTC().Format(time.RFC3339Nano), d.RedrivenBy, d.RedriveReason)
+					fmt.Fprintf(w, "redriven %s by %s: %s\n", d.RedrivenAt.UTC().Format(time.RFC3339Nano), safe(d.RedrivenBy), safe(d.RedriveReason))
 				}
-				fmt.Fprintf(w, "key      %s\nheaders\n", d.Key)
+				fmt.Fprintf(w, "key      %s\nheaders\n", safe(d.Key))
 				hs, _ := json.MarshalIndent(d.Headers, "  ", "  ")
-				fmt.Fprintf(w, "  %s\nvalue (%d bytes)\n", hs, d.ValueBytes)
+				fmt.Fprintf(w, "  %s\nvalue (%d bytes)\n", safeJSON(hs), d.ValueBytes)
 				if utf8.Valid(d.Value) {
-					_, err = fmt.Fprintf(w, "  %s\n", d.Value)
+					_, err = fmt.Fprintf(w, "  %s\n", safe(string(d.Value)))
 				} else {
 					_, err = fmt.Fprintf(w, "  %q\n", d.Value)
 				}
@@ -296,7 +319,7 @@ func dlqOutboxCmd(cfg *Config) *cobra.Command {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPTS\tDEAD AT\tLAST ERROR")
 				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, r.Key, r.Attempts, r.DeadAt.UTC().Format(time.RFC3339), oneLine(r.LastError))
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, safe(r.Topic), safe(r.Key), r.Attempts, r.DeadAt.UTC().Format(time.RFC3339), oneLine(r.LastError))
 				}
 				return tw.Flush()
 			})
@@ -362,7 +385,7 @@ func dlqAuditCmd(cfg *Config) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "AT\tACTION\tTARGET\tACTOR\tREASON")
 				for _, e := range log {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), e.Action, e.Target, e.Actor, oneLine(e.Reason))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), safe(e.Action), safe(e.Target), safe(e.Actor), oneLine(e.Reason))
 				}
 				return tw.Flush()
 			})

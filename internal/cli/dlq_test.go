@@ -21,9 +21,9 @@ func TestDLQCommands(t *testing.T) {
 	pool := testkit.PoolURL(t, url)
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("sagaflow")), testkit.MustSets(t)(migrations.Participant("inventory")))
 	ctx := context.Background()
-	for _, s := range []string{"sagaflow", "inventory"} {
+	for s, topic := range map[string]string{"sagaflow": "saga.replies", "inventory": "inventory.commands"} {
 		if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.dead_letters (topic, partition, "offset", key, value, headers, message_id, reason)
-VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray reply')`); err != nil {
+VALUES ('`+topic+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray reply')`); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,7 +46,7 @@ VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray r
 			DeadOutbox  int `json:"dead_outbox"`
 		} `json:"counts"`
 	}
-	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.DeadLetters) != 1 || page.DeadLetters[0].Topic != "t.sagaflow" || page.Counts.DeadOutbox != 1 {
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.DeadLetters) != 1 || page.DeadLetters[0].Topic != "saga.replies" || page.Counts.DeadOutbox != 1 {
 		t.Fatalf("dlq list --json = %s (%v); want the orchestrator's one dead letter and one dead outbox row", out, err)
 	}
 	id := strconv.FormatInt(page.DeadLetters[0].ID, 10)
@@ -66,7 +66,7 @@ VALUES ('t.`+s+`', 0, 7, 'k', '{"a":1}', '{"message-id":"m-1"}', 'm-1', 'stray r
 		t.Fatalf("second dlq redrive: exit %d: %s; want it skipped", code, out)
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox WHERE topic = 't.sagaflow' AND headers->>'message-id' = 'm-1' AND value = '{"a":1}'`).Scan(&n); err != nil || n != 1 {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox WHERE topic = 'saga.replies' AND headers->>'message-id' = 'm-1' AND value = '{"a":1}'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("redriven outbox rows = %d, %v; want 1 with the original value and headers", n, err)
 	}
 	if out, _, code := runCLI(t, "dlq", "audit", db); code != 0 || !strings.Contains(out, "dlq.redrive") || !strings.Contains(out, "alice") {
@@ -104,7 +104,7 @@ func TestDLQBulkRedrivePartlyDone(t *testing.T) {
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("sagaflow")))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `INSERT INTO sagaflow.dead_letters (topic, partition, "offset", key, value, message_id, reason)
-SELECT 't', 0, i, CASE WHEN i = $1 THEN 'poison' ELSE 'k' || i END, 'v', 'm-' || i, 'r' FROM generate_series(1, $1) AS i`, dlq.BatchSize+1); err != nil {
+SELECT 'saga.replies', 0, i, CASE WHEN i = $1 THEN 'poison' ELSE 'k' || i END, 'v', 'm-' || i, 'r' FROM generate_series(1, $1) AS i`, dlq.BatchSize+1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE FUNCTION sagaflow.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -121,5 +121,46 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON sagaflow.outbox FOR EACH ROW EXECU
 	}
 	if !strings.HasPrefix(out, "redriven "+strconv.Itoa(dlq.BatchSize)+" before the error: [") {
 		t.Fatalf("dlq redrive --all printed %q; want the ids redriven before the error", out)
+	}
+}
+
+// TestDLQRedriveOnlyToConsumedTopics: `dlq redrive` publishes only to the
+// topics the schema consumes: a dead letter of the orchestrator's schema
+// naming another topic than kafka.reply_topic is refused (the topic and the
+// allowed one named, nothing enqueued); a schema the binary does not know
+// needs --consumes, and with it the redrive goes ahead.
+func TestDLQRedriveOnlyToConsumedTopics(t *testing.T) {
+	t.Parallel()
+	url := testkit.Database(t)
+	pool := testkit.PoolURL(t, url)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("sagaflow")), testkit.MustSets(t)(migrations.Participant("billing")))
+	ctx := context.Background()
+	var foreign, billing int64
+	if err := pool.QueryRow(ctx, `INSERT INTO sagaflow.dead_letters (topic, partition, "offset", key, value, message_id, reason)
+VALUES ('payments.ledger', 0, 1, 'k', 'v', 'm-1', 'r') RETURNING id`).Scan(&foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO billing.dead_letters (topic, partition, "offset", key, value, message_id, reason)
+VALUES ('billing.commands', 0, 1, 'k', 'v', 'm-2', 'r') RETURNING id`).Scan(&billing); err != nil {
+		t.Fatal(err)
+	}
+	db := "--database-url=" + url
+	audit := []string{"--actor", "alice", "--reason", "fixed", db}
+	for _, args := range [][]string{{strconv.FormatInt(foreign, 10)}, {"--all"}} {
+		_, stderr, code := runCLI(t, append(append([]string{"dlq", "redrive"}, args...), audit...)...)
+		if code == 0 || !strings.Contains(stderr, `"payments.ledger"`) || !strings.Contains(stderr, "saga.replies") {
+			t.Fatalf("dlq redrive %v of a foreign topic: exit %d: %s; want refused, naming the topic and saga.replies", args, code, stderr)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sagaflow.outbox`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d outbox rows (%v), want nothing enqueued", n, err)
+	}
+	id := strconv.FormatInt(billing, 10)
+	if _, stderr, code := runCLI(t, append([]string{"dlq", "redrive", id, "--schema", "billing"}, audit...)...); code == 0 || !strings.Contains(stderr, "--consumes") {
+		t.Fatalf("dlq redrive in an unknown schema without --consumes: exit %d: %s; want refused, naming --consumes", code, stderr)
+	}
+	if out, stderr, code := runCLI(t, append([]string{"dlq", "redrive", id, "--schema", "billing", "--consumes", "billing.commands"}, audit...)...); code != 0 || !strings.Contains(out, "redriven 1") {
+		t.Fatalf("dlq redrive --consumes billing.commands: exit %d: %s %s", code, out, stderr)
 	}
 }

@@ -51,6 +51,49 @@ func TestConfigEffectiveRedactsSecrets(t *testing.T) {
 	}
 }
 
+// TestConfigEffectiveFailsClosedOnSecrets: config --effective never prints
+// a secret: a database URL that does not parse is printed fully redacted
+// (it was printed raw, password and all), sslpassword and sslkey are hidden
+// in both forms of connection string, a keyword string it cannot read (an
+// unterminated quote) is hidden whole, the credentials of any other URL
+// (the OTLP endpoint) are hidden, and keys that look like secrets
+// (kafka.tls.key_file) print redacted.
+func TestConfigEffectiveFailsClosedOnSecrets(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, url, endpoint string
+		want                []string
+	}{
+		{name: "unparsable URL", url: "postgres://orch:s3cr3t%zz@db.internal/sagaflow", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "URL sslpassword", url: "postgres://orch@db.internal/sagaflow?sslmode=verify-full&sslpassword=s3cr3t&sslkey=/etc/s3cr3t.key",
+			want: []string{"| `database.url` | `postgres://orch@db.internal/sagaflow?sslmode=verify-full&sslpassword=xxxxx&sslkey=xxxxx` |"}},
+		{name: "keyword sslpassword", url: "host=db.internal sslpassword=s3cr3t sslkey='/etc/s3cr3t key' user=orch",
+			want: []string{"| `database.url` | `host=db.internal sslpassword=xxxxx sslkey=xxxxx user=orch` |"}},
+		{name: "unterminated quote", url: "host='db.internal password=s3cr3t", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "not a connection string", url: "s3cr3t", want: []string{"| `database.url` | `<redacted: does not parse>` |"}},
+		{name: "endpoint credentials", url: "host=db", endpoint: "https://otel:s3cr3t@collector:4318/v1/traces?api_key=s3cr3t&x=1#s3cr3t",
+			want: []string{"| `tracing.otlp_endpoint` | `https://otel:xxxxx@collector:4318/v1/traces?api_key=xxxxx&x=1#xxxxx` |"}},
+		{name: "unparsable endpoint", url: "host=db", endpoint: "http://otel:s3cr3t@[::1", want: []string{"| `tracing.otlp_endpoint` | `<redacted: does not parse>` |"}},
+	} {
+		yaml := "database:\n  url: \"" + c.url + "\"\nkafka:\n  tls:\n    key_file: /etc/kafka/s3cr3t.pem\n"
+		if c.endpoint != "" {
+			yaml += "tracing:\n  otlp_endpoint: \"" + c.endpoint + "\"\n"
+		}
+		out, stderr, code := runCLI(t, "config", "--effective", "--config", writeConfig(t, yaml))
+		if code != 0 {
+			t.Fatalf("%s: config --effective: exit %d: %s", c.name, code, stderr)
+		}
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("%s: config --effective prints a secret:\n%s", c.name, out)
+		}
+		for _, want := range append(c.want, "| `kafka.tls.key_file` | `<redacted>` |") {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: config --effective lacks %q:\n%s", c.name, want, out)
+			}
+		}
+	}
+}
+
 func TestRedactConnectionStrings(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
@@ -95,5 +138,30 @@ func TestServeRefusesBadHTTPSettings(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, c.says) {
 			t.Errorf("serve with %q: exit %d, stderr %q; want 1 saying %q", c.yaml, code, stderr, c.says)
 		}
+	}
+}
+
+// TestSASLPlainWithoutTLSRefusedAtStart: serve and participants refuse SASL
+// PLAIN without TLS (the password would cross the network in clear) at
+// start, before connecting to anything, naming the keys that fix it;
+// kafka.sasl.allow_plaintext: true lets it through (it then fails later,
+// on the unreachable database, not on the setting).
+func TestSASLPlainWithoutTLSRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	plain := "kafka:\n  sasl:\n    mechanism: plain\n    username: saga\n    password: pw\n"
+	for _, cmd := range []string{"serve", "participants"} {
+		_, stderr, code := runCLI(t, cmd, "--config", writeConfig(t, plain), "--brokers", "127.0.0.1:1")
+		if code != 1 {
+			t.Fatalf("%s with PLAIN without TLS: exit %d, want 1: %s", cmd, code, stderr)
+		}
+		for _, want := range []string{"kafka.sasl.mechanism PLAIN", "kafka.tls.enabled", "kafka.sasl.allow_plaintext"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%s with PLAIN without TLS: stderr %q does not name %s", cmd, stderr, want)
+			}
+		}
+	}
+	_, stderr, code := runCLI(t, "migrate", "--config", writeConfig(t, plain+"    allow_plaintext: true\ndatabase:\n  url: postgres://nobody@127.0.0.1:1/none\n"))
+	if code == 0 || strings.Contains(stderr, "allow_plaintext") || !strings.Contains(stderr, "127.0.0.1") {
+		t.Fatalf("PLAIN without TLS but allowed: exit %d, stderr %q; want past the setting, failing on the unreachable database", code, stderr)
 	}
 }

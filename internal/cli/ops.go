@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -111,7 +112,7 @@ func statusCmd(cfg *Config) *cobra.Command {
 				return err
 			}
 			if j, _ := cmd.Flags().GetBool("json"); j {
-				_, err := cmd.OutOrStdout().Write(body)
+				_, err := cmd.OutOrStdout().Write(safeJSON(body))
 				return err
 			}
 			var sv api.SagaView
@@ -176,7 +177,7 @@ func listCmd(cfg *Config) *cobra.Command {
 					return err
 				}
 				if asJSON && !all {
-					_, err := cmd.OutOrStdout().Write(body)
+					_, err := cmd.OutOrStdout().Write(safeJSON(body))
 					return err
 				}
 				page.Sagas, page.Next = nil, ""
@@ -190,9 +191,7 @@ func listCmd(cfg *Config) *cobra.Command {
 				q.Set("cursor", page.Next)
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"sagas": rows})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"sagas": rows}, true)
 			}
 			next := ""
 			if !all {
@@ -225,14 +224,14 @@ func printList(w io.Writer, sagas []api.SagaView, next string, now time.Time) er
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tSTEP\tAGE\tMOVED\tFLAG")
 	for _, s := range sagas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", s.ID, s.Type, s.State, dash(s.CurrentStep),
-			ago(now.Sub(s.CreatedAt)), ago(now.Sub(s.UpdatedAt)), s.Flag)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", s.ID, safe(s.Type), safe(string(s.State)), safe(dash(s.CurrentStep)),
+			ago(now.Sub(s.CreatedAt)), ago(now.Sub(s.UpdatedAt)), safe(s.Flag))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		_, err := fmt.Fprintf(w, "more: --cursor %s (or --all)\n", next)
+		_, err := fmt.Fprintf(w, "more: --cursor %s (or --all)\n", safe(next))
 		return err
 	}
 	return nil
@@ -242,16 +241,16 @@ func printList(w io.Writer, sagas []api.SagaView, next string, now time.Time) er
 // lines (all when n <= 0).
 func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 	fmt.Fprintf(w, "saga     %s\n", s.ID)
-	fmt.Fprintf(w, "type     %s (definition v%d)\n", s.Type, s.DefVersion)
+	fmt.Fprintf(w, "type     %s (definition v%d)\n", safe(s.Type), s.DefVersion)
 	state := string(s.State)
 	if s.Flag != "" {
 		state += "  FLAG: " + s.Flag
 	}
-	fmt.Fprintf(w, "state    %s\n", state)
+	fmt.Fprintf(w, "state    %s\n", safe(state))
 	if s.CurrentStep != "" {
-		fmt.Fprintf(w, "step     %s\n", s.CurrentStep)
+		fmt.Fprintf(w, "step     %s\n", safe(s.CurrentStep))
 	}
-	fmt.Fprintf(w, "order    aggregate %s, idempotency key %s\n", s.AggregateID, s.IdempotencyKey)
+	fmt.Fprintf(w, "order    aggregate %s, idempotency key %s\n", safe(s.AggregateID), safe(s.IdempotencyKey))
 	fmt.Fprintf(w, "created  %s (%s ago)\n", s.CreatedAt.UTC().Format(time.RFC3339), ago(now.Sub(s.CreatedAt)))
 	if s.FinishedAt != nil {
 		fmt.Fprintf(w, "finished %s (took %s)\n", s.FinishedAt.UTC().Format(time.RFC3339), ago(s.FinishedAt.Sub(s.CreatedAt)))
@@ -281,7 +280,7 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 		if end == nil && st.State != saga.StepRunning && st.State != saga.StepRetrying {
 			end = st.CompStartedAt // an abandoned forward ends where its compensation starts
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, name, st.Kind, st.State, st.Attempts, took(st.StartedAt, end, now), comp, dash(oneLine(st.LastError)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, safe(name), safe(string(st.Kind)), safe(string(st.State)), st.Attempts, took(st.StartedAt, end, now), comp, dash(oneLine(st.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -307,7 +306,7 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 		if e.Ignored {
 			ev += " (ignored)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05.000"), ev, dash(e.Step), dash(states), dash(e.Actor), dash(oneLine(e.Reason)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05.000"), safe(ev), safe(dash(e.Step)), safe(dash(states)), safe(dash(e.Actor)), dash(oneLine(e.Reason)))
 	}
 	return tw.Flush()
 }
@@ -343,10 +342,12 @@ func dash(s string) string {
 	return s
 }
 
+// oneLine is s on one line for a table cell: runs of white space as one
+// space, at most 120 characters, escaped by safe.
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
+	if utf8.RuneCountInString(s) > 120 {
+		s = string([]rune(s)[:117]) + "..."
 	}
-	return s
+	return safe(s)
 }

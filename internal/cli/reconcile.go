@@ -142,7 +142,7 @@ func reconcileResolveCmd(cfg *Config) *cobra.Command {
 			if err := eng.ResolveDiscrepancy(cmd.Context(), id, actor, reason); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "discrepancy %d resolved by %s\n", id, actor)
+			fmt.Fprintf(cmd.OutOrStdout(), "discrepancy %d resolved by %s\n", id, safe(actor))
 			return nil
 		},
 	}
@@ -180,7 +180,7 @@ func printReport(w io.Writer, r saga.ReconcileReport) {
 	fmt.Fprintf(w, "reconciled%s: %d differences, %d repaired, %d finished sagas checked, %d open\n", mode, r.Differences, r.Repaired, r.Checked, r.Open)
 	kinds := make([]string, 0, len(r.ByKind))
 	for k, n := range r.ByKind {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		kinds = append(kinds, fmt.Sprintf("%s=%d", safe(string(k)), n))
 	}
 	if len(kinds) > 0 {
 		slices.Sort(kinds)
@@ -200,7 +200,7 @@ func printDiscrepancies(w io.Writer, ds []saga.Discrepancy) {
 		if d.ID > 0 {
 			id = strconv.FormatInt(d.ID, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, d.SagaID, d.Step, d.Kind, cmp(d.Repair, "-"), d.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, d.SagaID, safe(d.Step), safe(string(d.Kind)), safe(cmp(string(d.Repair), "-")), oneLine(d.Detail))
 	}
 	tw.Flush()
 }

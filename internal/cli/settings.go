@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
@@ -178,6 +177,7 @@ func (c *Config) bindings() []binding {
 		{"kafka.tls.key_file", &k.TLS.KeyFile}, {"kafka.tls.server_name", &k.TLS.ServerName},
 		{"kafka.tls.insecure_skip_verify", &k.TLS.InsecureSkipVerify},
 		{"kafka.sasl.mechanism", &k.SASL.Mechanism}, {"kafka.sasl.username", &k.SASL.Username}, {"kafka.sasl.password", &k.SASL.Password},
+		{"kafka.sasl.allow_plaintext", &k.SASL.AllowPlaintext},
 		{"orchestrator.schema", &o.Schema}, {"orchestrator.group_id", &o.GroupID}, {"orchestrator.timer_interval", &o.TimerInterval},
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
@@ -466,7 +466,11 @@ func (c *Config) effective(key string) string {
 		var val string
 		switch p := b.ptr.(type) {
 		case *[]string:
-			val = strings.Join(*p, ",")
+			vs := make([]string, len(*p))
+			for i, v := range *p {
+				vs[i] = redactSetting(key, v)
+			}
+			return safe(strings.Join(vs, ","))
 		case *time.Duration:
 			val = p.String()
 		case *string:
@@ -480,13 +484,7 @@ func (c *Config) effective(key string) string {
 		case *float64:
 			val = fmt.Sprint(*p)
 		}
-		switch {
-		case secretKeys[key] && val != "":
-			return "<redacted>"
-		case key == "database.url":
-			return demo.Redact(val)
-		}
-		return val
+		return safe(redactSetting(key, val))
 	}
 	return ""
 }

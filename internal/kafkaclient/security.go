@@ -47,6 +47,10 @@ type SASLConfig struct {
 	Mechanism string
 	Username  string
 	Password  string
+	// AllowPlaintext lets PLAIN run without TLS, where it sends the
+	// password in clear to anyone on the path (development only; default
+	// false: refused by Validate).
+	AllowPlaintext bool
 }
 
 // Security is what every Kafka client of a process needs beyond the
@@ -76,6 +80,10 @@ func (s Security) Validate() error {
 	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
 		if s.SASL.Username == "" {
 			return fmt.Errorf("kafka.sasl: mechanism %s needs kafka.sasl.username", strings.ToUpper(s.SASL.Mechanism))
+		}
+		if strings.ToUpper(s.SASL.Mechanism) == SASLPlain && !t.Enabled && !s.SASL.AllowPlaintext {
+			return errors.New("kafka.sasl.mechanism PLAIN without kafka.tls.enabled: true would send the password in clear; " +
+				"turn TLS on (kafka.tls.enabled: true), or use SCRAM-SHA-256 or SCRAM-SHA-512, or set kafka.sasl.allow_plaintext: true (development only)")
 		}
 	default:
 		return fmt.Errorf("kafka.sasl.mechanism is %q; want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.SASL.Mechanism)

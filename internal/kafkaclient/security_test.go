@@ -27,6 +27,10 @@ func TestSecurityValidate(t *testing.T) {
 		{"cert without key", kafkaclient.Security{TLS: kafkaclient.TLSConfig{Enabled: true, CertFile: "c.pem"}}, "go together"},
 		{"unknown mechanism", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Mechanism: "GSSAPI", Username: "u"}}, `"GSSAPI"`},
 		{"mechanism without user", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Mechanism: "PLAIN"}}, "username"},
+		{"PLAIN without TLS", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Mechanism: "plain", Username: "u", Password: "p"}}, "kafka.sasl.allow_plaintext"},
+		{"PLAIN without TLS allowed", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p", AllowPlaintext: true}}, ""},
+		{"PLAIN over TLS", kafkaclient.Security{TLS: kafkaclient.TLSConfig{Enabled: true}, SASL: kafkaclient.SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p"}}, ""},
+		{"SCRAM without TLS", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p"}}, ""},
 		{"user without mechanism", kafkaclient.Security{SASL: kafkaclient.SASLConfig{Username: "u", Password: "p"}}, "mechanism is empty"},
 	} {
 		err := tc.s.Validate()
@@ -101,7 +105,8 @@ func TestSecuredBrokerRoundTrip(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(b.Close)
-				good := kafkaclient.Security{TLS: tlsc, SASL: kafkaclient.SASLConfig{Mechanism: mech, Username: "sagaflow", Password: "s3cret"}}
+				// PLAIN without TLS only when explicitly allowed.
+				good := kafkaclient.Security{TLS: tlsc, SASL: kafkaclient.SASLConfig{Mechanism: mech, Username: "sagaflow", Password: "s3cret", AllowPlaintext: !withTLS}}
 				if err := roundTrip(t, b.Addrs(), good); err != nil {
 					t.Fatalf("with the right credentials: %v", err)
 				}

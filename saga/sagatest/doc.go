@@ -7,7 +7,7 @@
 //
 //	func TestPlaceOrder(t *testing.T) {
 //		def, _ := steps.PlaceOrder()
-//		h := sagatest.New(t, def, sagatest.Data(steps.Order{OrderID: "o-1", Customer: "alice", SKU: "apple", Qty: 1}))
+//		h := sagatest.New(t, def, sagatest.Data(steps.Order{OrderID: "o-1", Customer: "alice", SKU: "apple", Qty: 1, AmountCents: 1999}))
 //		h.Start()
 //		h.Expect("reserve-inventory", sagatest.Forward)
 //		h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "r-1"})

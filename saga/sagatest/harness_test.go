@@ -507,7 +507,7 @@ func TestCheckDecisionCatchesBrokenDecisions(t *testing.T) {
 func TestPackageDocExample(t *testing.T) {
 	t.Parallel()
 	def, _ := steps.PlaceOrder()
-	h := sagatest.New(t, def, sagatest.Data(steps.Order{OrderID: "o-1", Customer: "alice", SKU: "apple", Qty: 1}))
+	h := sagatest.New(t, def, sagatest.Data(steps.Order{OrderID: "o-1", Customer: "alice", SKU: "apple", Qty: 1, AmountCents: 1999}))
 	h.Start()
 	h.Expect("reserve-inventory", sagatest.Forward)
 	h.Succeed(orderapi.ReserveInventoryResult{ReservationID: "r-1"})

@@ -153,6 +153,10 @@ function participantMetrics({ name, pool, store, log }) {
     deadLettered: reg.counter('sagaflow_dlq_messages_total',
       'Records sent to the dead-letter topic, by reason class: invalid_message (does not decode or validate) or database_refused (Postgres refused its effects).',
       ['participant', 'reason']),
+    dlqShortened: reg.counter('sagaflow_dlq_shortened_total',
+      'Dead letters sent as a shortened record (first 1 KiB of key and value, headers cut): too large, or refused by the broker as they were.', ['participant']),
+    dlqLost: reg.counter('sagaflow_dlq_lost_total',
+      'Dead letters the broker refused even shortened: the command was skipped and only a log line keeps it.', ['participant']),
     published: reg.counter('sagaflow_relay_published_total', 'Outbox rows the relay published (acknowledged by Kafka).', ['participant']),
     publishErrors: reg.counter('sagaflow_relay_publish_errors_total',
       'Outbox rows whose publish failed: refused by Kafka (counted toward parking) or not sent during a Kafka outage.', ['participant']),
@@ -165,7 +169,7 @@ function participantMetrics({ name, pool, store, log }) {
   };
   for (const outcome of ['success', 'failure', 'retry']) m.commands.init({ ...p, outcome });
   for (const reason of ['invalid_message', 'database_refused']) m.deadLettered.init({ ...p, reason });
-  for (const c of [m.duplicates, m.published, m.publishErrors, m.parked, m.retentionCycles, m.scrapeErrors]) c.init(p);
+  for (const c of [m.duplicates, m.dlqShortened, m.dlqLost, m.published, m.publishErrors, m.parked, m.retentionCycles, m.scrapeErrors]) c.init(p);
   for (const table of ['inbox', 'barrier']) m.purged.init({ ...p, table: `${store.schema}.${table}` });
 
   // Both outbox gauges from one read per scrape (started by m.scrape).

@@ -10,6 +10,7 @@
 const { Kafka, Partitioners, logLevel } = require('kafkajs');
 const { InvalidMessage, headerMap, recordMessageID, decodeCommand, replyRecord, cut } = require('./wire');
 const { Relay } = require('./relay');
+const { deadLetter, shortDeadLetter, refusedCause } = require('./deadletter');
 
 // Postgres refusing the content (SQLSTATE classes 22 data, 23 integrity,
 // 54 limits): the command is dead-lettered, retrying would not help.
@@ -123,24 +124,39 @@ class Participant {
     }
   }
 
-  // deadLetter publishes the record to the dead-letter topic with its key,
-  // value and headers and the reason, retrying until the broker takes it;
-  // cls is the reason's class for the metrics.
+  // deadLetter publishes the record to the dead-letter topic (lib/deadletter.js:
+  // its key, value and headers and the reason), retrying an outage until the
+  // broker takes it; cls is the reason's class for the metrics. A record the
+  // broker refuses for what it is (too large, invalid) is replaced by its
+  // shortened form (dlq-shortened: true); if that is refused too, it is
+  // logged with its coordinates and counted, and the partition moves on.
   async deadLetter(where, m, reason, cls) {
     this.log('warn', 'command dead-lettered', { ...where, reason });
-    const headers = { ...m.headers };
-    Object.assign(headers, {
-      'dlq-reason': cut(reason, 1024),
-      'dlq-original-topic': where.topic,
-      'dlq-original-partition': String(where.partition),
-      'dlq-original-offset': String(where.offset),
-    });
+    let rec = deadLetter(where, m, reason);
+    let shortened = rec.headers['dlq-shortened'].toString() === 'true';
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.producer.send({ topic: this.dlqTopic, acks: -1, messages: [{ key: m.key, value: m.value, headers }] });
-        if (this.metrics) this.metrics.deadLettered.inc({ ...this.metrics.p, reason: cls });
+        await this.producer.send({ topic: this.dlqTopic, acks: -1, messages: [rec] });
+        if (this.metrics) {
+          this.metrics.deadLettered.inc({ ...this.metrics.p, reason: cls });
+          if (shortened) this.metrics.dlqShortened.inc(this.metrics.p);
+        }
         return;
       } catch (e) {
+        const refused = refusedCause(e);
+        if (refused !== null && !shortened) {
+          this.log('warn', 'the broker refused a dead-letter record; sending a shortened one', { ...where, error: e.message, type: refused.type });
+          rec = shortDeadLetter(where, m, reason);
+          shortened = true;
+          attempt = -1;
+          continue;
+        }
+        if (refused !== null) {
+          if (this.metrics) this.metrics.dlqLost.inc(this.metrics.p);
+          this.log('error', 'the broker refused even the shortened dead-letter record; the command is skipped and only this log line keeps it',
+            { ...where, reason: cut(reason, 1024), error: e.message, type: refused.type });
+          return;
+        }
         if (this.stopping) throw e;
         this.log('warn', 'dead letter not published; retrying', { ...where, error: e.message });
         await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 5000)));
