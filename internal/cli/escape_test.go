@@ -62,7 +62,7 @@ VALUES ('saga.replies', 0, 1, $1, convert_to($1, 'UTF8'), jsonb_build_object('tr
 	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.reconcile_discrepancies (saga_id, step, kind, detail) VALUES ($1, $2, $2, $2)`, failed, hostile); err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(eng, &api.Config{AdminToken: "tok"})
+	h, err := api.New(eng, &api.Config{AdminToken: "escape-test-admin-9f3c1a7e5b2d4068"})
 	if err != nil {
 		t.Fatal(err)
 	}

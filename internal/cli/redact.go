@@ -39,6 +39,9 @@ func redactSetting(key, val string) string {
 	switch {
 	case val == "":
 		return ""
+	case (val == "true" || val == "false") && !secretKeys[key]:
+		// A switch such as http.secure_cookie holds no secret.
+		return val
 	case secretKeys[key] || secretName(key):
 		return redacted
 	case key == "database.url" && !strings.HasPrefix(val, "postgres://") && !strings.HasPrefix(val, "postgresql://"):
