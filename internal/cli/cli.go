@@ -272,6 +272,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			ec := cfg.engine()
 			ec.Metrics = ms.Saga
 			ms.Saga.InitTypes(reg.Types()...)
+			cfg.Security.warn(log, false)
 			var stopTracing func()
 			if ec.Tracer, stopTracing, err = newTracing(ctx, cfg.Tracing); err != nil {
 				return err
@@ -444,6 +445,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			defer p.pool.Close()
 			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
 			pc := cfg.Participants
+			cfg.Security.warn(log, true)
 			set, err := reference.New(pool, reference.Options{
 				Brokers: bs, Dialer: dialer, TopicPrefix: cfg.Kafka.TopicPrefix, SchemaPrefix: pc.SchemaPrefix,
 				ReplyTopics:      []string{cfg.Kafka.ReplyTopic},
@@ -451,6 +453,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				Seed: pc.Seed, PaymentLimitCents: pc.PaymentLimitCents,
 				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
 				KeepSent: cfg.Relay.KeepSent, NoDispatch: !cfg.Relay.Dispatch,
+				CommandKeys: cfg.Security.orch, AllowUnsignedCommands: cfg.Security.AllowUnsignedCommands, ReplyKeys: cfg.Security.replyKeys(),
 			})
 			if err != nil {
 				return err
