@@ -382,3 +382,30 @@ func (k Key) String() string { return "key " + k.ID }
 
 // Format is the key as ParseKeys reads it: "id:" and the secret in base64.
 func (k Key) Format() string { return k.ID + ":" + base64.StdEncoding.EncodeToString(k.Secret) }
+
+// ParseOwnedKeys parses keys written "owner:id:secret,..." (an owner such
+// as a participant's name may have several), the secret as ParseKey reads
+// it. The error names the item and the owner, never the secret.
+func ParseOwnedKeys(s string) (map[string][]Key, error) {
+	out := map[string][]Key{}
+	n := 0
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		n++
+		owner, rest, ok := strings.Cut(item, ":")
+		id, secret, ok2 := strings.Cut(rest, ":")
+		if !ok || !ok2 || strings.TrimSpace(owner) == "" {
+			return nil, fmt.Errorf("item %d: want owner:id:secret", n)
+		}
+		owner = strings.TrimSpace(owner)
+		k, err := ParseKey(id, secret)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", owner, err)
+		}
+		out[owner] = append(out[owner], k)
+	}
+	return out, nil
+}

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
@@ -49,32 +48,24 @@ func (s *SecurityConfig) parse() error {
 	case len(s.orch) > 0:
 		s.active = s.orch[0]
 	}
-	s.partKeys = map[string][]message.Key{}
 	ring := &message.Keyring{}
 	for _, k := range s.orch {
 		if err := ring.Add("the orchestrator", k); err != nil {
 			return fmt.Errorf("config: security.orchestrator_keys: %w", err)
 		}
 	}
-	for item := range strings.SplitSeq(s.ParticipantKeys, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		name, rest, ok := strings.Cut(item, ":")
-		id, secret, ok2 := strings.Cut(rest, ":")
-		if !ok || !ok2 || name == "" {
-			return fmt.Errorf("config: security.participant_keys: item %d: want participant:id:secret", len(s.partKeys)+1)
-		}
-		k, err := message.ParseKey(id, secret)
-		if err != nil {
-			return fmt.Errorf("config: security.participant_keys: participant %q: %w", name, err)
-		}
-		if err := ring.Add(name, k); err != nil {
-			return fmt.Errorf("config: security.participant_keys: %w", err)
-		}
-		s.partKeys[name] = append(s.partKeys[name], k)
+	owned, err := message.ParseOwnedKeys(s.ParticipantKeys)
+	if err != nil {
+		return fmt.Errorf("config: security.participant_keys: %w", err)
 	}
+	for name, ks := range owned {
+		for _, k := range ks {
+			if err := ring.Add(name, k); err != nil {
+				return fmt.Errorf("config: security.participant_keys: %w", err)
+			}
+		}
+	}
+	s.partKeys = owned
 	return nil
 }
 

@@ -57,7 +57,7 @@ func TestLoadSecurityKeys(t *testing.T) {
 	}{
 		{map[string]string{"security.orchestrator_keys": "k1:c2hvcnQ="}, "config: security.orchestrator_keys: key \"k1\": secret is 5 bytes, want at least 32"},
 		{map[string]string{"security.orchestrator_keys": "k1:" + secretA, "security.orchestrator_key_id": "k2"}, "config: security.orchestrator_key_id: \"k2\" is not the id"},
-		{map[string]string{"security.participant_keys": "inventory:" + secretA}, "config: security.participant_keys: item 1: want participant:id:secret"},
+		{map[string]string{"security.participant_keys": "inventory:" + secretA}, "config: security.participant_keys: item 1: want owner:id:secret"},
 		{map[string]string{"security.participant_keys": "inventory:k:" + secretA, "security.orchestrator_keys": "k:" + secretB}, "must be unique"},
 	} {
 		clearEnv(t)
