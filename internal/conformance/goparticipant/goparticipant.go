@@ -128,7 +128,7 @@ type Env struct {
 	CommandKeys []message.Key
 	ReplyKey    message.Key
 	NoVerify    bool
-	Logger *slog.Logger
+	Logger      *slog.Logger
 }
 
 // EnvFromOS reads Env from SAGAFLOW_KAFKA_BROKERS, SAGAFLOW_DATABASE_URL,
