@@ -520,10 +520,15 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			pass, _ := f.GetString("sasl-password")
 			cert, _ := f.GetString("tls-cert")
 			key, _ := f.GetString("tls-key")
+			principalsFlag, _ := f.GetString("principals")
+			principals, err := devBrokerPrincipals(cfg, principalsFlag)
+			if err != nil {
+				return err
+			}
 			b, err := devbroker.Start(devbroker.Config{
 				Addr: cfg.DevBroker.Addr, Partitions: cfg.Kafka.Partitions,
 				SASL:        devbroker.SASL{Mechanism: mech, User: user, Password: pass},
-				TLSCertFile: cert, TLSKeyFile: key,
+				TLSCertFile: cert, TLSKeyFile: key, Principals: principals,
 			})
 			if err != nil {
 				return err
@@ -539,6 +544,9 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if len(how) == 0 {
 				how = append(how, "plaintext")
 			}
+			for _, p := range principals {
+				fmt.Fprintf(cmd.OutOrStdout(), "principal %s may: %s\n", p.User, joinACLs(p.ACLs))
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (%s; in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","), strings.Join(how, ", "))
 			<-cmd.Context().Done()
 			return nil
@@ -551,6 +559,7 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd.Flags().String("sasl-password", "", "the SASL user's password")
 	cmd.Flags().String("tls-cert", "", "speak TLS only, with this certificate (PEM; with --tls-key)")
 	cmd.Flags().String("tls-key", "", "the private key (PEM) of --tls-cert")
+	cmd.Flags().String("principals", "", "enforce the sagaflow ACLs (docs/operations.md, Kafka ACLs; needs --sasl-*): user:password,... of the principals, `orchestrator` and one per participant; the --sasl-user stays a superuser")
 	return cmd
 }
 

@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 
+	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -119,4 +121,40 @@ func (s *SecurityConfig) warn(log *slog.Logger, participants bool) {
 	case participants && len(s.partKeys) == 0:
 		log.Warn("replies are unsigned: set security.participant_keys")
 	}
+}
+
+// devBrokerPrincipals reads dev-broker's --principals ("user:password,...")
+// and gives each the ACLs of the deployment cfg describes (topic prefix,
+// reply topic, orchestrator group, the registered participants).
+func devBrokerPrincipals(cfg *Config, flag string) ([]devbroker.Principal, error) {
+	if strings.TrimSpace(flag) == "" {
+		return nil, nil
+	}
+	reg, err := cfg.registry()
+	if err != nil {
+		return nil, err
+	}
+	layout := devbroker.Layout{TopicPrefix: cfg.Kafka.TopicPrefix, ReplyTopic: cfg.Kafka.ReplyTopic,
+		OrchestratorGroup: cfg.Orchestrator.GroupID, Participants: reg.Participants()}
+	var out []devbroker.Principal
+	for item := range strings.SplitSeq(flag, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		user, pass, ok := strings.Cut(item, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, fmt.Errorf("dev-broker --principals: item %d: want user:password", len(out)+1)
+		}
+		out = append(out, devbroker.Principal{User: user, Password: pass, ACLs: devbroker.SagaflowACLs(layout, user)})
+	}
+	return out, nil
+}
+
+func joinACLs(acls []devbroker.ACL) string {
+	s := make([]string, len(acls))
+	for i, a := range acls {
+		s[i] = a.String()
+	}
+	return strings.Join(s, "; ")
 }
