@@ -110,7 +110,7 @@ func newMacPool(k Key) *macPool {
 }
 
 // mac computes the record's MAC into st.sum.
-func (p *macPool) mac(st *macState, topic string, key, value []byte, header func(string) string) {
+func (p *macPool) mac(st *macState, topic string, key, value []byte, header func(string) []byte) {
 	st.buf = appendCanonicalHead(st.buf[:0], p.id, topic, key, header)
 	st.h.Reset()
 	st.h.Write(st.buf)
@@ -129,19 +129,21 @@ func (p *macPool) mac(st *macState, topic string, key, value []byte, header func
 // of SignedHeaders in that order (their first occurrence; absent: empty),
 // and the record's value.
 func Canonical(keyID, topic string, key, value []byte, header func(name string) string) []byte {
-	b := appendCanonicalHead(nil, keyID, topic, key, header)
+	b := appendCanonicalHead(nil, keyID, topic, key, func(n string) []byte { return []byte(header(n)) })
 	b = binary.BigEndian.AppendUint32(b, uint32(len(value)))
 	return append(b, value...)
 }
 
-func appendCanonicalHead(b []byte, keyID, topic string, key []byte, header func(string) string) []byte {
+func appendCanonicalHead(b []byte, keyID, topic string, key []byte, header func(string) []byte) []byte {
 	b = append(b, SignatureVersion...)
 	b = appendField(b, keyID)
 	b = appendField(b, topic)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(key)))
 	b = append(b, key...)
 	for _, name := range SignedHeaders {
-		b = appendField(b, header(name))
+		h := header(name)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(h)))
+		b = append(b, h...)
 	}
 	return b
 }
@@ -171,7 +173,7 @@ func (s *Signer) KeyID() string { return s.p.id }
 // invalidates the signature.
 func (s *Signer) Sign(topic string, key, value []byte, headers map[string]string) {
 	st := s.p.pool.Get().(*macState)
-	s.p.mac(st, topic, key, value, func(n string) string { return headers[n] })
+	s.p.mac(st, topic, key, value, func(n string) []byte { return unsafeBytes(headers[n]) })
 	headers[HeaderKeyID] = s.p.id
 	hex.Encode(st.hex[:], st.sum[:])
 	headers[HeaderSignature] = string(st.hex[:])
@@ -282,7 +284,7 @@ func Verify[H RecordHeader](r *Keyring, topic string, key, value []byte, hs []H)
 		return "", fmt.Errorf("%w: %s is not hex (key %s)", ErrBadSignature, HeaderSignature, k.ownedKey(keyID))
 	}
 	st := k.mac.pool.Get().(*macState)
-	k.mac.mac(st, topic, key, value, func(n string) string { return firstHeader(hs, n) })
+	k.mac.mac(st, topic, key, value, func(n string) []byte { return firstHeader(hs, n) })
 	good := hmac.Equal(st.sum[:], want[:])
 	k.mac.pool.Put(st)
 	if !good {
@@ -295,13 +297,13 @@ func (k ringKey) ownedKey(id []byte) string {
 	return fmt.Sprintf("%s of %s", quote(string(id), MaxKeyIDBytes), quote(k.owner, 64))
 }
 
-func firstHeader[H RecordHeader](hs []H, name string) string {
+func firstHeader[H RecordHeader](hs []H, name string) []byte {
 	for _, hh := range hs {
 		if h := Header(hh); h.Key == name {
-			return string(h.Value)
+			return h.Value
 		}
 	}
-	return ""
+	return nil
 }
 
 // ParseKeys parses keys written "id:secret,id:secret": the secret is

@@ -195,3 +195,20 @@ func BenchmarkSign(b *testing.B) {
 		s.SignString("inventory.commands", "order-1", value, h)
 	}
 }
+
+func BenchmarkVerify(b *testing.B) {
+	k := message.Key{ID: "orch-1", Secret: make([]byte, 32)}
+	s, _ := message.NewSigner(k)
+	var ring message.Keyring
+	_ = ring.Add("orchestrator", k)
+	value := []byte(strings.Repeat("x", 400))
+	h := message.Headers([16]byte{1}, [16]byte{2})
+	s.SignString("inventory.commands", "order-1", value, h)
+	hs := recordHeaders(h)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := message.Verify(&ring, "inventory.commands", []byte("order-1"), value, hs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
