@@ -116,7 +116,7 @@ var envelopeFields = func() []string {
 	var names []string
 	for _, t := range []reflect.Type{reflect.TypeFor[Command](), reflect.TypeFor[Reply]()} {
 		for f := range t.Fields() {
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && !slices.Contains(names, name) {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		}

@@ -88,6 +88,10 @@ type Reply struct {
 	Outcome   Outcome         `json:"outcome"`
 	Reason    string          `json:"reason,omitempty"`
 	Payload   json.RawMessage `json:"payload,omitempty"`
+	// SignedBy is not on the wire: the receiver sets it to the owner of
+	// the key that signed the reply's record, once verified (see Verify);
+	// "" when the record is unsigned or was not checked.
+	SignedBy string `json:"-"`
 }
 
 // FieldError names the field of an envelope (or, with a Field "header

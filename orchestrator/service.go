@@ -253,7 +253,9 @@ func decodeReply(m message.Record) (message.Reply, error) {
 }
 
 // HandleReplies is the inbox handler of the reply topic. Every reply is
-// decoded and its headers checked against its body; one that is bad is
+// decoded, its headers checked against its body and, with reply signing
+// configured (saga.Signing), its signature verified (the engine then takes
+// it only from the step's participant); one that is bad is
 // dead-lettered with the reason (nothing written for it). The rest are
 // applied together (saga.Engine.ApplyReplyBatch: one load, one update, one
 // journal and one outbox insert), leaving out alone each reply refused by
@@ -272,6 +274,9 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 	idx := make([]int, 0, len(ms))
 	for i, m := range ms {
 		r, err := decodeReply(m)
+		if err == nil {
+			err = s.engine.VerifyReply(m, &r)
+		}
 		if err != nil {
 			out[i] = inbox.Result{Outcome: inbox.DeadLetter, Reason: fmt.Sprintf("reply at %s/%d offset %d: %v", m.Topic, m.Partition, m.Offset, err)}
 			continue

@@ -67,6 +67,9 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 		if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 			return fmt.Errorf("%w: %v", errUntouched, err)
 		}
+		if err := p.verifyCommand(m); err != nil {
+			return fmt.Errorf("%w: %v", errUntouched, err)
+		}
 		if cmd.Action != message.Forward || p.replyTopicAllowed(cmd) != nil {
 			return errUntouched
 		}
@@ -135,6 +138,7 @@ func (p *Participant) HandleBatch(ctx context.Context, tx pgx.Tx, ms []message.R
 				return fmt.Errorf("%w: %s: %v", errDecline, p.opName(cmd), err)
 			}
 			msgs[i] = outbox.Message{Topic: cmd.ReplyTo, Key: reply.SagaID.String(), Value: value, Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), ms[i])}
+			p.signReply(msgs[i].Topic, msgs[i].Key, msgs[i].Value, msgs[i].Headers)
 		}
 		after, err := p.queueEnqueue(ctx, b, msgs...)
 		if err != nil {

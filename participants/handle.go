@@ -37,6 +37,9 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Re
 	if err := message.MatchRecordHeaders(m.Headers, cmd.MessageID, cmd.SagaID); err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
+	if err := p.verifyCommand(m); err != nil {
+		return fmt.Errorf("participant %q: saga %s step %q message %s at %s/%d offset %d: %w", p.cfg.Name, cmd.SagaID, cmd.Step, cmd.MessageID, m.Topic, m.Partition, m.Offset, err)
+	}
 	if err := p.replyTopicAllowed(cmd); err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
@@ -57,12 +60,14 @@ func (p *Participant) enqueueReply(ctx context.Context, tx pgx.Tx, cmd message.C
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), err)
 	}
-	err = p.enqueue(ctx, tx, outbox.Message{
+	msg := outbox.Message{
 		Topic:   cmd.ReplyTo,
 		Key:     reply.SagaID.String(),
 		Value:   value,
 		Headers: message.EchoTrace(message.Headers(reply.MessageID, reply.SagaID), m),
-	})
+	}
+	p.signReply(msg.Topic, msg.Key, msg.Value, msg.Headers)
+	err = p.enqueue(ctx, tx, msg)
 	if err != nil {
 		return fmt.Errorf("participant %q: saga %s step %q message-id hash %s: enqueue reply %s: %w", p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), reply.MessageID, err)
 	}

@@ -65,6 +65,20 @@ type Config struct {
 	// of publishing it right after the inbox transaction commits (see
 	// relay.Dispatcher); default false: dispatch.
 	NoDispatch bool
+	// CommandKeys are the orchestrator's keys (message.Key: id and
+	// secret) the participant verifies each command's signature with:
+	// several during a rotation, the orchestrator signing with one of
+	// them. A command signed otherwise, or unsigned, is dead-lettered with
+	// the reason, unexecuted. Empty: commands are not verified.
+	CommandKeys []message.Key
+	// AllowUnsignedCommands takes unsigned commands even with CommandKeys
+	// set, for a migration window while the orchestrator is given its
+	// key; a signed command is verified all the same. Default false.
+	AllowUnsignedCommands bool
+	// ReplyKey is the participant's own key: every reply is signed with
+	// it. The orchestrator must know it as this participant's
+	// (security.participant_keys). Zero: replies are unsigned.
+	ReplyKey message.Key
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -115,6 +129,7 @@ type Participant struct {
 
 	barrier barrier
 	outbox  *outbox.Outbox
+	signing signing
 	// dispatch publishes replies right after their inbox transaction
 	// commits, while Run runs (nil otherwise, or with Config.NoDispatch).
 	dispatch atomic.Pointer[relay.Dispatcher]
@@ -158,7 +173,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("participants: New: Config.Schema: %w", err)
 	}
-	return &Participant{pool: pool, cfg: c, barrier: newBarrier(c.Schema), outbox: ob, handlers: map[string]stepHandlers{}}, nil
+	sg, err := newSigning(&c)
+	if err != nil {
+		return nil, fmt.Errorf("participants: New: %w", err)
+	}
+	return &Participant{pool: pool, cfg: c, barrier: newBarrier(c.Schema), outbox: ob, signing: sg, handlers: map[string]stepHandlers{}}, nil
 }
 
 // Handle registers the handlers of step. compensate may be nil for a step

@@ -90,6 +90,9 @@ type Config struct {
 	// advisory lock on (type, aggregate) and are not group-committed.
 	// Default: none.
 	SingleLiveTypes []string
+	// Signing signs the engine's commands and checks who signed the
+	// replies (see Signing); zero: off.
+	Signing Signing
 	// Advanced holds the engine's tuning knobs (start group commit); their
 	// defaults suit most deployments. Its fields are promoted.
 	Advanced
@@ -423,10 +426,14 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision, pc *postCommit) error 
 			if err != nil {
 				return err
 			}
-			msgs = append(msgs, outbox.Message{
+			m := outbox.Message{
 				Topic: e.CommandTopic(o.Participant), Key: c.AggregateID, Value: b,
 				Headers: e.commandHeaders(&d.Next, c, o.Participant),
-			})
+			}
+			if s := e.cfg.Signing.Commands; s != nil {
+				s.SignString(m.Topic, m.Key, m.Value, m.Headers)
+			}
+			msgs = append(msgs, m)
 		}
 	}
 	e.st.queueJournal(b, journal)
@@ -507,6 +514,11 @@ func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) err
 			return unknownSaga(&r)
 		case errors.Is(err, ErrUnknownStep):
 			return fmt.Errorf("%w: %w", ErrStrayReply, err)
+		case errors.Is(err, ErrReplySigner):
+			if u, ok := err.(interface{ Unwrap() []error }); ok {
+				return u.Unwrap()[0] // without the batch fallback
+			}
+			return err
 		case attempt >= maxVersionConflicts:
 			return fmt.Errorf("saga %s: gave up after %d version conflicts", r.SagaID, attempt+1)
 		}
@@ -601,6 +613,13 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
 		if !ok {
 			return fmt.Errorf("saga %s: type %q version %d: %w", r.SagaID, in.Type, in.DefVersion, ErrUnknownType)
+		}
+		if err := e.checkSigner(def, r); err != nil {
+			if refused != nil {
+				refused[i] = err
+				continue
+			}
+			return fmt.Errorf("%w: %w", err, ErrBatchFallback)
 		}
 		d, err := Decide(def, in, Event{Kind: EventReply, At: e.cfg.Now(), Reply: r})
 		if refused != nil && err != nil && (errors.Is(err, ErrUnknownStep) || errors.Is(err, message.ErrInvalid)) {

@@ -21,6 +21,9 @@ type Metrics struct {
 	flagged      *prometheus.CounterVec
 	inFlight     *prometheus.GaugeVec
 	traceDropped *prometheus.CounterVec
+	// unauthenticated counts replies not signed by their step's
+	// participant (signing.go), by participant and outcome.
+	unauthenticated *prometheus.CounterVec
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -57,6 +60,8 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Conditional updates that found the saga moved by someone else (reloaded and re-decided)."}),
 		flagged: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_flagged_total",
 			Help: "Sagas flagged for an operator while still retrying, by type."}, []string{"type"}),
+		unauthenticated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "replies_unauthenticated_total",
+			Help: "Replies not signed by their step's participant, by participant and outcome: taken (unsigned, allowed during a migration) or refused (dead-lettered)."}, []string{"participant", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "sagas_in_flight",
 			Help: "Non-terminal sagas, by state."}, []string{"state"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
@@ -73,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {

@@ -45,6 +45,13 @@
 //                               text format) and GET /healthz on, such as
 //                               127.0.0.1:9464 (default: not served)
 //
+// Record signatures (lib/sign.js; docs/DESIGN.md, "Signed records"):
+//   SAGAFLOW_SECURITY_ORCHESTRATOR_KEYS  "id:secret,...": verify commands
+//   SAGAFLOW_SECURITY_PARTICIPANT_KEYS   "participant:id:secret,...": its
+//                               entry signs its replies
+//   SAGAFLOW_SECURITY_ALLOW_UNSIGNED_COMMANDS  true: take unsigned commands
+//                               during a migration window (default false)
+//
 // A bad value of any of these (or of SAGAFLOW_KAFKA_PARTITIONS) stops it at
 // start, with the variable named.
 
@@ -53,9 +60,10 @@ const { Store } = require('./lib/store');
 const { Participant } = require('./lib/participant');
 const { conformanceStep } = require('./lib/conformance');
 const { Retention } = require('./lib/retention');
-const { kafkaSecurity, retention, positiveInt, metricsAddr, relay } = require('./lib/env');
+const { kafkaSecurity, retention, positiveInt, metricsAddr, relay, bool } = require('./lib/env');
+const { Signing, signingFromEnv } = require('./lib/sign');
 const metricsHTTP = require('./lib/metrics');
-const { TOPIC_RE } = require('./lib/wire');
+const { TOPIC_RE, InvalidMessage } = require('./lib/wire');
 
 function log(level, msg, attrs = {}) {
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...attrs })}\n`);
@@ -80,6 +88,7 @@ function config(env) {
     retention: retention(env),
     relay: relay(env),
     metricsAddr: metricsAddr(env),
+    signing: signingFromEnv(env, name, bool),
   };
 }
 
@@ -92,7 +101,10 @@ async function main() {
   const participant = new Participant({
     name: cfg.name, brokers: cfg.brokers, ssl: cfg.ssl, sasl: cfg.sasl, pool, store, replyTopics: cfg.replyTopics,
     partitions: cfg.partitions, steps: [conformanceStep(store)], log, relayMaxAttempts: cfg.relay.maxAttempts, metrics,
+    signing: new Signing({ name: cfg.name, ...cfg.signing, invalid: (why) => new InvalidMessage(why) }),
   });
+  if (cfg.signing.commandKeys.length === 0) log('warn', 'commands are not verified: set SAGAFLOW_SECURITY_ORCHESTRATOR_KEYS');
+  if (!cfg.signing.replyKey) log('warn', 'replies are unsigned: set SAGAFLOW_SECURITY_PARTICIPANT_KEYS');
   const purger = cfg.retention.enabled ? new Retention({ pool, store, ...cfg.retention, log, metrics }) : null;
   // Served from the start (the outbox gauges count scrape errors until the
   // schema exists); failing to listen stops the process.

@@ -276,6 +276,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			ec := cfg.engine()
 			ec.Metrics = ms.Saga
 			ms.Saga.InitTypes(reg.Types()...)
+			cfg.Security.warn(log, false)
 			var stopTracing func()
 			if ec.Tracer, stopTracing, err = newTracing(ctx, cfg.Tracing); err != nil {
 				return err
@@ -452,6 +453,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			defer p.pool.Close()
 			log, limits, bs, dialer, ms, pool := p.log, p.limits, p.brokers, p.dialer, p.metrics, p.pool
 			pc := cfg.Participants
+			cfg.Security.warn(log, true)
 			set, err := reference.New(pool, reference.Options{
 				Brokers: bs, Dialer: dialer, TopicPrefix: cfg.Kafka.TopicPrefix, SchemaPrefix: pc.SchemaPrefix,
 				ReplyTopics:      []string{cfg.Kafka.ReplyTopic},
@@ -459,6 +461,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				Seed: pc.Seed, PaymentLimitCents: pc.PaymentLimitCents,
 				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
 				KeepSent: cfg.Relay.KeepSent, NoDispatch: !cfg.Relay.Dispatch,
+				CommandKeys: cfg.Security.orch, AllowUnsignedCommands: cfg.Security.AllowUnsignedCommands, ReplyKeys: cfg.Security.replyKeys(),
 			})
 			if err != nil {
 				return err
@@ -528,10 +531,15 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			pass, _ := f.GetString("sasl-password")
 			cert, _ := f.GetString("tls-cert")
 			key, _ := f.GetString("tls-key")
+			principalsFlag, _ := f.GetString("principals")
+			principals, err := devBrokerPrincipals(cfg, principalsFlag)
+			if err != nil {
+				return err
+			}
 			b, err := devbroker.Start(devbroker.Config{
 				Addr: cfg.DevBroker.Addr, Partitions: cfg.Kafka.Partitions,
 				SASL:        devbroker.SASL{Mechanism: mech, User: user, Password: pass},
-				TLSCertFile: cert, TLSKeyFile: key,
+				TLSCertFile: cert, TLSKeyFile: key, Principals: principals,
 			})
 			if err != nil {
 				return err
@@ -547,6 +555,9 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if len(how) == 0 {
 				how = append(how, "plaintext")
 			}
+			for _, p := range principals {
+				fmt.Fprintf(cmd.OutOrStdout(), "principal %s may: %s\n", p.User, joinACLs(p.ACLs))
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "dev broker listening on %s (%s; in memory; everything is lost when it stops)\n", strings.Join(b.Addrs(), ","), strings.Join(how, ", "))
 			<-cmd.Context().Done()
 			return nil
@@ -559,6 +570,7 @@ func devBrokerCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd.Flags().String("sasl-password", "", "the SASL user's password")
 	cmd.Flags().String("tls-cert", "", "speak TLS only, with this certificate (PEM; with --tls-key)")
 	cmd.Flags().String("tls-key", "", "the private key (PEM) of --tls-cert")
+	cmd.Flags().String("principals", "", "enforce the sagaflow ACLs (docs/operations.md, Kafka ACLs; needs --sasl-*): user:password,... of the principals, `orchestrator` and one per participant; the --sasl-user stays a superuser")
 	return cmd
 }
 

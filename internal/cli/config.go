@@ -107,12 +107,19 @@ var Keys = []Key{
 	{"demo.timeout", 2 * time.Minute, "Bound on the wait for every saga to be terminal."},
 	{"demo.database", "sagaflow_demo", "Database the demo creates afresh on the server of database.url; empty: use database.url as is."},
 	{"dev_broker.addr", "127.0.0.1:9092", "Listen address of `dev-broker`."},
+	{"security.orchestrator_keys", "", "The orchestrator's signing keys, `id:secret` comma-separated (secret: base64 of at least 32 random bytes, or `hex:` and hex digits; ids printable ASCII). `serve` (and `retry`, `reconcile`) sign every command with `security.orchestrator_key_id`; `participants` verify commands with any of them. Rotation: add the new key everywhere, make it the active one, drop the old one once no unsent command carries it. Empty: commands are unsigned (`demo`: a key is generated). Never printed by `config --effective`."},
+	{"security.orchestrator_key_id", "", "Id of the key of `security.orchestrator_keys` that signs commands; empty: the first."},
+	{"security.participant_keys", "", "Each participant's keys, `participant:id:secret` comma-separated (several per participant during a rotation). Once set, `serve` takes a reply for a step only when it is signed by a key of that step's participant, and dead-letters any other with the reason; `participants` sign each participant's replies with its first key. Empty: replies are not checked (`demo`: keys are generated). Never printed by `config --effective`."},
+	{"security.allow_unsigned_replies", false, "Migration window: take unsigned replies from every participant while `security.participant_keys` is set (signed ones are still checked; `sagaflow_replies_unauthenticated_total{outcome=\"taken\"}` counts them). Off by default: unsigned replies are dead-lettered."},
+	{"security.allow_unsigned_replies_from", "", "Migration window for some participants only: comma-separated participants whose unsigned replies are taken."},
+	{"security.allow_unsigned_commands", false, "Migration window for `participants`: execute unsigned commands while `security.orchestrator_keys` is set (signed ones are still verified). Off by default: unsigned commands are dead-lettered unexecuted."},
 	{"tracing.otlp_endpoint", "", "OTLP/HTTP endpoint (`http://host:4318`, or `host:port`; without a path `/v1/traces` is added) that `serve` exports its spans to (saga start, step send, reply apply); empty: tracing off, no exporter and no spans (sagas still carry the `traceparent` they were started with)."},
 	{"tracing.service_name", "sagaflow-orchestrator", "`service.name` of the exported spans."},
 }
 
 // secretKeys are the keys whose values `config --effective` never prints.
-var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "kafka.sasl.password": true}
+var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "kafka.sasl.password": true,
+	"security.orchestrator_keys": true, "security.participant_keys": true}
 
 // StepKeysDoc documents the per-step overrides.
 const StepKeysDoc = "sagas.<type>.steps.<step>.timeout, .deadline, .retry.initial_interval, .retry.max_interval, .retry.multiplier, .retry.max_attempts: override a step's timeout and retry policy without recompiling (e.g. `sagas.place-order.steps.charge-payment.timeout: 3s`)."

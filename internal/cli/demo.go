@@ -52,6 +52,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 				},
 				ShippingFailRate: d.ShippingFailRate, PointsFailRate: d.PointsFailRate,
 				Concurrency: d.Concurrency, Timeout: d.Timeout,
+				CommandKeys: c.Security.orch, ReplyKeys: c.Security.replyKeys(),
 			}
 			use, reason := demo.UseEmbedded(embedded, c.Database.URLConfigured, func() error {
 				return demo.Probe(ctx, cfg.DatabaseURL, probeTimeout)

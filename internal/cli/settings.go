@@ -40,6 +40,7 @@ type Config struct {
 	Shutdown     ShutdownConfig
 	Demo         DemoConfig
 	DevBroker    DevBrokerConfig
+	Security     SecurityConfig
 	// Steps are the per-step overrides (sagas.<type>.steps.<step>.*),
 	// sorted by saga type and step.
 	Steps []StepOverride
@@ -207,6 +208,10 @@ func (c *Config) bindings() []binding {
 		{"demo.shipping_fail_rate", &m.ShippingFailRate}, {"demo.points_fail_rate", &m.PointsFailRate},
 		{"demo.concurrency", &m.Concurrency}, {"demo.timeout", &m.Timeout}, {"demo.database", &m.Database},
 		{"dev_broker.addr", &c.DevBroker.Addr},
+		{"security.orchestrator_keys", &c.Security.OrchestratorKeys}, {"security.orchestrator_key_id", &c.Security.OrchestratorKeyID},
+		{"security.participant_keys", &c.Security.ParticipantKeys}, {"security.allow_unsigned_replies", &c.Security.AllowUnsignedReplies},
+		{"security.allow_unsigned_replies_from", &c.Security.AllowUnsignedRepliesFrom},
+		{"security.allow_unsigned_commands", &c.Security.AllowUnsignedCommands},
 	}
 }
 
@@ -361,6 +366,9 @@ func (c *Config) validate() error {
 		}
 	}
 	atLeast("database.max_conns", c.Database.MaxConns, 1)
+	if err := c.Security.parse(); err != nil {
+		errs = append(errs, err)
+	}
 	k := c.Kafka
 	if err := message.CheckTopicName(k.ReplyTopic); err != nil {
 		bad("kafka.reply_topic", "must be a Kafka topic name ("+err.Error()+")", fmt.Sprintf("%q", k.ReplyTopic))
@@ -496,6 +504,7 @@ func (c *Config) engine() saga.Config {
 		TimerInterval: c.Orchestrator.TimerInterval, TimerBatch: c.Orchestrator.TimerBatch,
 		Advanced:        saga.Advanced{StartBatch: c.Orchestrator.StartBatch},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
+		Signing:         c.Security.engine(),
 	}
 }
 

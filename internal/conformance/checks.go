@@ -38,18 +38,25 @@ const (
 	CheckPoisonNUL                = "poison-nul-in-string"
 	CheckPoisonUTF8               = "poison-invalid-utf8"
 	CheckPoisonReplyTo            = "poison-reply-to-not-allowed"
+	CheckCommandUnsigned          = "command-unsigned-refused"
+	CheckCommandBadSignature      = "command-bad-signature-refused"
 	CheckNothingElsewhere         = "replies-only-to-reply-topic"
 	CheckReplyEnvelope            = "reply-envelope"
 	CheckReplyHeaders             = "reply-headers"
 	CheckReplyCopiesCommand       = "reply-copies-command"
 	CheckReplyKey                 = "reply-keyed-by-saga-id"
 	CheckReplyPartition           = "reply-partition"
+	CheckReplySigned              = "reply-signed"
 	CheckKeepsRunning             = "keeps-running"
 )
 
 // IdempotencyChecks are the checks a participant that skips its barrier
 // (executes every copy) fails.
 var IdempotencyChecks = []string{CheckIdempotentCopies, CheckCopiesInOneBatch, CheckFailureRecorded, CheckCompensationCopies}
+
+// SignatureChecks are the checks a participant that does not verify the
+// commands' signatures fails.
+var SignatureChecks = []string{CheckCommandUnsigned, CheckCommandBadSignature}
 
 func (r *run) runChecks(ctx context.Context) {
 	for _, c := range []struct {
@@ -78,6 +85,8 @@ func (r *run) runChecks(ctx context.Context) {
 		{CheckPoisonNUL, r.poison(poisonNUL)},
 		{CheckPoisonUTF8, r.poison(poisonUTF8)},
 		{CheckPoisonReplyTo, r.poison(poisonReplyTo)},
+		{CheckCommandUnsigned, r.poisonSigned(poisonUnsigned, false)},
+		{CheckCommandBadSignature, r.poisonSigned(poisonBadSignature, false)},
 	} {
 		if ctx.Err() != nil {
 			return

@@ -121,6 +121,13 @@ type run struct {
 	// started (topicRecords).
 	before map[string]int64
 
+	// signer signs the kit's commands with its orchestrator key;
+	// replyKeys holds the participant's key, which its replies must be
+	// signed with (signing.go).
+	signer    *message.Signer
+	orchKey   message.Key
+	replyKeys *message.Keyring
+
 	mu       sync.Mutex
 	commands map[uuid.UUID]message.Command // every command sent, by message id
 	report   Report
@@ -142,6 +149,10 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		commands: map[uuid.UUID]message.Command{}, report: Report{Participant: cfg.Participant},
 	}
 	r.dlqTopic = r.commandTopic + inbox.DLQSuffixDefault
+	partKey, err := r.makeKeys()
+	if err != nil {
+		return Report{}, fmt.Errorf("conformance: %w", err)
+	}
 
 	r.brokers = cfg.Brokers
 	if len(r.brokers) == 0 {
@@ -182,6 +193,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	r.proc, err = startProcess(cfg.Command, cfg.Dir, []string{
 		EnvBrokers + "=" + strings.Join(r.brokers, ","), EnvDatabaseURL + "=" + dbURL,
 		EnvParticipant + "=" + cfg.Participant, EnvReplyTopic + "=" + r.replyTopic,
+		EnvOrchestratorKeys + "=" + r.orchKey.Format(), EnvParticipantKeys + "=" + cfg.Participant + ":" + partKey.Format(),
 	}, cfg.Output)
 	if err != nil {
 		return Report{}, err

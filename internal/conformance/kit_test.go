@@ -74,6 +74,26 @@ func TestKitGoParticipant(t *testing.T) {
 	}
 }
 
+// A participant that does not verify the commands' signatures (it answers
+// a command whose payload was changed after signing, and an unsigned one)
+// fails the signature checks, and only them.
+func TestKitFailsParticipantThatDoesNotVerifyCommands(t *testing.T) {
+	t.Parallel()
+	rep := runKit(t, testkit.Brokers(t), "noverify_"+testkit.RandomSuffix(3), selfCommand(t, "noverify"), "", goRelayPartitioner)
+	for _, name := range conformance.SignatureChecks {
+		c, ok := rep.Check(name)
+		if !ok || c.Passed || !(strings.Contains(c.Why, "effect rows") || strings.Contains(c.Why, "answered")) {
+			t.Errorf("check %s: %+v (ran: %v), want FAIL: the command was executed", name, c, ok)
+		}
+	}
+	if rep.Failed != len(conformance.SignatureChecks) {
+		t.Errorf("%d checks failed, want only the %d signature checks", rep.Failed, len(conformance.SignatureChecks))
+	}
+	if c, _ := rep.Check(conformance.CheckReplySigned); !c.Passed {
+		t.Errorf("its replies are signed all the same: %+v", c)
+	}
+}
+
 // TestKitCommand runs `orchestrator conformance` against the Go
 // participant: a line per check, the summary line, exit status 0; with
 // --json one object; exit status 1 when a check fails (here the reply

@@ -19,7 +19,8 @@ import (
 // selfEnv, when set in the environment of this test binary, makes it the
 // participant under test instead of running tests: "go" is the Go
 // participant of the conformance step, "broken" the same skipping its
-// barrier. The kit starts it with selfCommand.
+// barrier, "noverify" the same executing commands whatever their
+// signature. The kit starts it with selfCommand.
 const selfEnv = "SAGAFLOW_CONFORMANCE_TEST_PARTICIPANT"
 
 func TestMain(m *testing.M) {
@@ -48,6 +49,7 @@ func serveParticipant(mode string) int {
 		return 2
 	}
 	env.Broken = mode == "broken"
+	env.NoVerify = mode == "noverify"
 	env.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if err := goparticipant.Run(ctx, env); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -51,3 +51,22 @@ func TestKitNodeParticipant(t *testing.T) {
 	requireAllPassed(t, runKit(t, brokers, "inventory_"+suffix, "node examples/node-participant/index.js", root, conformance.PartitionerMurmur2))
 	requireAllPassed(t, runKit(t, brokers, "payment_"+suffix, selfCommand(t, "go"), "", goRelayPartitioner))
 }
+
+// TestNodeParticipantSignatures runs the Node participant's own tests of
+// its record signatures (examples/node-participant/test: the worked
+// example the Go tests check, tampered records, keys), with node --test.
+func TestNodeParticipantSignatures(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("node"); err != nil {
+		unavailable(t, "node is not on PATH: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "test/")
+	cmd.Dir = nodeDir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test in %s: %v\n%s", nodeDir, err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -71,7 +71,12 @@ func poisonReplyTo(r *run, cmd message.Command, _ kafka.Message) (kafka.Message,
 // partition moves on), the poison record must be on the dead-letter topic
 // with its key, value and a dlq-reason header, and never answered or
 // executed.
-func (r *run) poison(kind poisonKind) func(context.Context) error {
+func (r *run) poison(kind poisonKind) func(context.Context) error { return r.poisonSigned(kind, true) }
+
+// poisonSigned is poison; with resign the poison record is signed as sent
+// (refused for its defect, not its signature), else kind's signature
+// headers are left as they are.
+func (r *run) poisonSigned(kind poisonKind, resign bool) func(context.Context) error {
 	return func(ctx context.Context) error {
 		key := newKey("poison")
 		bad := r.newCommand(uuid.New(), key, message.Forward, 1, Input{Key: key, Mode: ModeSucceed})
@@ -82,6 +87,9 @@ func (r *run) poison(kind poisonKind) func(context.Context) error {
 		m, err := kind(r, bad, good)
 		if err != nil {
 			return fmt.Errorf("build the poison record: %w", err)
+		}
+		if resign {
+			r.sign(&m, r.signer)
 		}
 		if err := r.produce(ctx, sent{cmd: bad, msg: m}); err != nil {
 			return err

@@ -61,6 +61,9 @@ func (r *run) checkReplies() {
 			p.add(CheckReplyCopiesCommand, "%s: message_id %s is not a new id", at, rep.MessageID)
 		}
 		seen[rep.MessageID] = true
+		if err := r.verifyReply(rec); err != nil {
+			p.add(CheckReplySigned, "%s: %v", at, err)
+		}
 		if string(rec.key) != rep.SagaID.String() {
 			p.add(CheckReplyKey, "%s: key %q, want the saga id %s", at, rec.key, rep.SagaID)
 			continue
@@ -76,7 +79,7 @@ func (r *run) checkReplies() {
 	if len(recs) == 0 {
 		p.add(CheckReplyEnvelope, "no replies at all on %s", r.replyTopic)
 	}
-	for _, name := range []string{CheckReplyEnvelope, CheckReplyHeaders, CheckReplyCopiesCommand, CheckReplyKey, CheckReplyPartition} {
+	for _, name := range []string{CheckReplyEnvelope, CheckReplyHeaders, CheckReplyCopiesCommand, CheckReplySigned, CheckReplyKey, CheckReplyPartition} {
 		c := Check{Name: name, Passed: len(p[name]) == 0}
 		if name == CheckReplyPartition {
 			c.Name += "-" + r.cfg.Partitioner

@@ -36,6 +36,13 @@ const (
 	EnvDatabaseURL = "SAGAFLOW_DATABASE_URL"
 	EnvParticipant = "SAGAFLOW_PARTICIPANT"
 	EnvReplyTopic  = "SAGAFLOW_REPLY_TOPIC"
+	// EnvOrchestratorKeys are the keys the participant verifies commands
+	// with ("id:secret", the Go binary's security.orchestrator_keys);
+	// EnvParticipantKeys holds its own ("participant:id:secret", as
+	// security.participant_keys), which it signs its replies with. The kit
+	// makes fresh ones for each run.
+	EnvOrchestratorKeys = "SAGAFLOW_SECURITY_ORCHESTRATOR_KEYS"
+	EnvParticipantKeys  = "SAGAFLOW_SECURITY_PARTICIPANT_KEYS"
 )
 
 // Input is the payload of a conformance command: the forward's key and

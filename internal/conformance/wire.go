@@ -156,7 +156,9 @@ func (r *run) commandRecord(cmd message.Command) (kafka.Message, error) {
 	if err != nil {
 		return kafka.Message{}, err
 	}
-	return kafka.Message{Topic: r.commandTopic, Key: []byte(cmd.AggregateID), Value: value, Headers: wireHeaders(cmd.MessageID, cmd.SagaID)}, nil
+	m := kafka.Message{Topic: r.commandTopic, Key: []byte(cmd.AggregateID), Value: value, Headers: wireHeaders(cmd.MessageID, cmd.SagaID)}
+	r.sign(&m, r.signer)
+	return m, nil
 }
 
 func wireHeaders(messageID, sagaID uuid.UUID) []kafka.Header {

@@ -22,6 +22,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
@@ -58,6 +59,12 @@ type Config struct {
 	// KeepSent: the relays keep published rows as sent history
 	// (relay.Config.KeepSent) instead of deleting them.
 	KeepSent bool
+	// CommandKeys are the orchestrator's keys the participants verify
+	// commands with, ReplyKeys each participant's own key (see
+	// reference.Options). Where neither these nor Engine.Signing give
+	// keys, keys are generated for the run: the demo signs its records.
+	CommandKeys []message.Key
+	ReplyKeys   map[string]message.Key
 }
 
 // Summary is the demo's result.
@@ -244,6 +251,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	sm, im, rm := ms.Saga, ms.Inbox, ms.Relay
 	ec := cfg.Engine
 	ec.Metrics = sm
+	sg, cmdKeys, replyKeys, err := signing(&cfg)
+	if err != nil {
+		return Summary{}, fmt.Errorf("demo: signing keys: %w", err)
+	}
+	ec.Signing = sg
 	svc, err := orchestrator.New(orchPool, registry, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: log.With(slog.String("component", "orchestrator")),
 		Inbox: inbox.Config{Metrics: im}, Relay: relay.Config{Metrics: rm, KeepSent: cfg.KeepSent},
@@ -255,6 +267,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		Brokers: brokers, ShippingFailRate: cfg.ShippingFailRate, PointsFailRate: cfg.PointsFailRate,
 		Seed: cfg.Mix.Seed, PaymentLimitCents: cfg.Mix.LimitCents, Logger: log.With(slog.String("component", "participants")),
 		InboxMetrics: im, RelayMetrics: rm, KeepSent: cfg.KeepSent,
+		CommandKeys: cmdKeys, ReplyKeys: replyKeys,
 	})
 	if err != nil {
 		return Summary{}, err

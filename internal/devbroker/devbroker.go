@@ -37,6 +37,11 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile (PEM), when set, make the broker speak TLS
 	// only.
 	TLSCertFile, TLSKeyFile string
+	// Principals, when set, make the broker enforce ACLs (SASL required):
+	// each is a user of SASL.Mechanism allowed only what its ACLs say
+	// (SagaflowACLs gives a deployment's); SASL.User stays a superuser, for
+	// the operator's tools.
+	Principals []Principal
 }
 
 // SASL is the one user of a broker with authentication.
@@ -106,6 +111,21 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, errors.New("devbroker: SASL needs a user and a password")
 		}
 		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(m, cfg.SASL.User, cfg.SASL.Password))
+		if len(cfg.Principals) > 0 {
+			opts = append(opts, kfake.EnableACLs())
+		}
+		for _, p := range cfg.Principals {
+			if p.User == "" || p.Password == "" || p.User == cfg.SASL.User {
+				return nil, fmt.Errorf("devbroker: principal %q: needs a user (not the superuser %q) and a password", p.User, cfg.SASL.User)
+			}
+			acls, err := p.kfakeACLs()
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, kfake.User(m, p.User, p.Password, acls...))
+		}
+	} else if len(cfg.Principals) > 0 {
+		return nil, errors.New("devbroker: principals (ACLs) need SASL: set a mechanism, user and password")
 	}
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)

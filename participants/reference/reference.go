@@ -57,6 +57,15 @@ type Options struct {
 	Logger       *slog.Logger
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
+	// CommandKeys are the orchestrator's keys every participant verifies
+	// commands with, AllowUnsignedCommands takes unsigned ones
+	// (participants.Config); empty: commands are not verified.
+	CommandKeys           []message.Key
+	AllowUnsignedCommands bool
+	// ReplyKeys are the participants' own keys, by name
+	// (participants.Config.ReplyKey); a participant without one answers
+	// unsigned.
+	ReplyKeys map[string]message.Key
 }
 
 // Set is the five reference participants.
@@ -86,6 +95,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 			GroupID:        opts.TopicPrefix + name,
 			InboxBatchSize: opts.InboxBatchSize, Logger: opts.Logger,
 			InboxMetrics: opts.InboxMetrics, RelayMetrics: opts.RelayMetrics, KeepSent: opts.KeepSent, NoDispatch: opts.NoDispatch,
+			CommandKeys: opts.CommandKeys, AllowUnsignedCommands: opts.AllowUnsignedCommands, ReplyKey: opts.ReplyKeys[name],
 		})
 		if err != nil {
 			return nil, err

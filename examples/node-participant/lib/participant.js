@@ -21,8 +21,10 @@ class Participant {
   // client (consumer, producer, admin) is made by this.kafka and uses them.
   // relayMaxAttempts: publish attempts Kafka refuses before an outbox row
   // is parked dead; metrics: lib/metrics.js participantMetrics (or null).
-  constructor({ name, brokers, ssl, sasl, pool, store, steps, replyTopics, partitions, log, relayMaxAttempts, metrics = null }) {
-    Object.assign(this, { name, pool, store, replyTopics, partitions, log, metrics });
+  // signing: lib/sign.js Signing (or null: commands are not verified,
+  // replies unsigned).
+  constructor({ name, brokers, ssl, sasl, pool, store, steps, replyTopics, partitions, log, relayMaxAttempts, metrics = null, signing = null }) {
+    Object.assign(this, { name, pool, store, replyTopics, partitions, log, metrics, signing });
     this.steps = new Map(steps.map((s) => [s.name, s]));
     this.commandTopic = `${name}.commands`;
     this.dlqTopic = `${this.commandTopic}.dlq`;
@@ -101,12 +103,14 @@ class Participant {
       try {
         const outcome = await this.store.tx(async (c) => {
           if (!(await this.store.claimMessage(c, messageID))) return null; // consumed before
+          if (this.signing) this.signing.verifyCommand(topic, m);
           const cmd = decodeCommand(m.value, headers);
           if (!this.replyTopics.includes(cmd.reply_to)) {
             throw new InvalidMessage(`invalid message: field "reply_to" is ${JSON.stringify(cut(cmd.reply_to, 120))}, not one of the reply topics participant ${this.name} answers on (${this.replyTopics.join(', ')})`);
           }
           const res = await this.store.execute(c, cmd, this.steps.get(cmd.step));
-          await this.store.enqueue(c, replyRecord(cmd, res));
+          const reply = replyRecord(cmd, res);
+          await this.store.enqueue(c, this.signing ? this.signing.signReply(reply) : reply);
           return res.outcome;
         });
         if (this.metrics) {

@@ -120,7 +120,15 @@ type Env struct {
 	ReplyTopic  string
 	// Broken makes the participant skip its barrier (see Migrations).
 	Broken bool
-	Logger *slog.Logger
+	// CommandKeys are the keys it verifies commands with
+	// (EnvOrchestratorKeys); ReplyKey its own (its entry of
+	// EnvParticipantKeys). NoVerify makes it execute commands whatever
+	// their signature: only tests use it, to show the kit fails such a
+	// participant.
+	CommandKeys []message.Key
+	ReplyKey    message.Key
+	NoVerify    bool
+	Logger      *slog.Logger
 }
 
 // EnvFromOS reads Env from SAGAFLOW_KAFKA_BROKERS, SAGAFLOW_DATABASE_URL,
@@ -132,6 +140,17 @@ func EnvFromOS() (Env, error) {
 		DatabaseURL: os.Getenv(conformance.EnvDatabaseURL),
 		Participant: os.Getenv(conformance.EnvParticipant),
 		ReplyTopic:  os.Getenv(conformance.EnvReplyTopic),
+	}
+	var err error
+	if e.CommandKeys, err = message.ParseKeys(os.Getenv(conformance.EnvOrchestratorKeys)); err != nil {
+		return e, fmt.Errorf("%s: %w", conformance.EnvOrchestratorKeys, err)
+	}
+	owned, err := message.ParseOwnedKeys(os.Getenv(conformance.EnvParticipantKeys))
+	if err != nil {
+		return e, fmt.Errorf("%s: %w", conformance.EnvParticipantKeys, err)
+	}
+	if ks := owned[e.Participant]; len(ks) > 0 {
+		e.ReplyKey = ks[0]
 	}
 	return e, e.validate()
 }
@@ -165,8 +184,13 @@ func Run(ctx context.Context, e Env) error {
 		return fmt.Errorf("goparticipant: %s: %w", conformance.EnvDatabaseURL, err)
 	}
 	defer pool.Close()
+	cmdKeys := e.CommandKeys
+	if e.NoVerify {
+		cmdKeys = nil
+	}
 	p, err := participants.New(pool, &participants.Config{
 		Name: e.Participant, Brokers: e.Brokers, ReplyTopics: []string{e.ReplyTopic}, Logger: log,
+		CommandKeys: cmdKeys, ReplyKey: e.ReplyKey,
 	})
 	if err != nil {
 		return fmt.Errorf("goparticipant: %w", err)

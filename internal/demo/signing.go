@@ -1,0 +1,41 @@
+package demo
+
+import (
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/reference"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// signing completes the run's record signing: where neither the engine's
+// configuration nor cfg gives keys, fresh ones are generated for the run,
+// so the demo always signs its commands and its participants' replies.
+// It returns the engine's signing and the participants' keys.
+func signing(cfg *Config) (saga.Signing, []message.Key, map[string]message.Key, error) {
+	g := cfg.Engine.Signing
+	cmdKeys, replyKeys := cfg.CommandKeys, cfg.ReplyKeys
+	if g.Commands == nil && len(cmdKeys) == 0 {
+		k, err := message.GenerateKey("demo-orchestrator")
+		if err != nil {
+			return g, nil, nil, err
+		}
+		if g.Commands, err = message.NewSigner(k); err != nil {
+			return g, nil, nil, err
+		}
+		cmdKeys = []message.Key{k}
+	}
+	if g.Replies == nil && len(replyKeys) == 0 {
+		g.Replies = &message.Keyring{}
+		replyKeys = map[string]message.Key{}
+		for _, name := range reference.Names {
+			k, err := message.GenerateKey("demo-" + name)
+			if err != nil {
+				return g, nil, nil, err
+			}
+			if err := g.Replies.Add(name, k); err != nil {
+				return g, nil, nil, err
+			}
+			replyKeys[name] = k
+		}
+	}
+	return g, cmdKeys, replyKeys, nil
+}
