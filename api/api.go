@@ -539,8 +539,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	if v := get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return f, "older_than", fmt.Errorf("older_than %s must be a duration like 30s or 5m", echo(v))
+		if err != nil || d < 0 || d > DurationParamMax {
+			return f, "older_than", fmt.Errorf("older_than %s must be a duration like 30s or 5m, at most %s", echo(v), DurationParamMax)
 		}
 		f.OlderThan = d
 	}
@@ -553,8 +553,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	if v := get("stuck_after"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return f, "stuck_after", fmt.Errorf("stuck_after %s must be a positive duration", echo(v))
+		if err != nil || d <= 0 || d > DurationParamMax {
+			return f, "stuck_after", fmt.Errorf("stuck_after %s must be a positive duration, at most %s", echo(v), DurationParamMax)
 		}
 		f.StuckAfter = d
 	}
