@@ -90,6 +90,11 @@ type Config struct {
 	// HandlerTimeout bounds the handling of one request (its context's
 	// deadline); default HandlerTimeoutDefault.
 	HandlerTimeout time.Duration
+	// MaxConcurrentReads bounds the reads (GET and HEAD but the health,
+	// metrics and document endpoints) handled at once, so that reads
+	// cannot take every connection of the pool starts use; default
+	// MaxConcurrentReadsDefault. See reads.go.
+	MaxConcurrentReads int
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
 	// ReconcileMetrics are updated by runs started with POST /reconcile/run
@@ -122,6 +127,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: Config.MaxDataBytes is %d, want at least 2 (the data is a JSON object)", c.MaxDataBytes)
 	case c.HandlerTimeout < 0:
 		return fmt.Errorf("api: Config.HandlerTimeout is %s, want > 0", c.HandlerTimeout)
+	case c.MaxConcurrentReads < 0:
+		return fmt.Errorf("api: Config.MaxConcurrentReads is %d, want > 0", c.MaxConcurrentReads)
 	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
 		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
 	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
@@ -136,6 +143,7 @@ type Server struct {
 	cfg                 Config
 	mux                 *http.ServeMux
 	adminTok, clientTok secret
+	reads               chan struct{} // a slot per read in progress
 }
 
 // New returns the API over eng.
@@ -151,6 +159,7 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	}
 	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
+	s.reads = make(chan struct{}, cmp.Or(s.cfg.MaxConcurrentReads, MaxConcurrentReadsDefault))
 	s.mux.HandleFunc("POST /sagas", s.starts(s.start))
 	s.mux.HandleFunc("GET /sagas", s.read(s.list))
 	s.mux.HandleFunc("GET /sagas/{id}", s.read(s.get))
@@ -182,7 +191,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.HandlerTimeout)
 	defer cancel()
-	s.mux.ServeHTTP(w, r.WithContext(ctx))
+	s.boundReads(w, r.WithContext(ctx))
 }
 
 // Error is the JSON error body.

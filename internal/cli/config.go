@@ -69,6 +69,7 @@ var Keys = []Key{
 	{"http.busy_idle_timeout", api.BusyIdleTimeoutDefault, "Idle timeout of keep-alive connections while 80% of `http.max_connections` or more are open (instead of `http.idle_timeout`; longer counts as it)."},
 	{"http.health_addr", "", "Optional listen address serving only `/healthz` and `/readyz`, with connections of their own apart from the API's (`serve`); empty: none (they stay on `http.addr`)."},
 	{"http.db_max_conns", 4, "Connections of the HTTP API's own Postgres pool (starts, reads, operator actions), apart from the reply consumer's and timers' pool (`database.max_conns`), so HTTP cannot starve them."},
+	{"http.max_concurrent_reads", api.MaxConcurrentReadsDefault, "Most reads (`GET` of sagas, stats, dead letters, reconciliation and the pages) handled at once; the others wait (503 past `http.handler_timeout`). Less than `http.db_max_conns`: a flood of reads holds at most this many of the API pool's connections and starts keep the rest."},
 	{"log.level", "info", "debug, info, warn or error."},
 	{"log.format", "text", "text or json."},
 	{"participants.schema_prefix", "", "Prefix of the reference participants' schemas."},

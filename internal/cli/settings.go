@@ -89,7 +89,7 @@ type HTTPConfig struct {
 	ProtectReads, ProtectMetrics                             bool
 	MaxDataBytes, MaxHeaderBytes, MaxConnections, DBMaxConns int
 	ReadTimeout, WriteTimeout, IdleTimeout, HandlerTimeout   time.Duration
-	MaxConnectionsPerClient                                  int
+	MaxConnectionsPerClient, MaxConcurrentReads              int
 	BusyIdleTimeout                                          time.Duration
 }
 
@@ -185,6 +185,7 @@ func (c *Config) bindings() []binding {
 		{"http.read_timeout", &h.ReadTimeout}, {"http.write_timeout", &h.WriteTimeout}, {"http.idle_timeout", &h.IdleTimeout},
 		{"http.handler_timeout", &h.HandlerTimeout}, {"http.max_connections", &h.MaxConnections}, {"http.db_max_conns", &h.DBMaxConns},
 		{"http.health_addr", &h.HealthAddr}, {"http.max_connections_per_client", &h.MaxConnectionsPerClient}, {"http.busy_idle_timeout", &h.BusyIdleTimeout},
+		{"http.max_concurrent_reads", &h.MaxConcurrentReads},
 		{"log.level", &c.Log.Level}, {"log.format", &c.Log.Format},
 		{"participants.schema_prefix", &p.SchemaPrefix}, {"participants.shipping_fail_rate", &p.ShippingFailRate},
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
@@ -387,6 +388,10 @@ func (c *Config) validate() error {
 	atLeast("http.max_data_bytes", h.MaxDataBytes, 2) // the data is a JSON object
 	atLeast("http.db_max_conns", h.DBMaxConns, 1)
 	atLeast("http.max_connections_per_client", h.MaxConnectionsPerClient, 1)
+	atLeast("http.max_concurrent_reads", h.MaxConcurrentReads, 1)
+	if h.DBMaxConns >= 1 && h.MaxConcurrentReads >= h.DBMaxConns {
+		bad("http.max_concurrent_reads", fmt.Sprintf("must be less than http.db_max_conns %d, so that reads cannot take every connection starts need (raise http.db_max_conns)", h.DBMaxConns), h.MaxConcurrentReads)
+	}
 	positive("http.busy_idle_timeout", h.BusyIdleTimeout)
 	if h.HealthAddr != "" && h.HealthAddr == h.Addr {
 		bad("http.health_addr", "must differ from http.addr", fmt.Sprintf("%q", h.HealthAddr))
@@ -510,7 +515,8 @@ func (h HTTPConfig) limits() api.Limits {
 // api is the HTTP API's configuration.
 func (h HTTPConfig) api() api.Config {
 	return api.Config{AdminToken: h.AdminToken, ClientToken: h.ClientToken, ProtectReads: h.ProtectReads,
-		ProtectMetrics: h.ProtectMetrics, MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout}
+		ProtectMetrics: h.ProtectMetrics, MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout,
+		MaxConcurrentReads: h.MaxConcurrentReads}
 }
 
 // security is kafka.tls.* and kafka.sasl.*.
