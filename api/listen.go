@@ -39,10 +39,10 @@ type Limits struct {
 	MaxConnections int
 	// MaxConnectionsPerClient bounds the connections of one client (a
 	// remote IPv4 address, or IPv6 /64) among MaxConnections (more counts
-	// as MaxConnections); past it a
-	// connection is served only /healthz and /readyz and answered 429
-	// otherwise. Default MaxConnectionsPerClientDefault; behind a proxy
-	// every client is the proxy: raise it to MaxConnections.
+	// as MaxConnections); past it a connection is served only /healthz
+	// and /readyz and answered 429 otherwise. Default
+	// MaxConnectionsPerClientDefault; behind a proxy every client is the
+	// proxy: raise it to MaxConnections.
 	MaxConnectionsPerClient int
 	// BusyIdleTimeout replaces IdleTimeout while BusyPercent of
 	// MaxConnections or more are open: idle connections are closed
