@@ -25,12 +25,16 @@ func (s *Server) boundReads(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case s.reads <- struct{}{}:
-	case <-r.Context().Done():
-		w.Header().Set("Retry-After", "1")
-		fail(w, http.StatusServiceUnavailable, "", "every read slot was busy for %s: at most %s reads are served at once (http.max_concurrent_reads); try again shortly",
-			s.cfg.HandlerTimeout, strconv.Itoa(cap(s.reads)))
-		return
+	case s.reads <- struct{}{}: // a free slot is taken whatever the deadline
+	default:
+		select {
+		case s.reads <- struct{}{}:
+		case <-r.Context().Done():
+			w.Header().Set("Retry-After", "1")
+			fail(w, http.StatusServiceUnavailable, "", "every read slot stayed busy for %s (http.handler_timeout): at most %s reads are served at once (http.max_concurrent_reads); try again shortly",
+				s.cfg.HandlerTimeout, strconv.Itoa(cap(s.reads)))
+			return
+		}
 	}
 	defer func() { <-s.reads }()
 	s.mux.ServeHTTP(w, r)
