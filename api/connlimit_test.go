@@ -225,7 +225,7 @@ func TestIdleTimeoutShrinksNearTheCap(t *testing.T) {
 	env := limited(t, api.Limits{MaxConnections: 5, MaxConnectionsPerClient: 5, IdleTimeout: time.Minute, BusyIdleTimeout: busy})
 	var held []*rawClient
 	var idleFrom time.Time // the first connection's answer: idle from then on
-	for i := range 4 { // 80% of 5
+	for i := range 4 {     // 80% of 5
 		rc := dialFrom(t, env.srv, clientA)
 		if res, _, err := rc.send("GET", "/healthz", ""); err != nil || res.StatusCode != http.StatusOK {
 			t.Fatalf("held connection: %v %v", err, res)
