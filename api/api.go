@@ -94,6 +94,11 @@ type Config struct {
 	// HandlerTimeout bounds the handling of one request (its context's
 	// deadline); default HandlerTimeoutDefault.
 	HandlerTimeout time.Duration
+	// MaxConcurrentReads bounds the reads (GET and HEAD but the health,
+	// metrics and document endpoints) handled at once, so that reads
+	// cannot take every connection of the pool starts use; default
+	// MaxConcurrentReadsDefault. See reads.go.
+	MaxConcurrentReads int
 	// Gatherer serves /metrics; nil: no metrics endpoint.
 	Gatherer prometheus.Gatherer
 	// ReconcileMetrics are updated by runs started with POST /reconcile/run
@@ -133,6 +138,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: Config.AdminToken is refused: %s", WeakToken(c.AdminToken))
 	case c.ClientToken != "" && WeakToken(c.ClientToken) != "":
 		return fmt.Errorf("api: Config.ClientToken is refused: %s", WeakToken(c.ClientToken))
+	case c.MaxConcurrentReads < 0:
+		return fmt.Errorf("api: Config.MaxConcurrentReads is %d, want > 0", c.MaxConcurrentReads)
 	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
 		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
 	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
@@ -149,6 +156,7 @@ type Server struct {
 	routes              []Route
 	adminTok, clientTok secret
 	failures            *failureLimiter
+	reads               chan struct{} // a slot per read in progress
 }
 
 // New returns the API over eng.
@@ -164,6 +172,7 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	}
 	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
+	s.reads = make(chan struct{}, cmp.Or(s.cfg.MaxConcurrentReads, MaxConcurrentReadsDefault))
 	s.failures = newFailureLimiter(AuthFailureBurst, AuthFailureRefill, AuthFailureClients)
 	s.routeAll()
 	return s, nil
@@ -180,7 +189,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.HandlerTimeout)
 	defer cancel()
-	s.mux.ServeHTTP(w, r.WithContext(ctx))
+	s.boundReads(w, r.WithContext(ctx))
 }
 
 // Error is the JSON error body.
@@ -540,8 +549,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	if v := get("older_than"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return f, "older_than", fmt.Errorf("older_than %s must be a duration like 30s or 5m", echo(v))
+		if err != nil || d < 0 || d > DurationParamMax {
+			return f, "older_than", fmt.Errorf("older_than %s must be a duration like 30s or 5m, at most %s", echo(v), DurationParamMax)
 		}
 		f.OlderThan = d
 	}
@@ -554,8 +563,8 @@ func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
 	}
 	if v := get("stuck_after"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return f, "stuck_after", fmt.Errorf("stuck_after %s must be a positive duration", echo(v))
+		if err != nil || d <= 0 || d > DurationParamMax {
+			return f, "stuck_after", fmt.Errorf("stuck_after %s must be a positive duration, at most %s", echo(v), DurationParamMax)
 		}
 		f.StuckAfter = d
 	}

@@ -92,6 +92,9 @@ func ParseDeadLetterFilter(q map[string][]string) (dlq.Filter, string, error) {
 		return ""
 	}
 	f := dlq.Filter{Topic: get("topic"), Match: get("match")}
+	if len(f.Match) > MatchMaxBytes {
+		return f, "match", fmt.Errorf("match is %d bytes, at most %d are accepted", len(f.Match), MatchMaxBytes)
+	}
 	if v := get("redriven"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

@@ -2,12 +2,9 @@ package api
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -33,10 +30,25 @@ type Limits struct {
 	// handler NewHTTPServer returns checks the exact size.) Default
 	// MaxHeaderBytesDefault.
 	MaxHeaderBytes int
-	// MaxConnections bounds the connections open at once; further ones
-	// wait in the listen backlog until one closes. Default
+	// MaxConnections bounds the connections served in full at once. At
+	// the bound a new connection takes the place of the one idle longest
+	// (keep-alive between requests, or opened without a request yet);
+	// when none is idle it is served only /healthz and /readyz and
+	// answered 503 otherwise (see ReserveConnections). Default
 	// MaxConnectionsDefault.
 	MaxConnections int
+	// MaxConnectionsPerClient bounds the connections of one client (a
+	// remote IPv4 address, or IPv6 /64) among MaxConnections (more counts
+	// as MaxConnections); past it a connection is served only /healthz
+	// and /readyz and answered 429 otherwise. Default
+	// MaxConnectionsPerClientDefault; behind a proxy every client is the
+	// proxy: raise it to MaxConnections.
+	MaxConnectionsPerClient int
+	// BusyIdleTimeout replaces IdleTimeout while BusyPercent of
+	// MaxConnections or more are open: idle connections are closed
+	// sooner when the slots run short. Default BusyIdleTimeoutDefault;
+	// longer than IdleTimeout counts as IdleTimeout.
+	BusyIdleTimeout time.Duration
 }
 
 // Limits' defaults.
@@ -47,6 +59,21 @@ const (
 	IdleTimeoutDefault       = 60 * time.Second
 	MaxHeaderBytesDefault    = 64 << 10
 	MaxConnectionsDefault    = 256
+	// MaxConnectionsPerClientDefault: a quarter of the default cap.
+	MaxConnectionsPerClientDefault = 64
+	BusyIdleTimeoutDefault         = 5 * time.Second
+	// BusyPercent of MaxConnections open makes the listener busy: idle
+	// connections are closed after BusyIdleTimeout.
+	BusyPercent = 80
+	// ReserveConnections are served beyond the caps, each for one
+	// request of /healthz or /readyz (any other answers 503 or 429 and
+	// the connection closes) and at most ReserveLifetime:
+	// ReservePerClient of them per client, so that one client cannot
+	// take them all. A connection beyond the reserve too is closed at
+	// once.
+	ReserveConnections = 16
+	ReservePerClient   = 2
+	ReserveLifetime    = 5 * time.Second
 )
 
 // WithDefaults returns l with its zero fields set to the defaults.
@@ -57,6 +84,8 @@ func (l Limits) WithDefaults() Limits {
 	l.IdleTimeout = cmp.Or(l.IdleTimeout, IdleTimeoutDefault)
 	l.MaxHeaderBytes = cmp.Or(l.MaxHeaderBytes, MaxHeaderBytesDefault)
 	l.MaxConnections = cmp.Or(l.MaxConnections, MaxConnectionsDefault)
+	l.MaxConnectionsPerClient = min(cmp.Or(l.MaxConnectionsPerClient, MaxConnectionsPerClientDefault), l.MaxConnections)
+	l.BusyIdleTimeout = min(cmp.Or(l.BusyIdleTimeout, BusyIdleTimeoutDefault), l.IdleTimeout)
 	return l
 }
 
@@ -65,7 +94,7 @@ func (l Limits) WithDefaults() Limits {
 // the field.
 func (l Limits) Validate(handlerTimeout time.Duration) error {
 	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": l.ReadHeaderTimeout, "ReadTimeout": l.ReadTimeout,
-		"WriteTimeout": l.WriteTimeout, "IdleTimeout": l.IdleTimeout} {
+		"WriteTimeout": l.WriteTimeout, "IdleTimeout": l.IdleTimeout, "BusyIdleTimeout": l.BusyIdleTimeout} {
 		if d < 0 {
 			return fmt.Errorf("api: Limits.%s is %s, want > 0", name, d)
 		}
@@ -75,6 +104,8 @@ func (l Limits) Validate(handlerTimeout time.Duration) error {
 		return fmt.Errorf("api: Limits.MaxHeaderBytes is %d, want > 0", l.MaxHeaderBytes)
 	case l.MaxConnections < 0:
 		return fmt.Errorf("api: Limits.MaxConnections is %d, want > 0", l.MaxConnections)
+	case l.MaxConnectionsPerClient < 0:
+		return fmt.Errorf("api: Limits.MaxConnectionsPerClient is %d, want > 0", l.MaxConnectionsPerClient)
 	}
 	l, handlerTimeout = l.WithDefaults(), cmp.Or(handlerTimeout, HandlerTimeoutDefault)
 	if l.WriteTimeout <= handlerTimeout {
@@ -85,14 +116,18 @@ func (l Limits) Validate(handlerTimeout time.Duration) error {
 
 // NewHTTPServer returns an http.Server for h with the limits l (its zero
 // fields the defaults); log receives the server's own errors (nil: none).
-// Serve it on LimitListener(ln, l.MaxConnections).
+// Serve it on LimitListener(ln, l): the server tells the listener which
+// connections are idle, and answers on the listener's reserve connections
+// only /healthz and /readyz.
 func NewHTTPServer(h http.Handler, l Limits, log *slog.Logger) *http.Server {
 	l = l.WithDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:           headerLimit(h, l.MaxHeaderBytes),
+		Handler:           reserveOnlyHealth(headerLimit(h, l.MaxHeaderBytes)),
+		ConnState:         trackConnState,
+		ConnContext:       withConn,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		WriteTimeout:      l.WriteTimeout,
@@ -120,60 +155,4 @@ func headerLimit(h http.Handler, max int) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// LimitListener returns a listener that has at most n of its connections
-// open at once: Accept waits while n are open. n <= 0 means
-// MaxConnectionsDefault.
-func LimitListener(ln net.Listener, n int) net.Listener {
-	if n <= 0 {
-		n = MaxConnectionsDefault
-	}
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
-}
-
-type limitListener struct {
-	net.Listener
-	slots     chan struct{}
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-func (l *limitListener) Close() error {
-	err := net.ErrClosed
-	l.closeOnce.Do(func() {
-		close(l.closed)
-		err = l.Listener.Close()
-	})
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
-}
-
-// limitConn gives its slot back once, on its first Close.
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

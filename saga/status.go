@@ -267,8 +267,13 @@ type Stats struct {
 	At     time.Time    `json:"at"`
 }
 
-// StatsWindowDefault is the window of Stats.Finished.
-const StatsWindowDefault = time.Hour
+// StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
+// longest one Stats accepts, so that a stats read counts at most a day of
+// finished sagas (on sagas_finished_idx), never the whole history.
+const (
+	StatsWindowDefault = time.Hour
+	StatsWindowMax     = 24 * time.Hour
+)
 
 const (
 	statsOpenSQL     = `SELECT type, state, count(*) FROM %s WHERE state NOT IN ('completed', 'compensated') GROUP BY type, state`
@@ -281,9 +286,13 @@ const (
 // Stats summarizes sagas and the outbox with index-backed queries only:
 // open sagas (a partial index), sagas finished within window (an index on
 // finished_at), the oldest in-flight saga and the outbox's unsent rows.
+// A window over StatsWindowMax is refused (ErrInvalidInput).
 func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error) {
 	if window <= 0 {
 		window = StatsWindowDefault
+	}
+	if window > StatsWindowMax {
+		return Stats{}, &InputError{Field: "window", Problem: fmt.Sprintf("%s is longer than %s", window, StatsWindowMax)}
 	}
 	now := e.cfg.Now()
 	st := Stats{Window: window, At: now}

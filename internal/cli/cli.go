@@ -335,7 +335,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				return err
 			}
 			run = withReconciler(cfg.Reconcile, svc.Engine(), ms, run)
-			return serveHTTP(ctx, log, cfg.HTTP.Addr, srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), cfg.Shutdown.Timeout)
+			return serveHTTP(ctx, log, httpAddrs{api: cfg.HTTP.Addr, health: cfg.HTTP.HealthAddr}, srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), cfg.Shutdown.Timeout)
 		},
 	}
 	cmd.Flags().String("addr", "", "HTTP listen address (http.addr)")
@@ -351,22 +351,36 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 // (the process exits 1 with the work that did not finish left to be
 // redone from the outbox and the consumer group's offsets).
 // The server has the limits lim (timeouts, header size, connections).
-func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, lim api.Limits, run func(context.Context) error, grace time.Duration) error {
+// With addrs.health, /healthz and /readyz of h are served there too, on
+// their own listener (api.HealthLimits), apart from the API's connections.
+func serveHTTP(ctx context.Context, log *slog.Logger, addrs httpAddrs, h http.Handler, lim api.Limits, run func(context.Context) error, grace time.Duration) error {
 	if grace <= 0 {
 		return fmt.Errorf("shutdown.timeout %s must be positive", grace)
 	}
-	var hs *http.Server
-	srvDone := make(chan error, 1)
-	if addr != "" {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("http.addr %s: %w", addr, err)
+	var servers []*http.Server
+	srvDone := make(chan error, 2)
+	for _, l := range []struct {
+		key, addr string
+		h         http.Handler
+		lim       api.Limits
+	}{{"http.addr", addrs.api, h, lim}, {"http.health_addr", addrs.health, api.HealthOnly(h), api.HealthLimits}} {
+		if l.addr == "" {
+			continue
 		}
-		lim = lim.WithDefaults()
-		hs = api.NewHTTPServer(h, lim, log)
-		log.Info("HTTP listening", slog.String("addr", ln.Addr().String()), slog.Int("max_connections", lim.MaxConnections))
-		ln = api.LimitListener(ln, lim.MaxConnections)
-		go func() { srvDone <- hs.Serve(ln) }()
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, hs := range servers {
+				_ = hs.Close()
+			}
+			return fmt.Errorf("%s %s: %w", l.key, l.addr, err)
+		}
+		lim := l.lim.WithDefaults()
+		hs := api.NewHTTPServer(l.h, lim, log)
+		log.Info("HTTP listening", slog.String("key", l.key), slog.String("addr", ln.Addr().String()), slog.Int("max_connections", lim.MaxConnections),
+			slog.Int("max_connections_per_client", lim.MaxConnectionsPerClient))
+		servers = append(servers, hs)
+		limited, what := api.LimitListener(ln, lim), fmt.Sprintf("http server on %s (%s)", ln.Addr(), l.key)
+		go func() { srvDone <- fmt.Errorf("%s: %w", what, hs.Serve(limited)) }()
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -379,8 +393,7 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 		log.Info("shutting down: no new work, finishing in-flight work", slog.Duration("timeout", grace))
 	case runErr = <-runDone:
 		finished = true
-	case err := <-srvDone:
-		runErr = fmt.Errorf("http server on %s: %w", addr, err)
+	case runErr = <-srvDone:
 	}
 	cancel()
 	started := time.Now()
@@ -391,7 +404,7 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 	defer scancel()
 	go func() {
 		defer close(shutDone)
-		if hs != nil {
+		for _, hs := range servers {
 			_ = hs.Shutdown(sctx)
 		}
 	}()
@@ -412,6 +425,10 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 	}
 	return runErr
 }
+
+// httpAddrs are the listen addresses of serveHTTP: the API (none when
+// empty) and its health endpoints alone (none when empty).
+type httpAddrs struct{ api, health string }
 
 // withRetention returns run, or run beside a retention purger of schemas
 // (outbox and inbox) and orchSchema (saga history) when retention.enabled.
@@ -509,7 +526,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			})
 			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.Registry, promhttp.HandlerOpts{Registry: ms.Registry}))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
-			return serveHTTP(ctx, log, pc.HTTPAddr, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
+			return serveHTTP(ctx, log, httpAddrs{api: pc.HTTPAddr}, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
 		},
 	}
 	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")

@@ -173,7 +173,7 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 	}
 	hs := api.NewHTTPServer(srv, lim, log)
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(api.LimitListener(ln, lim.MaxConnections)) }()
+	go func() { done <- hs.Serve(api.LimitListener(ln, lim)) }()
 	fmt.Fprintf(out, "status page: http://%s/ui/ (Ctrl-C to stop)\n", ln.Addr())
 	select {
 	case <-ctx.Done():

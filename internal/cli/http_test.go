@@ -133,6 +133,11 @@ func TestServeRefusesBadHTTPSettings(t *testing.T) {
 		{"http:\n  read_timeout: 0s\n", "config: http.read_timeout: must be a positive duration, got 0s"},
 		{"http:\n  max_connections: 0\n", "config: http.max_connections: must be at least 1, got 0"},
 		{"http:\n  max_header_bytes: 100\n", "config: http.max_header_bytes: must be at least 4096, got 100"},
+		{"http:\n  max_connections_per_client: 0\n", "config: http.max_connections_per_client: must be at least 1, got 0"},
+		{"http:\n  busy_idle_timeout: 0s\n", "config: http.busy_idle_timeout: must be a positive duration, got 0s"},
+		{"http:\n  max_concurrent_reads: 0\n", "config: http.max_concurrent_reads: must be at least 1, got 0"},
+		{"http:\n  db_max_conns: 2\n  max_concurrent_reads: 2\n", "config: http.max_concurrent_reads: must be less than http.db_max_conns 2"},
+		{"http:\n  health_addr: 127.0.0.1:0\n", "config: http.health_addr: must differ from http.addr"},
 	} {
 		_, stderr, code := runCLI(t, "serve", "--config", writeConfig(t, c.yaml), "--brokers", "127.0.0.1:1", "--addr", "127.0.0.1:0")
 		if code != 1 || !strings.Contains(stderr, c.says) {

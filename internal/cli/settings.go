@@ -90,10 +90,12 @@ func (c RelayConfig) advanced() relay.Advanced {
 
 // HTTPConfig is http.*.
 type HTTPConfig struct {
-	Addr, AdminToken, ClientToken                            string
+	Addr, HealthAddr, AdminToken, ClientToken                string
 	ProtectReads, ProtectMetrics, TrustProxy, SecureCookie   bool
 	MaxDataBytes, MaxHeaderBytes, MaxConnections, DBMaxConns int
 	ReadTimeout, WriteTimeout, IdleTimeout, HandlerTimeout   time.Duration
+	MaxConnectionsPerClient, MaxConcurrentReads              int
+	BusyIdleTimeout                                          time.Duration
 }
 
 // LogConfig is log.*.
@@ -190,6 +192,8 @@ func (c *Config) bindings() []binding {
 		{"http.max_data_bytes", &h.MaxDataBytes}, {"http.max_header_bytes", &h.MaxHeaderBytes},
 		{"http.read_timeout", &h.ReadTimeout}, {"http.write_timeout", &h.WriteTimeout}, {"http.idle_timeout", &h.IdleTimeout},
 		{"http.handler_timeout", &h.HandlerTimeout}, {"http.max_connections", &h.MaxConnections}, {"http.db_max_conns", &h.DBMaxConns},
+		{"http.health_addr", &h.HealthAddr}, {"http.max_connections_per_client", &h.MaxConnectionsPerClient}, {"http.busy_idle_timeout", &h.BusyIdleTimeout},
+		{"http.max_concurrent_reads", &h.MaxConcurrentReads},
 		{"log.level", &c.Log.Level}, {"log.format", &c.Log.Format},
 		{"participants.schema_prefix", &p.SchemaPrefix}, {"participants.shipping_fail_rate", &p.ShippingFailRate},
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
@@ -399,6 +403,15 @@ func (c *Config) validate() error {
 	atLeast("http.max_header_bytes", h.MaxHeaderBytes, 4<<10)
 	atLeast("http.max_data_bytes", h.MaxDataBytes, 2) // the data is a JSON object
 	atLeast("http.db_max_conns", h.DBMaxConns, 1)
+	atLeast("http.max_connections_per_client", h.MaxConnectionsPerClient, 1)
+	atLeast("http.max_concurrent_reads", h.MaxConcurrentReads, 1)
+	if h.DBMaxConns >= 1 && h.MaxConcurrentReads >= h.DBMaxConns {
+		bad("http.max_concurrent_reads", fmt.Sprintf("must be less than http.db_max_conns %d, so that reads cannot take every connection starts need (raise http.db_max_conns)", h.DBMaxConns), h.MaxConcurrentReads)
+	}
+	positive("http.busy_idle_timeout", h.BusyIdleTimeout)
+	if h.HealthAddr != "" && h.HealthAddr == h.Addr {
+		bad("http.health_addr", "must differ from http.addr", fmt.Sprintf("%q", h.HealthAddr))
+	}
 	if h.WriteTimeout > 0 && h.WriteTimeout <= h.HandlerTimeout {
 		bad("http.write_timeout", "must be longer than http.handler_timeout "+h.HandlerTimeout.String()+" (or a slow answer is cut off without its error)", h.WriteTimeout)
 	}
@@ -511,14 +524,16 @@ func (c *Config) engine() saga.Config {
 // limits are the HTTP server's limits.
 func (h HTTPConfig) limits() api.Limits {
 	return api.Limits{ReadTimeout: h.ReadTimeout, WriteTimeout: h.WriteTimeout, IdleTimeout: h.IdleTimeout,
-		MaxHeaderBytes: h.MaxHeaderBytes, MaxConnections: h.MaxConnections}
+		MaxHeaderBytes: h.MaxHeaderBytes, MaxConnections: h.MaxConnections,
+		MaxConnectionsPerClient: h.MaxConnectionsPerClient, BusyIdleTimeout: h.BusyIdleTimeout}
 }
 
 // api is the HTTP API's configuration.
 func (h HTTPConfig) api() api.Config {
 	return api.Config{AdminToken: h.AdminToken, ClientToken: h.ClientToken, ProtectReads: h.ProtectReads,
 		ProtectMetrics: h.ProtectMetrics, TrustProxy: h.TrustProxy, SecureCookie: h.SecureCookie,
-		MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout}
+		MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout,
+		MaxConcurrentReads: h.MaxConcurrentReads}
 }
 
 // validateServe checks what `serve` needs beyond validate: tokens fit to
