@@ -85,6 +85,10 @@ type Config struct {
 	// the generic saga keeps the shape it is compared in (one statement per
 	// step in its participant); the place-order participants always batch.
 	BatchForward bool
+	// Unsigned runs without record signing (commands and replies go
+	// unsigned and unchecked); by default the run signs as a production
+	// install does.
+	Unsigned bool
 	// Timeout bounds the wait for the last saga.
 	Timeout time.Duration
 	// CPUProfile, if set, receives a CPU profile of the measured phase.

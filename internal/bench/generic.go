@@ -69,6 +69,10 @@ type genericSet struct {
 }
 
 type partOptions struct {
+	// CommandKeys verify the orchestrator's commands; replyKey gives each
+	// participant its own key to sign replies (see signing.go).
+	CommandKeys  []message.Key
+	replyKey     func(name string) message.Key
 	Brokers      []string
 	Logger       *slog.Logger
 	InboxMetrics *inbox.Metrics
@@ -87,6 +91,7 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 		p, err := participants.New(pool, &participants.Config{
 			Name: GenericParticipant(i), Schema: genericSchema(i), Brokers: o.Brokers, Logger: o.Logger,
 			InboxMetrics: o.InboxMetrics, RelayMetrics: o.RelayMetrics, InboxLanes: o.Lanes,
+			CommandKeys: o.CommandKeys, ReplyKey: o.replyKey(GenericParticipant(i)),
 		})
 		if err != nil {
 			return nil, err

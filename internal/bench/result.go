@@ -9,13 +9,15 @@ type Result struct {
 	Partitions  int    `json:"partitions"`
 	Lanes       int    `json:"lanes"`
 	// BatchForward: the generic participants ran batch forward handlers.
-	BatchForward bool    `json:"batch_forward,omitempty"`
-	Rate         float64 `json:"rate,omitempty"`
-	Warmup       int     `json:"warmup"`
-	Sagas        int     `json:"sagas"`
-	Completed    int     `json:"completed"`
-	NotComplete  int     `json:"not_completed"`
-	AllComplete  bool    `json:"all_completed"`
+	BatchForward bool `json:"batch_forward,omitempty"`
+	// Unsigned: the run's commands and replies were not signed.
+	Unsigned    bool    `json:"unsigned,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	Warmup      int     `json:"warmup"`
+	Sagas       int     `json:"sagas"`
+	Completed   int     `json:"completed"`
+	NotComplete int     `json:"not_completed"`
+	AllComplete bool    `json:"all_completed"`
 
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	SagasPerSecond float64 `json:"sagas_per_second"`

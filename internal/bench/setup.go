@@ -75,7 +75,7 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, participantsApp, st.trips); err != nil {
 		return nil, err
 	}
-	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric}
+	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric, Unsigned: c.Unsigned}
 	if c.Saga == SagaPlaceOrder {
 		st.res.Steps = 5
 	}
@@ -154,6 +154,11 @@ func newService(pool *pgxpool.Pool, brokers []string, c Config, m *metricset.Set
 	}
 	ec := c.Engine
 	ec.Metrics = m.Saga
+	sg, err := c.signing(reg.Participants())
+	if err != nil {
+		return nil, err
+	}
+	ec.Signing = sg
 	return orchestrator.New(pool, reg, &orchestrator.Config{
 		Brokers: brokers, Engine: ec, Logger: c.Logger.With(slog.String("component", "orchestrator")),
 		Partitions: c.Partitions,
@@ -176,7 +181,7 @@ type participantSet struct {
 // newParticipants builds the participants of c.Saga over pool; it does not
 // touch Postgres or Kafka.
 func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m *metricset.Set) (*participantSet, error) {
-	po := partOptions{Lanes: c.Lanes, BatchForward: c.BatchForward, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.Inbox, RelayMetrics: m.Relay}
+	po := partOptions{CommandKeys: c.commandKeys(), replyKey: c.replyKey, Lanes: c.Lanes, BatchForward: c.BatchForward, Brokers: brokers, Logger: c.Logger.With(slog.String("component", "participants")), InboxMetrics: m.Inbox, RelayMetrics: m.Relay}
 	switch c.Saga {
 	case SagaGeneric:
 		gs, err := newGenericSet(pool, c.Steps, po)
@@ -204,7 +209,7 @@ func newParticipants(pool *pgxpool.Pool, brokers []string, c Config, m *metricse
 	case SagaPlaceOrder:
 		set, err := reference.New(pool, reference.Options{
 			Brokers: brokers, Seed: c.Seed, Logger: po.Logger, InboxMetrics: m.Inbox, RelayMetrics: m.Relay,
-			Partitions: c.Partitions,
+			Partitions: c.Partitions, CommandKeys: c.commandKeys(), ReplyKeys: replyKeys(c),
 		})
 		if err != nil {
 			return nil, err

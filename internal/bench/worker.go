@@ -50,6 +50,7 @@ type WorkerConfig struct {
 	Steps        int
 	Lanes        int
 	BatchForward bool
+	Unsigned     bool
 	Partitions   int
 	MaxConns     int
 	Seed         int64
@@ -63,7 +64,7 @@ func workerConfig(st *stack, role string) WorkerConfig {
 	c := st.c
 	return WorkerConfig{
 		Role: role, DatabaseURL: st.dbURL, Brokers: st.brokers, Saga: c.Saga, Steps: c.Steps,
-		Lanes: c.Lanes, BatchForward: c.BatchForward, Partitions: c.Partitions, MaxConns: c.MaxConns, Seed: c.Seed, Engine: c.Engine, LogLevel: loggerLevel(c.Logger),
+		Lanes: c.Lanes, BatchForward: c.BatchForward, Unsigned: c.Unsigned, Partitions: c.Partitions, MaxConns: c.MaxConns, Seed: c.Seed, Engine: c.Engine, LogLevel: loggerLevel(c.Logger),
 	}
 }
 
@@ -72,7 +73,7 @@ func (w WorkerConfig) Args() []string {
 	e := w.Engine
 	return []string{
 		"--role=" + w.Role, "--brokers=" + strings.Join(w.Brokers, ","), "--saga=" + w.Saga,
-		"--steps=" + strconv.Itoa(w.Steps), "--lanes=" + strconv.Itoa(w.Lanes), "--batch-forward=" + strconv.FormatBool(w.BatchForward), "--partitions=" + strconv.Itoa(w.Partitions), "--max-conns=" + strconv.Itoa(w.MaxConns),
+		"--steps=" + strconv.Itoa(w.Steps), "--lanes=" + strconv.Itoa(w.Lanes), "--batch-forward=" + strconv.FormatBool(w.BatchForward), "--unsigned=" + strconv.FormatBool(w.Unsigned), "--partitions=" + strconv.Itoa(w.Partitions), "--max-conns=" + strconv.Itoa(w.MaxConns),
 		"--seed=" + strconv.FormatInt(w.Seed, 10), "--log-level=" + w.LogLevel.String(),
 		"--schema=" + e.Schema, "--reply-topic=" + e.ReplyTopic, "--topic-prefix=" + e.TopicPrefix,
 		"--timer-interval=" + e.TimerInterval.String(), "--timer-batch=" + strconv.Itoa(e.TimerBatch),
@@ -92,6 +93,7 @@ func (w *WorkerConfig) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&w.Steps, "steps", StepsDefault, "steps of the generic saga")
 	fs.IntVar(&w.Lanes, "lanes", LanesDefault, "concurrent batches of the consumers")
 	fs.BoolVar(&w.BatchForward, "batch-forward", false, "batch forward handlers in the generic participants")
+	fs.BoolVar(&w.Unsigned, "unsigned", false, "run without record signing")
 	fs.IntVar(&w.Partitions, "partitions", PartitionsDefault, "partitions of the topics")
 	fs.IntVar(&w.MaxConns, "max-conns", MaxConnsDefault, "connections of the worker's pool")
 	fs.Int64Var(&w.Seed, "seed", SeedDefault, "workload seed")
@@ -120,7 +122,7 @@ func loggerLevel(l *slog.Logger) slog.Level {
 // outlives it. Once running it writes WorkerReady and a newline to ready.
 func RunWorker(ctx context.Context, w WorkerConfig, log *slog.Logger, parent io.Reader, ready io.Writer) error {
 	c := Config{
-		DatabaseURL: w.DatabaseURL, Saga: w.Saga, Steps: w.Steps, Lanes: w.Lanes, BatchForward: w.BatchForward, Partitions: w.Partitions, MaxConns: w.MaxConns,
+		DatabaseURL: w.DatabaseURL, Saga: w.Saga, Steps: w.Steps, Lanes: w.Lanes, BatchForward: w.BatchForward, Unsigned: w.Unsigned, Partitions: w.Partitions, MaxConns: w.MaxConns,
 		Seed: w.Seed, Engine: w.Engine, Logger: log,
 	}.withDefaults()
 	if err := c.validate(); err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/faultproxy"
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -85,6 +87,10 @@ func (h *harness) spawn(_ context.Context, workDir, dbURL string) error {
 	if u.Port() == "" {
 		pgTarget = net.JoinHostPort(u.Hostname(), "5432")
 	}
+	keys, err := signingEnv()
+	if err != nil {
+		return err
+	}
 	type spec struct {
 		name string
 		orch bool
@@ -109,7 +115,7 @@ func (h *harness) spawn(_ context.Context, workDir, dbURL string) error {
 			args = append([]string{"participants"}, args...)
 		}
 		c := &child{
-			name: s.name, exe: h.cfg.Executable, args: args, env: append([]string{ChildEnv + "=1"}, h.cfg.Env...),
+			name: s.name, exe: h.cfg.Executable, args: args, env: append(append([]string{ChildEnv + "=1"}, keys...), h.cfg.Env...),
 			logPath: filepath.Join(workDir, s.name+".log"), log: h.log, participant: !s.orch,
 		}
 		h.children = append(h.children, c)
@@ -167,4 +173,28 @@ func freeAddr() (string, error) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr, nil
+}
+
+// signingEnv is the children's record signing, as a production install
+// runs: fresh keys for the orchestrator (it signs every command, the
+// participants verify them) and for each reference participant (it signs
+// its replies, the orchestrators take a reply only from its step's
+// participant).
+func signingEnv() ([]string, error) {
+	ok, err := message.GenerateKey("chaos-orchestrator")
+	if err != nil {
+		return nil, err
+	}
+	var parts []string
+	for _, name := range reference.Names {
+		k, err := message.GenerateKey("chaos-" + name)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, name+":"+k.Format())
+	}
+	return []string{
+		"SAGAFLOW_SECURITY_ORCHESTRATOR_KEYS=" + ok.Format(),
+		"SAGAFLOW_SECURITY_PARTICIPANT_KEYS=" + strings.Join(parts, ","),
+	}, nil
 }

@@ -110,6 +110,7 @@ saga is then the sum over the three processes (listed in the result).`,
 	f.IntVar(&cfg.Partitions, "partitions", bench.PartitionsDefault, "partitions of every topic of the run (on 2 cores fewer partitions mean bigger fetches and batches at moderate load)")
 	f.IntVar(&cfg.Lanes, "lanes", bench.LanesDefault, "concurrent batches of the reply consumer and of the generic participants")
 	f.BoolVar(&cfg.BatchForward, "batch-forward", false, "generic participants register a batch forward handler (one INSERT per batch, not per command)")
+	f.BoolVar(&cfg.Unsigned, "unsigned", false, "run without record signing (by default commands and replies are signed and checked, as in production)")
 	f.DurationVar(&cfg.Timeout, "timeout", bench.TimeoutDefault, "bound on the wait for the last saga")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file (with --split: of the driver only)")
@@ -264,6 +265,11 @@ func printBench(w io.Writer, r bench.Result) {
 	batch := ""
 	if r.BatchForward {
 		batch = ", batch forward handlers"
+	}
+	if r.Unsigned {
+		batch += ", unsigned records"
+	} else {
+		batch += ", signed records"
 	}
 	fmt.Fprintf(w, "%s saga, %d steps, %s, %d partitions, %d lanes%s; synchronous_commit=%s fsync=%s\n", r.Saga, r.Steps, load, r.Partitions, r.Lanes, batch, r.SynchronousCommit, r.Fsync)
 	fmt.Fprintf(w, "  sagas        %d measured after %d warm-up; %d completed, %d not\n", r.Sagas, r.Warmup, r.Completed, r.NotComplete)

@@ -23,6 +23,25 @@ func signing(cfg *Config) (saga.Signing, []message.Key, map[string]message.Key, 
 		}
 		cmdKeys = []message.Key{k}
 	}
+	if g.Commands == nil && len(cmdKeys) > 0 {
+		// The participants' keys given alone: the engine signs with the
+		// first, so the participants do not refuse its commands.
+		s, err := message.NewSigner(cmdKeys[0])
+		if err != nil {
+			return g, nil, nil, err
+		}
+		g.Commands = s
+	}
+	if g.Replies == nil && len(replyKeys) > 0 {
+		// The participants' own keys given alone: the engine checks the
+		// replies against them rather than taking every reply.
+		g.Replies = &message.Keyring{}
+		for name, k := range replyKeys {
+			if err := g.Replies.Add(name, k); err != nil {
+				return g, nil, nil, err
+			}
+		}
+	}
 	if g.Replies == nil && len(replyKeys) == 0 {
 		g.Replies = &message.Keyring{}
 		replyKeys = map[string]message.Key{}

@@ -94,7 +94,7 @@ func firstReply(ctx context.Context, t *testing.T, brokers []string, topic strin
 
 // withNewID re-encodes reply m under a fresh message id (and, if inReplyTo
 // is not nil, a different in_reply_to).
-func withNewID(t *testing.T, m kafka.Message, inReplyTo *uuid.UUID) kafka.Message {
+func withNewID(t *testing.T, m kafka.Message, inReplyTo *uuid.UUID, sign func(step string) *message.Signer) kafka.Message {
 	t.Helper()
 	r, err := message.DecodeReply(m.Value)
 	if err != nil {
@@ -108,10 +108,16 @@ func withNewID(t *testing.T, m kafka.Message, inReplyTo *uuid.UUID) kafka.Messag
 	if err != nil {
 		t.Fatalf("encode reply: %v", err)
 	}
-	return kafka.Message{Key: m.Key, Value: b, Headers: []kafka.Header{
-		{Key: message.HeaderMessageID, Value: []byte(r.MessageID.String())},
-		{Key: message.HeaderSagaID, Value: []byte(r.SagaID.String())},
-	}}
+	// Signed with the key of the step's participant, as a participant's
+	// own copy would be: the engine takes it as that participant's reply
+	// and judges it by what it answers.
+	hs := map[string]string{message.HeaderMessageID: r.MessageID.String(), message.HeaderSagaID: r.SagaID.String()}
+	sign(r.Step).SignString(m.Topic, string(m.Key), b, hs)
+	out := kafka.Message{Key: m.Key, Value: b}
+	for k, v := range hs {
+		out.Headers = append(out.Headers, kafka.Header{Key: k, Value: []byte(v)})
+	}
+	return out
 }
 
 // labelled checks series the workload must move, by label.
@@ -162,6 +168,41 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	t.Cleanup(srv.Close)
 
+	// The run's keys: the demo signs commands and replies with them, and
+	// the injected copies below are signed by their step's participant.
+	sagas := saga.NewRegistry()
+	if err := steps.Register(sagas); err != nil {
+		t.Fatal(err)
+	}
+	orchKey, err := message.GenerateKey("live-orchestrator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdSigner, err := message.NewSigner(orchKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replyKeys := map[string]message.Key{}
+	ring := &message.Keyring{}
+	signers := map[string]*message.Signer{} // by step
+	def, _ := sagas.Latest(orderapi.SagaType)
+	for _, sd := range def.Steps {
+		k, ok := replyKeys[sd.Participant]
+		if !ok {
+			if k, err = message.GenerateKey("live-" + sd.Participant); err != nil {
+				t.Fatal(err)
+			}
+			replyKeys[sd.Participant] = k
+			if err := ring.Add(sd.Participant, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if signers[sd.Name], err = message.NewSigner(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signerOf := func(step string) *message.Signer { return signers[step] }
+
 	ctx := testkit.Context(t, 3*wait)
 	runDone := make(chan struct{})
 	var during []byte
@@ -204,8 +245,8 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 			msgs := []kafka.Message{
 				{Key: []byte("garbage"), Value: []byte("{not a reply")},   // DLQ
 				{Key: orig.Key, Value: orig.Value, Headers: orig.Headers}, // duplicate
-				withNewID(t, orig, nil),                                   // late (original or copy)
-				withNewID(t, orig, &stranger),                             // illegal
+				withNewID(t, orig, nil, signerOf),                         // late (original or copy)
+				withNewID(t, orig, &stranger, signerOf),                   // illegal
 			}
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				t.Errorf("inject replies: %v", err)
@@ -246,10 +287,6 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	}
 	// -race on a shared 2-core machine is slow: generous step timeouts keep
 	// the run about metrics, not about timeouts.
-	sagas := saga.NewRegistry()
-	if err := steps.Register(sagas); err != nil {
-		t.Fatal(err)
-	}
 	for _, st := range []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints} {
 		if err := sagas.Override(orderapi.SagaType, st, saga.StepOverride{Timeout: time.Minute}); err != nil {
 			t.Fatal(err)
@@ -259,7 +296,8 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 		DatabaseURL: dbURL, Brokers: brokers, Registerer: reg, OnReady: onReady, Registry: sagas,
 		Mix:              workload.Mix{Orders: 300, Seed: 11, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1, LimitCents: 100_000},
 		ShippingFailRate: 0.2, PointsFailRate: 0.2, Concurrency: 16, Timeout: wait,
-		Engine: saga.Config{GaugeInterval: 100 * time.Millisecond},
+		Engine:      saga.Config{GaugeInterval: 100 * time.Millisecond, Signing: saga.Signing{Commands: cmdSigner, Replies: ring}},
+		CommandKeys: []message.Key{orchKey}, ReplyKeys: replyKeys,
 		// The relays keep sent rows, so retention has outbox rows to purge.
 		KeepSent: true,
 	})
