@@ -600,6 +600,8 @@ func TestNodeParticipantRefusesBadSettings(t *testing.T) {
 			[]string{"SAGAFLOW_KAFKA_SASL_PASSWORD"}},
 		{"mechanism without username", []string{"SAGAFLOW_KAFKA_SASL_MECHANISM=plain", "SAGAFLOW_KAFKA_SASL_PASSWORD=p"},
 			[]string{"SAGAFLOW_KAFKA_SASL_USERNAME"}},
+		{"PLAIN without TLS", []string{"SAGAFLOW_KAFKA_SASL_MECHANISM=PLAIN", "SAGAFLOW_KAFKA_SASL_USERNAME=u", "SAGAFLOW_KAFKA_SASL_PASSWORD=p"},
+			[]string{"SAGAFLOW_KAFKA_SASL_ALLOW_PLAINTEXT", "SAGAFLOW_KAFKA_TLS_ENABLED"}},
 		{"credentials without mechanism", []string{"SAGAFLOW_KAFKA_SASL_USERNAME=u", "SAGAFLOW_KAFKA_SASL_PASSWORD=p"},
 			[]string{"SAGAFLOW_KAFKA_SASL_MECHANISM"}},
 		{"TLS flag not a boolean", []string{"SAGAFLOW_KAFKA_TLS_ENABLED=yes"}, []string{"SAGAFLOW_KAFKA_TLS_ENABLED"}},

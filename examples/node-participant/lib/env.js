@@ -157,6 +157,11 @@ function kafkaSecurity(env) {
     }
     const missing = [['SAGAFLOW_KAFKA_SASL_USERNAME', username], ['SAGAFLOW_KAFKA_SASL_PASSWORD', password]].filter(([, v]) => v === '').map(([k]) => k);
     if (missing.length > 0) throw new Error(`SAGAFLOW_KAFKA_SASL_MECHANISM ${raw.toUpperCase()} needs ${missing.join(' and ')}`);
+    // PLAIN sends the password as is: over plain TCP only when the operator
+    // says so (development), as the Go binary's kafka.sasl.allow_plaintext.
+    if (mechanism === 'plain' && !enabled && !bool(env, 'SAGAFLOW_KAFKA_SASL_ALLOW_PLAINTEXT', false)) {
+      throw new Error('SAGAFLOW_KAFKA_SASL_MECHANISM PLAIN without SAGAFLOW_KAFKA_TLS_ENABLED=true would send the password in clear: enable TLS, use SCRAM-SHA-256/512, or set SAGAFLOW_KAFKA_SASL_ALLOW_PLAINTEXT=true (development only)');
+    }
     sasl = { mechanism, username, password };
   }
   return { ssl, sasl };
