@@ -112,6 +112,11 @@ type Config struct {
 	// its chain that has one (orchestrator.NotReadyError), else "not
 	// ready".
 	Ready func(ctx context.Context) error
+	// Prepared reports whether the process has prepared its schema and
+	// topics; until it has, every route that reads or writes the
+	// database answers 503 "starting" with Retry-After, not a 500. Nil:
+	// prepared from the start.
+	Prepared func() bool
 	// Logger receives the API's logs; nil discards them.
 	Logger *slog.Logger
 }

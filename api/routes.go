@@ -204,14 +204,23 @@ func (s *Server) gate(a access, h http.HandlerFunc) http.HandlerFunc {
 			s.refuse(w, r, a, http.StatusUnauthorized, 0)
 			return
 		}
+		if a != accessOps && a != accessLogin && s.cfg.Prepared != nil && !s.cfg.Prepared() {
+			s.refuse(w, r, a, http.StatusServiceUnavailable, StartingRetryAfter)
+			return
+		}
 		h(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, rl)))
 	}
 }
 
+// StartingRetryAfter is the Retry-After of the 503 a route answers while
+// the process is still preparing (Config.Prepared).
+const StartingRetryAfter = 2 * time.Second
+
 // refuse answers a request the gate refused, in the form of its route
 // (JSON, the login page or an error page), without any data: status 401
-// (no or a wrong credential), 403 (operator actions disabled) or 429
-// (too many wrong tokens; retry after wait).
+// (no or a wrong credential), 403 (operator actions disabled), 429
+// (too many wrong tokens; retry after wait) or 503 (still preparing:
+// Config.Prepared; retry after wait).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, a access, status int, wait time.Duration) {
 	var msg string
 	switch status {
@@ -221,6 +230,13 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, a access, status
 		msg = fmt.Sprintf("too many wrong tokens from this client; try again in %d s", secs)
 	case http.StatusForbidden:
 		msg = "operator actions are disabled: set http.admin_token"
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+		msg = fmt.Sprintf("starting: the orchestrator is preparing its schema and topics; retry in %d s (nothing was done)", int(wait/time.Second))
+	}
+	if status == http.StatusServiceUnavailable && a != accessStart && a != accessRead && a != accessAdmin {
+		s.render(w, status, "error", sentence(msg))
+		return
 	}
 	switch a {
 	case accessPage, accessLogin:

@@ -166,6 +166,13 @@ func (p *preparer) ready(check func(context.Context) error) func(context.Context
 	}
 }
 
+// prepared reports whether the prepare step has succeeded.
+func (p *preparer) prepared() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
 // then returns a run function that prepares (retrying) and then runs run.
 // A stop (ctx cancelled) while preparing is a clean stop.
 func (p *preparer) then(log *slog.Logger, what string, prepare, run func(context.Context) error) func(context.Context) error {
@@ -315,6 +322,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			acfg.Gatherer, acfg.Logger = ms.Registry, log.With(slog.String("component", "api"))
 			acfg.ReconcileMetrics = ms.Reconcile
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration
+			acfg.Prepared = prep.prepared      // until then: 503 "starting", not a 500
 			if acfg.ClientToken == "" && !acfg.ProtectReads {
 				log.Warn("POST /sagas is open to anyone who reaches http.addr: set http.client_token", slog.String("addr", cfg.HTTP.Addr))
 			}
