@@ -50,7 +50,7 @@ type Config struct {
 	Partitions  int
 	Replication int
 	// Engine configures the saga engine (its Logger defaults to Logger).
-	Engine saga.Config
+	Engine EngineConfig
 	// Inbox configures the reply consumer. The service sets its Brokers,
 	// Dialer, GroupID, Topics and Schema, which must be left empty; Lanes
 	// defaults to RepliesLanesDefault, BatchSize to RepliesBatchDefault,
@@ -132,7 +132,7 @@ var DefaultRun = RunSet{Replies: true, Relay: true, Timers: true}
 // Service is a configured orchestrator process.
 type Service struct {
 	pool   *pgxpool.Pool
-	engine *saga.Engine
+	engine *Engine
 	cfg    Config
 	log    *slog.Logger
 
@@ -158,7 +158,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if c.Run.Relay && !c.Relay.NoDispatch && c.Engine.Dispatcher == nil {
 		// The engine's commands go out right after its commits; the relay
 		// publishes what a crash (or Kafka) left behind, after the lease.
-		ob, err := outbox.New(cmp.Or(c.Engine.Schema, saga.SchemaDefault))
+		ob, err := outbox.New(cmp.Or(c.Engine.Schema, SchemaDefault))
 		if err != nil {
 			return nil, fmt.Errorf("orchestrator: %w", err)
 		}
@@ -169,7 +169,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		}
 		c.Engine.Dispatcher = d
 	}
-	eng, err := saga.NewEngine(pool, reg, &c.Engine)
+	eng, err := NewEngine(pool, reg, &c.Engine)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 func (s *Service) Dispatcher() *relay.Dispatcher { return s.dispatch }
 
 // Engine is the service's saga engine (start, status, operator actions).
-func (s *Service) Engine() *saga.Engine { return s.engine }
+func (s *Service) Engine() *Engine { return s.engine }
 
 // Migrations are the sets the orchestrator needs.
 func (s *Service) Migrations() ([]migrations.Set, error) {
@@ -254,16 +254,16 @@ func decodeReply(m message.Record) (message.Reply, error) {
 
 // HandleReplies is the inbox handler of the reply topic. Every reply is
 // decoded, its headers checked against its body and, with reply signing
-// configured (saga.Signing), its signature verified (the engine then takes
+// configured (Signing), its signature verified (the engine then takes
 // it only from the step's participant); one that is bad is
 // dead-lettered with the reason (nothing written for it). The rest are
-// applied together (saga.Engine.ApplyReplyBatch: one load, one update, one
+// applied together (Engine.ApplyReplyBatch: one load, one update, one
 // journal and one outbox insert), leaving out alone each reply refused by
 // its content (a stray reply: for an unknown saga or step, or answering
 // nothing the saga sent; an invalid query answer), which is dead-lettered;
 // a stray one's dead letter is marked stray, for retention to purge. When
 // the batch cannot be applied as one (a saga moved by someone else
-// meanwhile), they are applied one by one with saga.Engine.ApplyReply,
+// meanwhile), they are applied one by one with Engine.ApplyReply,
 // which reloads and re-decides on a conflict; a reply it refuses as invalid
 // is dead-lettered. A database error fails the call: the inbox rolls it back
 // and, for an error about a reply's content, splits the batch until that
@@ -288,7 +288,7 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 		return out, nil
 	}
 	rt := s.replySpans(ms, rs, idx)
-	pre, _ := inbox.Prefetched(ctx).(*saga.Preloaded)
+	pre, _ := inbox.Prefetched(ctx).(*Preloaded)
 	refused, err := s.engine.ApplyReplyBatch(ctx, tx, rs, pre)
 	defer func() { rt.end(err) }()
 	switch {
@@ -300,7 +300,7 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 			}
 		}
 		return out, nil
-	case !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid):
+	case !errors.Is(err, ErrBatchFallback) && !errors.Is(err, message.ErrInvalid):
 		return nil, err
 	}
 	// Nothing of the batch was written: one by one.

@@ -53,7 +53,7 @@ func (rt *replyTrace) end(err error) {
 		return
 	}
 	for _, sp := range rt.spans {
-		if err != nil && !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
+		if err != nil && !errors.Is(err, ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
 			sp.SetStatus(codes.Error, err.Error())
 		}
 		sp.End()
@@ -77,9 +77,9 @@ func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int)
 		// (counted, logged) and the span starts a trace of its own.
 		tp, ts, drops := message.RecordTraceContext(m)
 		for _, d := range drops {
-			s.engine.TraceDropped(saga.TraceFromReply, "", d)
+			s.engine.TraceDropped(TraceFromReply, "", d)
 		}
-		_, span := tr.Start(saga.TraceContext(context.Background(), tp, ts), "reply apply "+r.Step,
+		_, span := tr.Start(TraceContext(context.Background(), tp, ts), "reply apply "+r.Step,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("saga.id", r.SagaID.String()), attribute.String("saga.step", r.Step),
 				attribute.String("saga.action", string(r.Action)), attribute.String("saga.outcome", string(r.Outcome)),

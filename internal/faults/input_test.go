@@ -86,7 +86,7 @@ func TestWindowMalformedMessage(t *testing.T) {
 	e.runAll()
 	// One finished saga to aim stray replies at.
 	o := e.plan.Orders[0]
-	first, _, err := e.engine.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
+	first, _, err := e.engine.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
 	if err != nil {
 		t.Fatal(err)
 	}
