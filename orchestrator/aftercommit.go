@@ -1,10 +1,10 @@
 package orchestrator
 
 import (
-	"context"
 	"time"
 
-	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -30,22 +30,25 @@ type postCommit struct {
 	ds   []saga.Decision
 }
 
-// inboxPost returns the postCommit of a write inside an inbox handler's
-// transaction (whose commit the inbox reports through AfterCommit), or nil
-// in a caller's own transaction (its commands wait for the relay).
-func (e *Engine) inboxPost(ctx context.Context) *postCommit {
-	if !inbox.InHandler(ctx) {
-		return nil
-	}
-	return &postCommit{}
+// inboxHooks are what the inbox batch transaction a reply batch is
+// applied in offers the engine: the service's reply handler makes them
+// (inboxHooksOf) and hands them to applyReplies; nil is the caller's own
+// transaction, whose commit the engine does not see.
+type inboxHooks struct {
+	// canDefer: the writes may go with the inbox's COMMIT (commitWith).
+	canDefer bool
+	// commitWith sends b's statements with the inbox's COMMIT.
+	commitWith func(b *pgx.Batch)
+	// afterCommit runs fn once the inbox transaction has committed.
+	afterCommit func(fn func())
 }
 
 // afterInbox has pc flushed once the inbox transaction commits.
-func (e *Engine) afterInbox(ctx context.Context, pc *postCommit) {
-	if pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil) {
+func (e *Engine) afterInbox(hooks *inboxHooks, pc *postCommit) {
+	if hooks == nil || pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil) {
 		return
 	}
-	inbox.AfterCommit(ctx, func() { e.flush(pc) })
+	hooks.afterCommit(func() { e.flush(pc) })
 }
 
 // flush runs pc after the commit: the commands to the dispatcher, the ends

@@ -6,17 +6,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
-// observed is a reply ApplyReplies decided, for its metrics and logs.
+// observed is a reply applyReplies decided, for its metrics and logs.
 type observed struct {
 	in saga.Instance
 	d  saga.Decision
 }
 
-// observeReplies counts and logs what ApplyReplies decided.
+// observeReplies counts and logs what applyReplies decided.
 func (e *Engine) observeReplies(ctx context.Context, obs []observed) {
 	for _, o := range obs {
 		e.cfg.Metrics.observe(o.in.Type, saga.EventReply, o.in, o.d)
@@ -29,31 +28,24 @@ func (e *Engine) observeReplies(ctx context.Context, obs []observed) {
 	}
 }
 
-// canDefer reports whether ctx is an inbox handler's that may defer its
-// writes to the batch transaction's commit.
-func canDefer(ctx context.Context) bool { return inbox.CanDefer(ctx) }
-
-// deferWrites hands ApplyReplies' writes (the update of every changed
-// saga, the journal, the commands) to the inbox, which sends them with the
-// COMMIT of its batch transaction: one round trip for the writes and the
-// commit. Their results are not read before that COMMIT, so the update
-// checks its versions itself (updateCheckedSQL): a saga moved since it was
-// loaded fails the statement with 40001, the server skips the rest and
-// COMMIT, the batch transaction rolls back and the inbox retries the batch
-// (which loads the sagas again). after runs once the commit succeeded.
-func (e *Engine) deferWrites(ctx context.Context, upd []*saga.Instance, prev []int64, decided []saga.Decision, pc *postCommit, after func()) error {
+// deferWrites hands the writes of a decided reply batch (the update of
+// every changed saga, the journal, the commands) to the inbox, which sends
+// them with the COMMIT of its batch transaction: one round trip for the
+// writes and the commit. Their results are not read before that COMMIT, so
+// the update checks its versions itself (updateCheckedSQL): a saga moved
+// since it was loaded fails the statement with 40001, the server skips the
+// rest and COMMIT, the batch transaction rolls back and the inbox retries
+// the batch (which loads the sagas again). The replies are counted and
+// logged once the commit succeeded.
+func (e *Engine) deferWrites(ctx context.Context, dr *decidedReplies, pc *postCommit, hooks *inboxHooks) error {
 	b := &pgx.Batch{}
-	if len(upd) > 0 {
-		queuePlanSettings(b, len(upd))
-		if err := e.st.queueUpdateChecked(b, upd, prev); err != nil {
-			return err
-		}
-	}
-	if err := e.queueWrites(b, decided, pc); err != nil {
+	if err := e.queueApplied(b, dr, pc, nil); err != nil {
 		return err
 	}
-	inbox.CommitWith(ctx, b) // false only for an empty batch: nothing to write
-	inbox.AfterCommit(ctx, after)
-	e.afterInbox(ctx, pc)
+	if b.Len() > 0 {
+		hooks.commitWith(b)
+	}
+	hooks.afterCommit(func() { e.observeReplies(ctx, dr.obs) })
+	e.afterInbox(hooks, pc)
 	return nil
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
-// Inside an inbox handler ApplyReplies defers its writes to the batch
-// transaction's commit. A saga moved by someone else after the load (here:
+// Inside an inbox handler the service's reply handler defers its writes to
+// the batch transaction's commit. A saga moved by someone else after the load (here:
 // once, between the handler's return and the commit) fails the deferred,
 // self-checking update: the commit rolls back, nothing of the batch is
 // written, and the batch runs again at once with nothing deferred (the
@@ -37,18 +37,18 @@ func TestDeferredApplyConflictRollsBackAndRetries(t *testing.T) {
 	c := lastCommand(t, env)
 	brokers := testkit.Brokers(t)
 	topic := testkit.Topic(t, brokers, "replies", 1)
+	svc, err := orchestrator.New(env.pool, env.eng.Registry(), &orchestrator.Config{Run: orchestrator.RunSet{Timers: true},
+		Engine: orchestrator.EngineConfig{Schema: "orch", Now: env.clock.now}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var calls, deferred atomic.Int32
 	handler := func(ctx context.Context, tx pgx.Tx, recs []message.Record) ([]inbox.Result, error) {
-		rs := make([]message.Reply, len(recs))
-		for i, r := range recs {
-			if rs[i], err = message.DecodeReply(r.Value); err != nil {
-				return nil, inbox.Permanent(err)
-			}
-		}
 		if inbox.CanDefer(ctx) {
 			deferred.Add(1)
 		}
-		if err := env.eng.ApplyReplies(ctx, tx, rs); err != nil {
+		out, err := svc.HandleReplies(ctx, tx, recs)
+		if err != nil {
 			return nil, err
 		}
 		if calls.Add(1) == 1 {
@@ -57,7 +57,7 @@ func TestDeferredApplyConflictRollsBackAndRetries(t *testing.T) {
 				return nil, err
 			}
 		}
-		return make([]inbox.Result, len(recs)), nil
+		return out, nil
 	}
 	cons, err := inbox.New(env.pool, handler, &inbox.Config{Brokers: brokers, GroupID: topic + "-g", Topics: []string{topic}, Schema: "orch", Name: "deferred",
 		Advanced: inbox.Advanced{BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}})

@@ -75,14 +75,13 @@ type EngineConfig struct {
 	// a failed saga an operator resolves), after the commit: in-process
 	// waiters (a synchronous caller, a benchmark's completion tracker) learn
 	// of the end at once instead of polling. It must not block. Transitions
-	// applied in a caller's transaction (ApplyReply, ApplyReplies and StartTx
-	// outside an inbox handler) do not call it: only the caller knows when
-	// that commits.
+	// applied in a caller's transaction (ApplyReply, ApplyReplies, StartTx)
+	// do not call it: only the caller knows when that commits.
 	OnFinished func(id uuid.UUID, state saga.State)
 	// Dispatcher, if set, publishes the commands of the engine's own and
-	// inbox transactions right after their commit (relay.Dispatcher); the
-	// relay publishes them only if it did not, after Dispatcher.Lease.
-	// Nil: every command waits for the relay.
+	// the reply consumer's transactions right after their commit
+	// (relay.Dispatcher); the relay publishes them only if it did not,
+	// after Dispatcher.Lease. Nil: every command waits for the relay.
 	Dispatcher Dispatcher
 	// SingleLiveTypes are the saga types that allow at most one live
 	// (running, compensating or failed) saga per aggregate id: a start for
@@ -346,51 +345,27 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (saga.Instance, bo
 	if err := ctx.Err(); err != nil {
 		return saga.Instance{}, false, fmt.Errorf("start saga %q: %w", req.Type, err)
 	}
+	p := &pendingStart{req: req, def: def, data: data, done: make(chan struct{})}
 	if e.singleLive(req.Type) {
-		return e.startSingleLive(ctx, req, def, data)
+		// Never group-committed with others: its lock would serialize the
+		// batch.
+		e.startAlone(ctx, p)
+		return p.in, p.created, p.err
 	}
-	return e.starts.do(ctx, &pendingStart{req: req, def: def, data: data, done: make(chan struct{})})
+	return e.starts.do(ctx, p)
 }
 
 // StartTx starts a saga inside the caller's transaction, so a service can
-// start it atomically with its own writes.
+// start it atomically with its own writes: a batch of one start, through
+// the path of Start's group-committed batches.
 func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (saga.Instance, bool, error) {
 	def, data, err := e.prepare(&req)
 	if err != nil {
 		return saga.Instance{}, false, err
 	}
-	return e.startPrepared(ctx, tx, req, def, data, nil)
-}
-
-func (e *Engine) startPrepared(ctx context.Context, tx pgx.Tx, req StartRequest, def *saga.Def, data json.RawMessage, pc *postCommit) (saga.Instance, bool, error) {
-	s, err := e.startDecision(req, def, data)
-	if err != nil {
-		return saga.Instance{}, false, err
-	}
-	if e.singleLive(req.Type) {
-		if existing, found, err := e.checkLive(ctx, tx, req); err != nil || found {
-			return existing, false, err
-		}
-	}
-	d := s.d
-	ok, err := e.st.insert(ctx, tx, &d.Next)
-	if err != nil {
-		return saga.Instance{}, false, err
-	}
-	if !ok {
-		existing, err := e.st.loadByKey(ctx, tx, req.Type, req.IdempotencyKey)
-		return existing, false, err
-	}
-	if err := e.write(ctx, tx, d, pc); err != nil {
-		return saga.Instance{}, false, err
-	}
-	e.startedLog(ctx, s)
-	return d.Next, true, nil
-}
-
-// write appends the decision's journal and enqueues its commands.
-func (e *Engine) write(ctx context.Context, tx DB, d saga.Decision, pc *postCommit) error {
-	return e.writeMany(ctx, tx, []saga.Decision{d}, pc)
+	p := &pendingStart{req: req, def: def, data: data}
+	err = e.startOne(ctx, tx, p, nil)
+	return p.in, p.created, err
 }
 
 // writeMany appends the decisions' journals and enqueues their commands,
@@ -488,7 +463,7 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() saga.
 			}
 			continue
 		}
-		if err := e.write(ctx, tx, d, pc); err != nil {
+		if err := e.writeMany(ctx, tx, []saga.Decision{d}, pc); err != nil {
 			return in, d, err
 		}
 		e.cfg.Metrics.observe(in.Type, ev.Kind, in, d)
@@ -500,38 +475,34 @@ func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() saga.
 	}
 }
 
-// ApplyReply applies a participant's reply inside tx (the inbox's
-// transaction). A reply for an unknown saga or step returns an error
-// wrapping message.ErrInvalid, so the inbox sends it to the dead-letter topic.
+// ApplyReply applies a participant's reply inside tx, the caller's
+// transaction: ApplyReplies of one, whose refusal is the error. A reply
+// for an unknown saga or step returns an error wrapping ErrStrayReply
+// (and message.ErrInvalid), so an inbox sends it to the dead-letter topic.
 func (e *Engine) ApplyReply(ctx context.Context, tx pgx.Tx, r message.Reply) error {
-	// One hot path: a reply alone is a batch of one, re-decided on the
-	// saga's new version when someone else moved it since it was loaded.
-	for attempt := 0; ; attempt++ {
-		err := e.ApplyReplies(ctx, tx, []message.Reply{r})
-		switch {
-		case !errors.Is(err, ErrBatchFallback):
-			return err
-		case errors.Is(err, saga.ErrNotFound):
-			return unknownSaga(&r)
-		case errors.Is(err, saga.ErrUnknownStep):
-			return fmt.Errorf("%w: %w", saga.ErrStrayReply, err)
-		case errors.Is(err, ErrReplySigner):
-			if u, ok := err.(interface{ Unwrap() []error }); ok {
-				return u.Unwrap()[0] // without the batch fallback
-			}
-			return err
-		case attempt >= maxVersionConflicts:
-			return fmt.Errorf("saga %s: gave up after %d version conflicts", r.SagaID, attempt+1)
-		}
+	refused, err := e.ApplyReplies(ctx, tx, []message.Reply{r})
+	if err != nil {
+		return err
 	}
+	return refused[0]
 }
 
-// ErrBatchFallback is wrapped by ApplyReplies when the batch cannot be
-// applied as one: a saga was moved by someone else since it was loaded (a
-// version conflict), or a reply is for an unknown saga or step. Nothing of
-// the batch was written; apply the replies one by one with ApplyReply, which
-// reloads and re-decides on a conflict and reports bad replies one by one.
-var ErrBatchFallback = errors.New("apply the replies one by one")
+// ApplyReplies applies a batch of replies inside tx, the caller's
+// transaction, with a constant number of statements: one load of every
+// saga concerned, Decide per reply in order (replies to the same saga see
+// each other's effect), one version-checked update of every changed saga,
+// one journal insert and one outbox insert. A saga moved by someone else
+// since it was loaded is loaded again and the batch decided again, inside
+// the call. refused[k] is rs[k]'s error when it was left out for its
+// content: a stray reply (for an unknown saga or step, or answering
+// nothing the saga sent: wrapping saga.ErrStrayReply), one signed by
+// another than its step's participant (ErrReplySigner) or one Decide
+// refuses as invalid (wrapping message.ErrInvalid); the rest of the batch
+// is applied as one. Any error means tx must be rolled back.
+func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply) (refused []error, err error) {
+	refused, _, err = e.applyReplies(ctx, tx, rs, nil, nil)
+	return refused, err
+}
 
 // unknownSaga is the error of a reply for a saga that does not exist: a
 // stray reply (it answers nothing this orchestrator sent).
@@ -539,44 +510,110 @@ func unknownSaga(r *message.Reply) error {
 	return fmt.Errorf("%w: reply %s: unknown saga %s", saga.ErrStrayReply, r.MessageID, r.SagaID)
 }
 
-// ApplyReplies applies a batch of replies inside tx with a constant number
-// of statements: one load of every saga concerned, Decide per reply in
-// order (replies to the same saga see each other's effect), one conditional
-// update of every changed saga (each on its loaded version), one journal
-// insert and one outbox insert. On an error wrapping ErrBatchFallback,
-// nothing was written (tx is as before); any other error means tx must be
-// rolled back.
-func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply) error {
-	return e.ApplyRepliesPreloaded(ctx, tx, rs, nil)
+// decidedReplies is a reply batch decided against the sagas as loaded:
+// the changed sagas (upd, each with the version it was loaded at) and the
+// decisions to journal and send.
+type decidedReplies struct {
+	upd     []*saga.Instance
+	prev    []int64
+	decided []saga.Decision
+	obs     []observed
 }
 
-// ApplyRepliesPreloaded is ApplyReplies taking the sagas pre loaded, in
-// the same transaction, before the replies were decoded (QueueLoad); the
-// sagas pre did not load are loaded here. A nil pre loads them all.
-func (e *Engine) ApplyRepliesPreloaded(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded) error {
-	return e.applyReplies(ctx, tx, rs, pre, nil)
+// decideReplies decides rs in order against loaded (ids are the sagas
+// concerned, in order of first mention). A reply refused by its content
+// gets its error in refused and is left out; any other error ends the
+// batch.
+func (e *Engine) decideReplies(rs []message.Reply, ids []uuid.UUID, loaded map[uuid.UUID]saga.Instance, refused []error) (decidedReplies, error) {
+	var out decidedReplies
+	prev := make(map[uuid.UUID]int64, len(loaded))
+	next := make(map[uuid.UUID]saga.Instance, len(loaded))
+	changed := make(map[uuid.UUID]bool, len(loaded))
+	out.obs = make([]observed, 0, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		in, ok := next[r.SagaID]
+		if !ok {
+			if in, ok = loaded[r.SagaID]; !ok {
+				refused[i] = unknownSaga(r)
+				continue
+			}
+			prev[r.SagaID] = in.Version
+		}
+		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
+		if !ok {
+			return out, fmt.Errorf("saga %s: type %q version %d: %w", r.SagaID, in.Type, in.DefVersion, saga.ErrUnknownType)
+		}
+		if err := e.checkSigner(def, r); err != nil {
+			refused[i] = err
+			continue
+		}
+		d, err := saga.Decide(def, in, saga.Event{Kind: saga.EventReply, At: e.cfg.Now(), Reply: r})
+		switch {
+		case errors.Is(err, saga.ErrUnknownStep):
+			refused[i] = fmt.Errorf("%w: %w", saga.ErrStrayReply, err)
+			continue
+		case errors.Is(err, message.ErrInvalid):
+			refused[i] = err
+			continue
+		case err != nil:
+			return out, err
+		}
+		out.decided = append(out.decided, d)
+		out.obs = append(out.obs, observed{in: in, d: d})
+		if !d.Changed {
+			next[r.SagaID] = in
+			continue
+		}
+		next[r.SagaID] = d.Next
+		changed[r.SagaID] = true
+	}
+	for _, id := range ids {
+		if changed[id] {
+			n := next[id]
+			out.upd = append(out.upd, &n)
+			out.prev = append(out.prev, prev[id])
+		}
+	}
+	return out, nil
 }
 
-// ApplyReplyBatch is ApplyRepliesPreloaded leaving out, each alone, the
-// replies that cannot be applied by their content: a stray reply (for an
-// unknown saga or step, or answering nothing the saga sent: errors
-// wrapping ErrStrayReply) or one Decide refuses as invalid (wrapping
-// message.ErrInvalid). refused[k] is rs[k]'s error, nil when it was
-// applied (or journaled as ignored); the rest of the batch is applied as
-// one, so one stray reply does not send its batch down the one-by-one
-// path. The error is as ApplyRepliesPreloaded's: on one wrapping
-// ErrBatchFallback (a version conflict) nothing was written.
-func (e *Engine) ApplyReplyBatch(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded) (refused []error, err error) {
+// queueApplied adds to b the writes of a decided reply batch: the plan
+// settings and the version-checked update of the changed sagas, the
+// journal and the commands. With done nil the update fails (40001) unless
+// every saga was updated, for a batch whose results are read only after
+// the COMMIT sent with it; otherwise a savepoint comes first, which undoes
+// the batch's writes after a version conflict, and done receives the ids
+// updated.
+func (e *Engine) queueApplied(b *pgx.Batch, dr *decidedReplies, pc *postCommit, done map[uuid.UUID]bool) error {
+	if len(dr.upd) > 0 {
+		queuePlanSettings(b, len(dr.upd))
+		var err error
+		if done == nil {
+			err = e.st.queueUpdateChecked(b, dr.upd, dr.prev)
+		} else {
+			b.Queue("SAVEPOINT " + applySavepoint)
+			err = e.st.queueUpdateMany(b, dr.upd, dr.prev, done)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return e.queueWrites(b, dr.decided, pc)
+}
+
+// applyReplies applies rs in tx: the one path of every reply. The sagas
+// come from pre where it loaded them (the inbox's prefetch), the others
+// are loaded here. With hooks (the service's reply handler inside an
+// inbox batch transaction) the commands are dispatched and OnFinished
+// called after the inbox commits, and the writes are deferred to its
+// COMMIT where the inbox allows it. retried is how many times the batch was
+// decided again after a version conflict, each time with the sagas that
+// had moved loaded again.
+func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *preloaded, hooks *inboxHooks) (refused []error, retried int, err error) {
 	refused = make([]error, len(rs))
-	return refused, e.applyReplies(ctx, tx, rs, pre, refused)
-}
-
-// applyReplies applies rs; with refused non-nil (len(rs)), a reply that is
-// invalid by its content is left out and its error put there instead of
-// ending the batch.
-func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *Preloaded, refused []error) error {
 	if len(rs) == 0 {
-		return nil
+		return refused, 0, nil
 	}
 	ids := make([]uuid.UUID, 0, len(rs))
 	seen := make(map[uuid.UUID]bool, len(rs))
@@ -588,108 +625,62 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 	}
 	loaded, err := pre.take(ctx, e.st, tx, ids)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	type change struct {
-		prev    saga.Instance // as loaded
-		changed bool
-	}
-	cur := make(map[uuid.UUID]*change, len(loaded))
-	next := make(map[uuid.UUID]saga.Instance, len(loaded))
-	var decided []saga.Decision
-	obs := make([]observed, 0, len(rs))
-	for i := range rs {
-		r := &rs[i]
-		in, ok := next[r.SagaID]
-		if !ok {
-			if in, ok = loaded[r.SagaID]; !ok {
-				if refused != nil {
-					refused[i] = unknownSaga(r)
-					continue
-				}
-				return fmt.Errorf("reply %s: saga %s: %w: %w", r.MessageID, r.SagaID, saga.ErrNotFound, ErrBatchFallback)
-			}
-			cur[r.SagaID] = &change{prev: in}
-		}
-		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
-		if !ok {
-			return fmt.Errorf("saga %s: type %q version %d: %w", r.SagaID, in.Type, in.DefVersion, saga.ErrUnknownType)
-		}
-		if err := e.checkSigner(def, r); err != nil {
-			if refused != nil {
-				refused[i] = err
-				continue
-			}
-			return fmt.Errorf("%w: %w", err, ErrBatchFallback)
-		}
-		d, err := saga.Decide(def, in, saga.Event{Kind: saga.EventReply, At: e.cfg.Now(), Reply: r})
-		if refused != nil && err != nil && (errors.Is(err, saga.ErrUnknownStep) || errors.Is(err, message.ErrInvalid)) {
-			if errors.Is(err, saga.ErrUnknownStep) {
-				err = fmt.Errorf("%w: %w", saga.ErrStrayReply, err)
-			}
-			refused[i] = err
-			continue
-		}
-		if errors.Is(err, saga.ErrUnknownStep) {
-			return fmt.Errorf("%w: %w", err, ErrBatchFallback)
-		}
+	for ; ; retried++ {
+		dr, err := e.decideReplies(rs, ids, loaded, refused)
 		if err != nil {
-			return err
+			return nil, retried, err
 		}
-		decided = append(decided, d)
-		obs = append(obs, observed{in: in, d: d})
-		if !d.Changed {
-			next[r.SagaID] = in
-			continue
+		var pc *postCommit
+		if hooks != nil {
+			pc = &postCommit{}
+			if hooks.canDefer {
+				return refused, retried, e.deferWrites(ctx, &dr, pc, hooks)
+			}
 		}
-		next[r.SagaID] = d.Next
-		cur[r.SagaID].changed = true
-	}
-	var upd []*saga.Instance
-	var prev []int64
-	for _, id := range ids {
-		c := cur[id]
-		if c == nil || !c.changed {
-			continue
+		// One round trip: a savepoint, the version-checked update of every
+		// changed saga, the journal and the commands.
+		b := &pgx.Batch{}
+		done := make(map[uuid.UUID]bool, len(dr.upd))
+		if err := e.queueApplied(b, &dr, pc, done); err != nil {
+			return nil, retried, err
 		}
-		n := next[id]
-		upd = append(upd, &n)
-		prev = append(prev, c.prev.Version)
-	}
-	pc := e.inboxPost(ctx)
-	if pc != nil && canDefer(ctx) {
-		return e.deferWrites(ctx, upd, prev, decided, pc, func() { e.observeReplies(ctx, obs) })
-	}
-	// One round trip: a savepoint, the version-checked update of every
-	// changed saga, the journal and the commands. On a version conflict the
-	// savepoint undoes all of it.
-	b := &pgx.Batch{}
-	done := make(map[uuid.UUID]bool, len(upd))
-	if len(upd) > 0 {
-		queuePlanSettings(b, len(upd))
-		b.Queue("SAVEPOINT " + applySavepoint)
-		if err := e.st.queueUpdateMany(b, upd, prev, done); err != nil {
-			return err
+		if err := sendBatch(ctx, tx, b, fmt.Sprintf("apply %d replies", len(rs))); err != nil {
+			return nil, retried, err
 		}
-	}
-	if err := e.queueWrites(b, decided, pc); err != nil {
-		return err
-	}
-	if err := sendBatch(ctx, tx, b, fmt.Sprintf("apply %d replies", len(rs))); err != nil {
-		return err
-	}
-	if len(done) != len(upd) {
+		if len(done) == len(dr.upd) {
+			e.observeReplies(ctx, dr.obs)
+			e.afterInbox(hooks, pc)
+			return refused, retried, nil
+		}
+		// Someone else moved some sagas since they were loaded: undo the
+		// batch's writes, load those sagas again and decide again.
 		if e.cfg.Metrics != nil {
-			e.cfg.Metrics.conflicts.Add(float64(len(upd) - len(done)))
+			e.cfg.Metrics.conflicts.Add(float64(len(dr.upd) - len(done)))
 		}
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+applySavepoint); err != nil {
-			return fmt.Errorf("apply %d replies: roll back after a version conflict: %w", len(rs), err)
+			return nil, retried, fmt.Errorf("apply %d replies: roll back after a version conflict: %w", len(rs), err)
 		}
-		return fmt.Errorf("apply %d replies: %d of %d sagas moved since loaded: %w", len(rs), len(upd)-len(done), len(upd), ErrBatchFallback)
+		if retried >= maxVersionConflicts {
+			return nil, retried, fmt.Errorf("apply %d replies: gave up after %d version conflicts", len(rs), retried+1)
+		}
+		var moved []uuid.UUID
+		for _, in := range dr.upd {
+			if !done[in.ID] {
+				moved = append(moved, in.ID)
+				delete(loaded, in.ID)
+			}
+		}
+		again, err := e.st.loadMany(ctx, tx, moved)
+		if err != nil {
+			return nil, retried, err
+		}
+		for id, in := range again {
+			loaded[id] = in
+		}
+		clear(refused)
 	}
-	e.observeReplies(ctx, obs)
-	e.afterInbox(ctx, pc)
-	return nil
 }
 
 // Operate applies an operator action in its own transaction. A refused

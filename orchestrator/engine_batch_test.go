@@ -26,6 +26,15 @@ func countRows(t *testing.T, env *engineEnv, q string) int {
 	return n
 }
 
+// applyAll applies rs in a transaction of its own; a refused reply is an
+// error.
+func applyAll(ctx context.Context, env *engineEnv, eng *orchestrator.Engine, rs ...message.Reply) error {
+	return pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
+		refused, err := eng.ApplyReplies(ctx, tx, rs)
+		return errors.Join(append(refused, err)...)
+	})
+}
+
 func successReply(c message.Command) message.Reply {
 	return message.Reply{MessageID: uuid.New(), InReplyTo: c.MessageID, SagaID: c.SagaID, Step: c.Step, Action: c.Action,
 		Outcome: message.Success, Payload: json.RawMessage(`{"reservation_id":"r"}`)}
@@ -55,7 +64,7 @@ func TestApplyRepliesMovesEachSagaOnceAndJournalsLateCopies(t *testing.T) {
 	}
 	rs = append(rs, successReply(cmds[0])) // a second copy for saga a
 	journalBefore := countRows(t, env, `SELECT count(*) FROM orch.journal`)
-	if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error { return env.eng.ApplyReplies(ctx, tx, rs) }); err != nil {
+	if err := applyAll(ctx, env, env.eng, rs...); err != nil {
 		t.Fatalf("ApplyReplies: %v", err)
 	}
 	for _, id := range ids {
@@ -94,10 +103,12 @@ func TestApplyRepliesMovesEachSagaOnceAndJournalsLateCopies(t *testing.T) {
 	}
 }
 
-// A reply for an unknown saga, or a saga moved by someone else between the
-// batch's load and its conditional update, makes ApplyReplies write nothing
-// and ask for the one-by-one path, which then applies the rest correctly.
-func TestApplyRepliesFallsBackWithoutWriting(t *testing.T) {
+// A reply for an unknown saga is refused alone and writes nothing; a saga
+// moved by someone else between the batch's load and its conditional
+// update makes ApplyReplies undo the batch's writes, load that saga again
+// and decide again, so the reply moves it once, on top of the other
+// writer's change.
+func TestApplyRepliesRedecidesWhatMovedWithoutWritingTwice(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
 	ctx := context.Background()
@@ -112,14 +123,17 @@ func TestApplyRepliesFallsBackWithoutWriting(t *testing.T) {
 		return [2]int{countRows(t, env, `SELECT count(*) FROM orch.journal`), countRows(t, env, `SELECT count(*) FROM orch.outbox`)}
 	}
 	before := snapshot()
+	var refused []error
 	err = pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
-		return env.eng.ApplyReplies(ctx, tx, []message.Reply{successReply(c), unknown})
+		var err error
+		refused, err = env.eng.ApplyReplies(ctx, tx, []message.Reply{unknown})
+		return err
 	})
-	if !errors.Is(err, orchestrator.ErrBatchFallback) {
-		t.Fatalf("batch with an unknown saga: err = %v, want ErrBatchFallback", err)
+	if err != nil || !errors.Is(refused[0], saga.ErrStrayReply) {
+		t.Fatalf("reply for an unknown saga: err = %v, refused %v; want nil and a stray reply", err, refused[0])
 	}
 	if got := snapshot(); got != before {
-		t.Fatalf("journal/outbox rows %v after a declined batch, want %v", got, before)
+		t.Fatalf("journal/outbox rows %v after a refused reply, want %v", got, before)
 	}
 
 	// A conflicting writer moves the saga between load and update: the
@@ -137,21 +151,15 @@ func TestApplyRepliesFallsBackWithoutWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	bump.Store(true)
-	var fallback error
-	err = pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
-		fallback = eng.ApplyReplies(ctx, tx, []message.Reply{successReply(c)})
-		if !errors.Is(fallback, orchestrator.ErrBatchFallback) {
-			return fallback
-		}
-		// The transaction is still usable: the one-by-one path reloads.
-		return eng.ApplyReply(ctx, tx, successReply(c))
-	})
-	if err != nil || !errors.Is(fallback, orchestrator.ErrBatchFallback) {
-		t.Fatalf("conflicting batch: batch err = %v, then %v; want ErrBatchFallback then nil", fallback, err)
+	if err := applyAll(ctx, env, eng, successReply(c)); err != nil {
+		t.Fatalf("conflicting batch: %v", err)
+	}
+	if bump.Load() {
+		t.Fatal("the other writer never moved the saga: no conflict was tested")
 	}
 	got, journal := get(t, env, in.ID)
 	if got.CurrentStep() != orderapi.StepLockCoupon || got.Version != 3 {
-		t.Fatalf("after fallback: step %q version %d, want %s at version 3 (bumped once, moved once)", got.CurrentStep(), got.Version, orderapi.StepLockCoupon)
+		t.Fatalf("after the conflict: step %q version %d, want %s at version 3 (bumped once, moved once)", got.CurrentStep(), got.Version, orderapi.StepLockCoupon)
 	}
 	succeeded := 0
 	for _, j := range journal {
@@ -162,18 +170,21 @@ func TestApplyRepliesFallsBackWithoutWriting(t *testing.T) {
 	if succeeded != 1 {
 		t.Fatalf("%d step-succeeded journal rows, want 1", succeeded)
 	}
+	if n := snapshot()[1] - before[1]; n != 1 {
+		t.Fatalf("%d commands written, want 1 (the next step's, once)", n)
+	}
 }
 
-// Sagas preloaded in the transaction's first round trip (QueueLoad) are
-// applied like loaded ones; a saga moved by someone else after the preload
-// makes the batch write nothing and fall back, and a saga the preload did
-// not ask for is loaded then.
+// Sagas preloaded in the transaction's first round trip (the reply
+// consumer's prefetch) are applied like loaded ones; a saga moved by
+// someone else after the preload is loaded again and the batch decided
+// again, and a saga the preload did not ask for is loaded then.
 func TestApplyRepliesPreloaded(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
 	ctx := context.Background()
 	var ins []saga.Instance
-	for _, k := range []string{"p1", "p2"} {
+	for _, k := range []string{"p1", "p2", "p3"} {
 		in, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: k, AggregateID: "o-" + k, Data: order("o-" + k)})
 		if err != nil {
 			t.Fatal(err)
@@ -185,50 +196,52 @@ func TestApplyRepliesPreloaded(t *testing.T) {
 	for _, c := range cmds {
 		byID[c.SagaID] = c
 	}
-	preloadThen := func(ids []uuid.UUID, between func(), rs ...message.Reply) error {
+	preloadThen := func(ids []uuid.UUID, between func(), rs ...message.Reply) (int, error) {
 		b := &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{})
 		pre := env.eng.QueueLoad(b, ids)
 		br := env.pool.SendBatch(ctx, b)
 		tx := br.Tx()
 		if err := br.Close(); err != nil {
-			return err
+			return 0, err
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		between()
-		if err := env.eng.ApplyRepliesPreloaded(ctx, tx, rs, pre); err != nil {
-			return err
+		refused, retried, err := env.eng.ApplyPreloaded(ctx, tx, rs, pre)
+		if err := errors.Join(append(refused, err)...); err != nil {
+			return retried, err
 		}
-		return tx.Commit(ctx)
+		return retried, tx.Commit(ctx)
 	}
-	// Moved after the preload: nothing written, ErrBatchFallback.
+	// Moved after the preload: decided again on the saga as it is now.
 	p1 := ins[0].ID
-	err := preloadThen([]uuid.UUID{p1}, func() {
+	retried, err := preloadThen([]uuid.UUID{p1}, func() {
 		if _, err := env.pool.Exec(ctx, `UPDATE orch.sagas SET version = version + 1 WHERE id = $1`, p1); err != nil {
 			t.Fatal(err)
 		}
 	}, successReply(byID[p1]))
-	if !errors.Is(err, orchestrator.ErrBatchFallback) {
-		t.Fatalf("saga moved after the preload: err = %v, want ErrBatchFallback", err)
+	if err != nil || retried != 1 {
+		t.Fatalf("saga moved after the preload: err = %v, decided again %d times; want nil and once", err, retried)
 	}
-	if got, _ := get(t, env, p1); got.CurrentStep() != orderapi.StepReserveInventory || got.Version != 2 {
-		t.Fatalf("after the declined batch: step %q version %d, want still %s at version 2 (the bump only)", got.CurrentStep(), got.Version, orderapi.StepReserveInventory)
+	if got, _ := get(t, env, p1); got.CurrentStep() != orderapi.StepLockCoupon || got.Version != 3 {
+		t.Fatalf("after the conflict: step %q version %d, want %s at version 3 (the bump, one move)", got.CurrentStep(), got.Version, orderapi.StepLockCoupon)
 	}
-	// Preloaded p1 (fresh now) and p2 not asked for: both move.
-	if err := preloadThen([]uuid.UUID{p1}, func() {}, successReply(byID[p1]), successReply(byID[ins[1].ID])); err != nil {
-		t.Fatalf("preloaded batch: %v", err)
+	// Preloaded p2 and p3 not asked for: both move, at once.
+	p2, p3 := ins[1].ID, ins[2].ID
+	if retried, err := preloadThen([]uuid.UUID{p2}, func() {}, successReply(byID[p2]), successReply(byID[p3])); err != nil || retried != 0 {
+		t.Fatalf("preloaded batch: %v, decided again %d times", err, retried)
 	}
-	for _, in := range ins {
-		if got, _ := get(t, env, in.ID); got.CurrentStep() != orderapi.StepLockCoupon {
-			t.Fatalf("saga %s at %q after the preloaded batch, want %s", in.ID, got.CurrentStep(), orderapi.StepLockCoupon)
+	for _, in := range ins[1:] {
+		if got, _ := get(t, env, in.ID); got.CurrentStep() != orderapi.StepLockCoupon || got.Version != 2 {
+			t.Fatalf("saga %s at %q version %d after the preloaded batch, want %s at version 2", in.ID, got.CurrentStep(), got.Version, orderapi.StepLockCoupon)
 		}
 	}
 }
 
-// ApplyReplyBatch leaves out, each alone, the replies that answer nothing
-// the orchestrator sent (an unknown saga, an unknown step, an in_reply_to
+// ApplyReplies leaves out, each alone, the replies that answer nothing the
+// orchestrator sent (an unknown saga, an unknown step, an in_reply_to
 // never sent), reporting them as stray, and applies the rest as one.
-func TestApplyReplyBatchLeavesStrayRepliesOut(t *testing.T) {
+func TestApplyRepliesLeavesStrayRepliesOut(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
 	ctx := context.Background()
@@ -246,10 +259,10 @@ func TestApplyReplyBatchLeavesStrayRepliesOut(t *testing.T) {
 	var refused []error
 	if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
 		var err error
-		refused, err = env.eng.ApplyReplyBatch(ctx, tx, rs, nil)
+		refused, err = env.eng.ApplyReplies(ctx, tx, rs)
 		return err
 	}); err != nil {
-		t.Fatalf("ApplyReplyBatch: %v", err)
+		t.Fatalf("ApplyReplies: %v", err)
 	}
 	for k, want := range []bool{true, true, false, true} {
 		if got := errors.Is(refused[k], saga.ErrStrayReply); got != want {

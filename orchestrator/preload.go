@@ -11,23 +11,23 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 )
 
-// Preloaded holds sagas loaded by a statement QueueLoad added to a batch,
-// for ApplyRepliesPreloaded in the same transaction.
-type Preloaded struct {
+// preloaded holds sagas loaded by a statement queueLoad added to a batch,
+// for applyReplies in the same transaction.
+type preloaded struct {
 	asked map[uuid.UUID]bool
 	rows  map[uuid.UUID]saga.Instance
 	ran   bool
 }
 
-// QueueLoad adds to b the load of the sagas ids (one statement) and returns
+// queueLoad adds to b the load of the sagas ids (one statement) and returns
 // what it will hold once b has run. The rows are as of that statement; the
-// version check of ApplyRepliesPreloaded's update guards the writes made
-// from them, as for rows it loads itself.
-func (e *Engine) QueueLoad(b *pgx.Batch, ids []uuid.UUID) *Preloaded {
+// version check of applyReplies' update guards the writes made from them,
+// as for rows it loads itself.
+func (e *Engine) queueLoad(b *pgx.Batch, ids []uuid.UUID) *preloaded {
 	if len(ids) == 0 {
 		return nil
 	}
-	p := &Preloaded{asked: make(map[uuid.UUID]bool, len(ids)), rows: make(map[uuid.UUID]saga.Instance, len(ids))}
+	p := &preloaded{asked: make(map[uuid.UUID]bool, len(ids)), rows: make(map[uuid.UUID]saga.Instance, len(ids))}
 	for _, id := range ids {
 		p.asked[id] = true
 	}
@@ -77,7 +77,7 @@ func queuePlanSettings(b *pgx.Batch, n int) {
 // take returns the sagas ids: those p loaded (an id p asked for and did
 // not find does not exist), the others loaded from db now. A nil p, or one
 // whose statement did not run, loads them all.
-func (p *Preloaded) take(ctx context.Context, st *store, db DB, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
+func (p *preloaded) take(ctx context.Context, st *store, db DB, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
 	if p == nil || !p.ran {
 		return st.loadMany(ctx, db, ids)
 	}

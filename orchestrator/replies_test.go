@@ -163,8 +163,8 @@ func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
 		t.Fatalf("%d reply spans, want 3", len(got))
 	}
 	for k, s := range got {
-		if v, ok := spanAttr(s, orchestrator.AttrReplyOneByOne); ok && v.AsBool() {
-			t.Fatalf("reply %d applied one by one: the stray reply sent its batch down the slow path", k)
+		if v, ok := spanAttr(s, orchestrator.AttrReplyRetried); ok && v.AsBool() {
+			t.Fatalf("reply %d retried: the stray reply made its batch be decided again", k)
 		}
 		_, strayAttr := spanAttr(s, orchestrator.AttrReplyStray)
 		if (k == 1) != (strayAttr && s.Status.Code == codes.Error) {

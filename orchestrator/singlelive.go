@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,20 +53,31 @@ func (e *Engine) singleLive(sagaType string) bool {
 	return slices.Contains(e.cfg.SingleLiveTypes, sagaType)
 }
 
-// startSingleLive starts a saga of a single-live type in a transaction of
-// its own (never group-committed with others: its lock would serialize
-// the batch).
-func (e *Engine) startSingleLive(ctx context.Context, req StartRequest, def *saga.Def, data json.RawMessage) (in saga.Instance, created bool, err error) {
-	var pc *postCommit
-	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		pc = &postCommit{}
-		in, created, err = e.startPrepared(ctx, tx, req, def, data, pc)
-		return err
-	})
-	if err == nil {
-		e.flush(pc)
+// admitSingleLive runs checkLive for the starts of a single-live type
+// among ss (decided for ps) and returns those left to insert: a start
+// whose idempotency key exists gets that saga, one refused for a live saga
+// its *LiveSagaError.
+func (e *Engine) admitSingleLive(ctx context.Context, tx pgx.Tx, ss []started, ps []*pendingStart) ([]started, []*pendingStart, error) {
+	keep := 0
+	for i, p := range ps {
+		if e.singleLive(p.req.Type) {
+			existing, found, err := e.checkLive(ctx, tx, p.req)
+			var live *LiveSagaError
+			switch {
+			case errors.As(err, &live):
+				p.err = err
+				continue
+			case err != nil:
+				return nil, nil, err
+			case found:
+				p.in = existing
+				continue
+			}
+		}
+		ss[keep], ps[keep] = ss[i], p
+		keep++
 	}
-	return in, created, err
+	return ss[:keep], ps[:keep], nil
 }
 
 // checkLive runs in a start's transaction before the insert, for a

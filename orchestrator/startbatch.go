@@ -148,21 +148,35 @@ func (b *startBatcher) run(batch []*pendingStart) {
 	}
 	resetStarts(batch)
 	for _, p := range batch {
-		var pc *postCommit
-		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			var err error
-			pc = &postCommit{}
-			p.in, p.created, err = e.startPrepared(ctx, tx, p.req, p.def, p.data, pc)
-			return err
-		})
-		if err == nil {
-			e.flush(pc)
-		}
-		if err != nil {
-			p.in, p.created, p.err = saga.Instance{}, false, err
-		}
+		e.startAlone(ctx, p)
 		close(p.done)
 	}
+}
+
+// startAlone starts p in a transaction of its own and sets its result.
+func (e *Engine) startAlone(ctx context.Context, p *pendingStart) {
+	var pc *postCommit
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		pc = &postCommit{}
+		return e.startOne(ctx, tx, p, pc)
+	})
+	if err != nil {
+		p.in, p.created, p.err = saga.Instance{}, false, err
+		return
+	}
+	e.flush(pc)
+}
+
+// startOne starts p inside tx (a batch of one) and returns its error.
+func (e *Engine) startOne(ctx context.Context, tx pgx.Tx, p *pendingStart, pc *postCommit) error {
+	created, err := e.startMany(ctx, tx, []*pendingStart{p}, pc)
+	if err != nil {
+		return err
+	}
+	for _, s := range created {
+		e.startedLog(ctx, s)
+	}
+	return p.err
 }
 
 // startPipelined is the fast path of a batch of starts: BEGIN, the saga,
@@ -215,12 +229,14 @@ func (e *Engine) startPipelined(ctx context.Context, batch []*pendingStart) ([]s
 }
 
 // startMany inserts the sagas of batch in one statement, then the journal
-// and the first commands of those it created. It sets each request's
-// result and returns the created sagas.
+// and the first commands of those it created: the path of every start
+// but the pipelined one (a batch whose sagas are all new). It sets each
+// request's result and returns the created sagas.
 func (e *Engine) startMany(ctx context.Context, tx pgx.Tx, batch []*pendingStart, pc *postCommit) ([]started, error) {
 	ds, ps := e.decideStarts(batch)
-	if len(ds) == 0 {
-		return nil, nil
+	ds, ps, err := e.admitSingleLive(ctx, tx, ds, ps)
+	if err != nil || len(ds) == 0 {
+		return nil, err
 	}
 	ins := make([]*saga.Instance, len(ds))
 	for i := range ds {

@@ -122,15 +122,6 @@ func currentStepName(in *saga.Instance) string {
 	return ""
 }
 
-// insert stores a new instance; false when (type, idempotency key) exists.
-func (s *store) insert(ctx context.Context, db DB, in *saga.Instance) (bool, error) {
-	inserted, err := s.insertMany(ctx, db, []*saga.Instance{in})
-	if err != nil {
-		return false, fmt.Errorf("insert saga %s: %w", in.ID, err)
-	}
-	return inserted[in.ID], nil
-}
-
 // insertMany stores new instances in one statement and returns the ids it
 // inserted; an instance whose (type, idempotency key) exists is skipped.
 func (s *store) insertMany(ctx context.Context, db DB, ins []*saga.Instance) (map[uuid.UUID]bool, error) {

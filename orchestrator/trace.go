@@ -13,12 +13,12 @@ import (
 )
 
 // Span attributes of "reply apply" spans: how the reply's batch was applied
-// (AttrReplyOneByOne: it could not be applied as one and went down the
-// one-by-one path) and AttrReplyStray on a stray reply, left out of its
-// batch alone and dead-lettered.
+// (AttrReplyRetried: a saga of the batch was moved by someone else after
+// it was loaded, and the batch was decided again) and AttrReplyStray on a
+// stray reply, left out of its batch alone and dead-lettered.
 const (
-	AttrReplyOneByOne = "sagaflow.reply.one_by_one"
-	AttrReplyStray    = "sagaflow.reply.stray"
+	AttrReplyRetried = "sagaflow.reply.retried"
+	AttrReplyStray   = "sagaflow.reply.stray"
 )
 
 // replyTrace ends the "reply apply" spans of a batch.
@@ -37,13 +37,14 @@ func (rt *replyTrace) refused(k int, err error) {
 	sp.SetStatus(codes.Error, err.Error())
 }
 
-// oneByOne marks every span of the batch as applied one by one.
-func (rt *replyTrace) oneByOne() {
+// retried marks every span of the batch as decided again after a version
+// conflict.
+func (rt *replyTrace) retried() {
 	if rt == nil {
 		return
 	}
 	for _, sp := range rt.spans {
-		sp.SetAttributes(attribute.Bool(AttrReplyOneByOne, true))
+		sp.SetAttributes(attribute.Bool(AttrReplyRetried, true))
 	}
 }
 
@@ -53,7 +54,7 @@ func (rt *replyTrace) end(err error) {
 		return
 	}
 	for _, sp := range rt.spans {
-		if err != nil && !errors.Is(err, ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
+		if err != nil {
 			sp.SetStatus(codes.Error, err.Error())
 		}
 		sp.End()
