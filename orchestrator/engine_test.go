@@ -192,19 +192,35 @@ func (env *engineEnv) sagaDuration(typ, state string) (uint64, float64) {
 
 // series is the gathered series name{type,state}, nil if there is none.
 func (env *engineEnv) series(name, typ, state string) *dto.Metric {
+	return env.labeled(name, map[string]string{"type": typ, "state": state})
+}
+
+// droppedTotal reads sagaflow_trace_context_dropped_total{where,header,reason}.
+func (env *engineEnv) droppedTotal(where, header, reason string) float64 {
+	m := env.labeled("sagaflow_trace_context_dropped_total", map[string]string{"where": where, "header": header, "reason": reason})
+	return m.GetCounter().GetValue()
+}
+
+// labeled is the gathered series of name whose labels include want, nil
+// if there is none.
+func (env *engineEnv) labeled(name string, want map[string]string) *dto.Metric {
 	mfs, _ := env.reg.Gather()
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
+	next:
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["type"] == typ && labels["state"] == state {
-				return m
+			for k, v := range want {
+				if labels[k] != v {
+					continue next
+				}
 			}
+			return m
 		}
 	}
 	return nil

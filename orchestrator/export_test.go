@@ -9,6 +9,9 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 )
 
+// InstanceDiscrepancies is what the reconciler finds in one saga alone.
+var InstanceDiscrepancies = instanceDiscrepancies
+
 // QueueLoad and ApplyPreloaded reach the reply consumer's prefetch path
 // (queueLoad, then applyReplies with what it loaded) from the tests of
 // package orchestrator_test.

@@ -175,9 +175,3 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 		}
 	}
 }
-
-// TraceDroppedCounter is the sagaflow_trace_context_dropped_total series of
-// where, header and reason (for tests and dashboards' sake).
-func (m *Metrics) TraceDroppedCounter(where, header, reason string) prometheus.Counter {
-	return m.traceDropped.WithLabelValues(where, header, reason)
-}

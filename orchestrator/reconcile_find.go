@@ -37,7 +37,7 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 		return nil, err
 	}
 	for _, in := range ins {
-		found = append(found, InstanceDiscrepancies(in)...)
+		found = append(found, instanceDiscrepancies(in)...)
 	}
 
 	// Stuck: not moved for StuckAfter although running or compensating.
@@ -92,12 +92,12 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 var failedExits = []string{saga.JournalOperator + string(saga.ActionResolve), saga.JournalOperator + string(saga.ActionQuery), saga.JournalQuerying,
 	saga.JournalOperator + string(saga.ActionCheck), saga.JournalCheckSent}
 
-// InstanceDiscrepancies judges a failed or finished saga by its own rules:
+// instanceDiscrepancies judges a failed or finished saga by its own rules:
 // a failed saga is a discrepancy (a given-up step is one the reconciler may
 // settle by asking again); a finished saga must have no step awaiting an
 // answer, a completed one only succeeded steps, and no step may be
 // compensated once the pivot succeeded or without its forward sent.
-func InstanceDiscrepancies(in saga.Instance) []Discrepancy {
+func instanceDiscrepancies(in saga.Instance) []Discrepancy {
 	var out []Discrepancy
 	add := func(step, kind, format string, args ...any) {
 		out = append(out, Discrepancy{SagaID: in.ID, SagaType: in.Type, version: in.Version, Step: step, Kind: kind, Detail: fmt.Sprintf(format, args...)})

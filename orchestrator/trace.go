@@ -67,10 +67,10 @@ func (rt *replyTrace) end(err error) {
 // do nothing. The reply's message id is shown as its hash
 // (message.IDHash), as every message id in logs and spans.
 func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int) *replyTrace {
-	if !s.engine.Tracing() {
+	if !s.engine.tracing() {
 		return nil
 	}
-	tr := s.engine.Tracer()
+	tr := s.engine.tracer()
 	rt := &replyTrace{spans: make([]trace.Span, 0, len(rs))}
 	for k, r := range rs {
 		m := ms[idx[k]]
@@ -78,9 +78,9 @@ func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int)
 		// (counted, logged) and the span starts a trace of its own.
 		tp, ts, drops := message.RecordTraceContext(m)
 		for _, d := range drops {
-			s.engine.TraceDropped(TraceFromReply, "", d)
+			s.engine.traceDropped(traceFromReply, "", d)
 		}
-		_, span := tr.Start(TraceContext(context.Background(), tp, ts), "reply apply "+r.Step,
+		_, span := tr.Start(traceContext(context.Background(), tp, ts), "reply apply "+r.Step,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("saga.id", r.SagaID.String()), attribute.String("saga.step", r.Step),
 				attribute.String("saga.action", string(r.Action)), attribute.String("saga.outcome", string(r.Outcome)),

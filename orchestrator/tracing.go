@@ -21,9 +21,7 @@ const TracerName = "github.com/sagaflow/sagaflow/saga"
 
 var w3c = propagation.TraceContext{}
 
-// Tracer is the engine's tracer: EngineConfig.Tracer, or a no-op one.
-func (e *Engine) Tracer() trace.Tracer { return e.tracer() }
-
+// tracer is the engine's tracer: EngineConfig.Tracer, or a no-op one.
 func (e *Engine) tracer() trace.Tracer {
 	if e.cfg.Tracer != nil {
 		return e.cfg.Tracer
@@ -31,10 +29,10 @@ func (e *Engine) tracer() trace.Tracer {
 	return noop.NewTracerProvider().Tracer(TracerName)
 }
 
-// TraceContext extracts the trace context of a traceparent and tracestate
+// traceContext extracts the trace context of a traceparent and tracestate
 // into ctx (unchanged when traceparent is not one message.CheckTraceContext
 // keeps; an invalid tracestate alone is left out).
-func TraceContext(ctx context.Context, traceparent, tracestate string) context.Context {
+func traceContext(ctx context.Context, traceparent, tracestate string) context.Context {
 	tp, ts, _ := message.CheckTraceContext(traceparent, tracestate)
 	if tp == "" {
 		return ctx
@@ -69,9 +67,9 @@ func startHeadersProblem(traceparent, tracestate string, limit int) error {
 // Where a dropped trace context came in (the where label of
 // sagaflow_trace_context_dropped_total).
 const (
-	TraceFromStart = "start"
-	TraceFromReply = "reply"
-	TraceFromSaga  = "saga" // a saga stored before the door checked it
+	traceFromStart = "start"
+	traceFromReply = "reply"
+	traceFromSaga  = "saga" // a saga stored before the door checked it
 )
 
 // admitTrace is the door of a start's trace context (Start, StartTx and
@@ -85,14 +83,14 @@ func (e *Engine) admitTrace(req *StartRequest) {
 	tp, ts, drops := message.CheckTraceContext(req.TraceParent, req.TraceState)
 	req.TraceParent, req.TraceState = tp, ts
 	for _, d := range drops {
-		e.TraceDropped(TraceFromStart, req.Type, d)
+		e.traceDropped(traceFromStart, req.Type, d)
 	}
 }
 
-// TraceDropped counts and logs (sampled: the first of each where, header
+// traceDropped counts and logs (sampled: the first of each where, header
 // and code, then at most one a minute with the number left out) a trace
 // context header dropped where it came in. sagaType may be empty.
-func (e *Engine) TraceDropped(where, sagaType string, d message.TraceDrop) {
+func (e *Engine) traceDropped(where, sagaType string, d message.TraceDrop) {
 	if e.cfg.Metrics != nil && e.cfg.Metrics.traceDropped != nil {
 		e.cfg.Metrics.traceDropped.WithLabelValues(where, d.Header, d.Code).Inc()
 	}
@@ -153,7 +151,7 @@ func (e *Engine) startTrace(in *saga.Instance, req StartRequest) {
 		in.TraceParent, in.TraceState, _ = message.CheckTraceContext(req.TraceParent, req.TraceState)
 		return
 	}
-	ctx := TraceContext(context.Background(), req.TraceParent, req.TraceState)
+	ctx := traceContext(context.Background(), req.TraceParent, req.TraceState)
 	_, span := e.cfg.Tracer.Start(ctx, "saga start", trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 		attribute.String("saga.id", in.ID.String()), attribute.String("saga.type", in.Type),
 		attribute.String("saga.aggregate_id", in.AggregateID)))
@@ -175,7 +173,7 @@ func (e *Engine) commandHeaders(in *saga.Instance, c message.Command, participan
 	}
 	tp, ts, drops := message.CheckTraceContext(in.TraceParent, in.TraceState)
 	for _, d := range drops {
-		e.TraceDropped(TraceFromSaga, in.Type, d)
+		e.traceDropped(traceFromSaga, in.Type, d)
 	}
 	if e.cfg.Tracer == nil {
 		if tp != "" {
@@ -186,7 +184,7 @@ func (e *Engine) commandHeaders(in *saga.Instance, c message.Command, participan
 		}
 		return h
 	}
-	ctx := TraceContext(context.Background(), tp, ts)
+	ctx := traceContext(context.Background(), tp, ts)
 	ctx, span := e.cfg.Tracer.Start(ctx, "step send "+c.Step, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		attribute.String("saga.id", c.SagaID.String()), attribute.String("saga.type", c.SagaType),
 		attribute.String("saga.step", c.Step), attribute.String("saga.action", string(c.Action)),
@@ -203,5 +201,5 @@ func traceAttr(in *saga.Instance) slog.Attr {
 	return slog.String("trace_id", message.TraceID(in.TraceParent))
 }
 
-// Tracing reports whether the engine makes spans (EngineConfig.Tracer is set).
-func (e *Engine) Tracing() bool { return e.cfg.Tracer != nil }
+// tracing reports whether the engine makes spans (EngineConfig.Tracer is set).
+func (e *Engine) tracing() bool { return e.cfg.Tracer != nil }

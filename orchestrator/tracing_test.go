@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -161,7 +160,7 @@ func TestTraceContextPoisonDroppedAtTheDoor(t *testing.T) {
 		{message.HeaderTraceState, message.TraceDropFormat, 1},
 		{message.HeaderTraceState, message.TraceDropSize, 1},
 	} {
-		if got := testutil.ToFloat64(env.metrics.TraceDroppedCounter(orchestrator.TraceFromStart, w.header, w.code)); got != w.n {
+		if got := env.droppedTotal("start", w.header, w.code); got != w.n {
 			t.Errorf("trace_context_dropped_total{where=start,header=%s,reason=%s} = %v, want %v", w.header, w.code, got, w.n)
 		}
 	}
@@ -193,7 +192,7 @@ func TestStoredPoisonTraceContextNotSent(t *testing.T) {
 	if _, ok := hs[1][message.HeaderTraceState]; ok {
 		t.Fatalf("command after the reply carries a tracestate without its traceparent")
 	}
-	if got := testutil.ToFloat64(env.metrics.TraceDroppedCounter(orchestrator.TraceFromSaga, message.HeaderTraceParent, message.TraceDropVersion)); got != 1 {
+	if got := env.droppedTotal("saga", message.HeaderTraceParent, message.TraceDropVersion); got != 1 {
 		t.Errorf("trace_context_dropped_total{where=saga} = %v, want 1", got)
 	}
 }
