@@ -114,7 +114,7 @@ func TestReconcilePage(t *testing.T) {
 		t.Fatalf("run with a wrong token = %d:\n%s", code, body)
 	}
 	code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {adminToken}})
-	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, orchestrator.KindFailed) {
+	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, string(orchestrator.KindFailed)) {
 		t.Fatalf("run = %d:\n%s", code, body)
 	}
 	open, err := e.eng.OpenDiscrepancies(t.Context(), 10)

@@ -30,18 +30,21 @@ const (
 	ReconcileQueryRoundsDefault = 3
 )
 
+// DiscrepancyKind names what the reconciler found wrong with a saga.
+type DiscrepancyKind string
+
 // Kinds of discrepancy the reconciler reports (differences found by check
-// answers add the kinds of Disagreement).
+// answers add the kinds of saga.Disagreement).
 const (
-	KindFailedUnknown        = "failed_unknown_step"       // failed: a step given up without a definite answer
-	KindFailed               = "failed"                    // failed for another reason (a definition error)
-	KindStuck                = "stuck"                     // running or compensating, not moved for StuckAfter
-	KindCommandDead          = "command_dead"              // a command the relay gave up publishing (a dead outbox row)
-	KindActiveAfterTerminal  = "terminal_with_active_step" // a finished saga with a step still awaiting an answer
-	KindCompletedUnfinished  = "completed_with_open_step"  // completed with a step not succeeded
-	KindCompensatedPastPivot = "compensated_after_pivot"   // a step compensated although the pivot succeeded
-	KindCompensatedUnsent    = "compensated_step_not_sent" // a compensated step whose forward was never sent
-	KindEventAfterTerminal   = "transition_after_terminal" // the journal moved a finished saga (not an operator)
+	KindFailedUnknown        DiscrepancyKind = "failed_unknown_step"       // failed: a step given up without a definite answer
+	KindFailed                               = "failed"                    // failed for another reason (a definition error)
+	KindStuck                                = "stuck"                     // running or compensating, not moved for StuckAfter
+	KindCommandDead                          = "command_dead"              // a command the relay gave up publishing (a dead outbox row)
+	KindActiveAfterTerminal                  = "terminal_with_active_step" // a finished saga with a step still awaiting an answer
+	KindCompletedUnfinished                  = "completed_with_open_step"  // completed with a step not succeeded
+	KindCompensatedPastPivot                 = "compensated_after_pivot"   // a step compensated although the pivot succeeded
+	KindCompensatedUnsent                    = "compensated_step_not_sent" // a compensated step whose forward was never sent
+	KindEventAfterTerminal                   = "transition_after_terminal" // the journal moved a finished saga (not an operator)
 )
 
 // ReconcileOptions configures one reconciliation run. Zero fields take the
@@ -99,12 +102,12 @@ func (o ReconcileOptions) validate() error {
 // what the participants or the journal's own rules say.
 type Discrepancy struct {
 	// ID is the open discrepancy's row (0 in a dry run).
-	ID       int64     `json:"id,omitempty"`
-	SagaID   uuid.UUID `json:"saga_id"`
-	SagaType string    `json:"saga_type,omitempty"`
-	Step     string    `json:"step,omitempty"`
-	Kind     string    `json:"kind"`
-	Detail   string    `json:"detail"`
+	ID       int64           `json:"id,omitempty"`
+	SagaID   uuid.UUID       `json:"saga_id"`
+	SagaType string          `json:"saga_type,omitempty"`
+	Step     string          `json:"step,omitempty"`
+	Kind     DiscrepancyKind `json:"kind"`
+	Detail   string          `json:"detail"`
 	// Repair is what the reconciler did about it ("" for nothing: a person
 	// must look).
 	Repair  string    `json:"repair,omitempty"`
@@ -175,7 +178,7 @@ func (m *ReconcileMetrics) observe(r ReconcileReport, open map[string]int, err e
 	}
 	for _, d := range r.List {
 		if d.Repair != "" {
-			m.repairs.WithLabelValues(d.Kind).Inc()
+			m.repairs.WithLabelValues(string(d.Kind)).Inc()
 		}
 	}
 }
@@ -235,7 +238,7 @@ func (e *Engine) reconcile(ctx context.Context, o ReconcileOptions) (ReconcileRe
 		}
 	}
 	for _, d := range found {
-		rep.ByKind[d.Kind]++
+		rep.ByKind[string(d.Kind)]++
 		if d.Repair != "" {
 			rep.Repaired++
 		}
@@ -405,7 +408,7 @@ func (e *Engine) dropSettled(ctx context.Context, found []Discrepancy) ([]Discre
 }
 
 // fullKinds are the kinds every run looks for over all sagas.
-var fullKinds = []string{KindFailedUnknown, KindFailed, KindStuck, KindCommandDead}
+var fullKinds = []string{string(KindFailedUnknown), string(KindFailed), string(KindStuck), string(KindCommandDead)}
 
 // OpenDiscrepancies lists the open discrepancies, newest first (at most
 // limit).

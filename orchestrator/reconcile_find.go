@@ -73,7 +73,7 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 		}
 		if event == saga.JournalDifference {
 			kind, _, _ := strings.Cut(reason, ":")
-			d.Kind, d.Detail = kind, reason
+			d.Kind, d.Detail = DiscrepancyKind(kind), reason
 		} else {
 			d.Kind, d.Detail = KindEventAfterTerminal, fmt.Sprintf("journal %q moved the saga out of %s: %s", event, from, reason)
 		}
@@ -99,7 +99,7 @@ var failedExits = []string{saga.JournalOperator + string(saga.ActionResolve), sa
 // compensated once the pivot succeeded or without its forward sent.
 func instanceDiscrepancies(in saga.Instance) []Discrepancy {
 	var out []Discrepancy
-	add := func(step, kind, format string, args ...any) {
+	add := func(step string, kind DiscrepancyKind, format string, args ...any) {
 		out = append(out, Discrepancy{SagaID: in.ID, SagaType: in.Type, version: in.Version, Step: step, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
 	if in.State == saga.Failed {
@@ -190,8 +190,9 @@ WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL ORDER BY o.id LIMIT $1`, recon
 // last found.
 func dedupeDiscrepancies(ds []Discrepancy) []Discrepancy {
 	type key struct {
-		id         uuid.UUID
-		step, kind string
+		id   uuid.UUID
+		step string
+		kind DiscrepancyKind
 	}
 	at := map[key]int{}
 	out := ds[:0]

@@ -32,17 +32,17 @@ func TestInstanceDiscrepancies(t *testing.T) {
 		{"completed, all succeeded", saga.Completed, 2, []saga.StepState{step("a", c, saga.StepSucceeded, true), step("p", p, saga.StepSucceeded, true), step("r", r, saga.StepSucceeded, true)}, nil},
 		{"compensated before the pivot", saga.Compensated, 0, []saga.StepState{step("a", c, saga.StepCompensated, true), step("p", p, saga.StepFailed, true), step("r", r, saga.StepPending, false)}, nil},
 		{"failed pivot given up", saga.Failed, 1, []saga.StepState{step("a", c, saga.StepSucceeded, true), step("p", p, saga.StepUnknown, true), step("r", r, saga.StepPending, false)},
-			[]string{orchestrator.KindFailedUnknown + "/p"}},
+			[]string{string(orchestrator.KindFailedUnknown) + "/p"}},
 		{"failed after the pivot", saga.Failed, 2, []saga.StepState{step("a", c, saga.StepSucceeded, true), step("p", p, saga.StepSucceeded, true), step("r", r, saga.StepFailed, true)},
-			[]string{orchestrator.KindFailed + "/r"}},
+			[]string{string(orchestrator.KindFailed) + "/r"}},
 		{"completed with a step still running", saga.Completed, 2, []saga.StepState{step("a", c, saga.StepSucceeded, true), step("p", p, saga.StepSucceeded, true), step("r", r, saga.StepRunning, true)},
-			[]string{orchestrator.KindActiveAfterTerminal + "/r"}},
+			[]string{string(orchestrator.KindActiveAfterTerminal) + "/r"}},
 		{"completed with a pending step", saga.Completed, 1, []saga.StepState{step("a", c, saga.StepSucceeded, true), step("p", p, saga.StepSucceeded, true), step("r", r, saga.StepPending, false)},
-			[]string{orchestrator.KindCompletedUnfinished + "/r"}},
+			[]string{string(orchestrator.KindCompletedUnfinished) + "/r"}},
 		{"compensated past the pivot", saga.Compensated, 0, []saga.StepState{step("a", c, saga.StepCompensated, true), step("p", p, saga.StepSucceeded, true), step("r", r, saga.StepPending, false)},
-			[]string{orchestrator.KindCompensatedPastPivot + "/a"}},
+			[]string{string(orchestrator.KindCompensatedPastPivot) + "/a"}},
 		{"compensated without a forward", saga.Compensated, 0, []saga.StepState{step("a", c, saga.StepCompensated, false), step("p", p, saga.StepFailed, true), step("r", r, saga.StepPending, false)},
-			[]string{orchestrator.KindCompensatedUnsent + "/a"}},
+			[]string{string(orchestrator.KindCompensatedUnsent) + "/a"}},
 		{"running: not judged", saga.Running, 0, []saga.StepState{step("a", c, saga.StepRunning, true), step("p", p, saga.StepPending, false), step("r", r, saga.StepPending, false)}, nil},
 	}
 	for _, tc := range cases {
@@ -53,7 +53,7 @@ func TestInstanceDiscrepancies(t *testing.T) {
 				if d.SagaID != in.ID || d.Detail == "" {
 					t.Fatalf("discrepancy %+v lacks the saga or a detail", d)
 				}
-				got = append(got, d.Kind+"/"+d.Step)
+				got = append(got, string(d.Kind)+"/"+d.Step)
 			}
 			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 				t.Fatalf("got %v, want %v", got, tc.want)

@@ -33,7 +33,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dry.ByKind[orchestrator.KindFailedUnknown] != failed || dry.Repaired != 0 || dry.Open != 0 {
+	if dry.ByKind[string(orchestrator.KindFailedUnknown)] != failed || dry.Repaired != 0 || dry.Open != 0 {
 		t.Fatalf("dry run: %+v, want %d failed_unknown_step, nothing repaired or recorded", dry, failed)
 	}
 	// The payment participant comes back with every copy of the pivot
