@@ -92,13 +92,13 @@ func (e *Engine) admitTrace(req *StartRequest) {
 // context header dropped where it came in. sagaType may be empty.
 func (e *Engine) traceDropped(where, sagaType string, d message.TraceDrop) {
 	if e.cfg.Metrics != nil && e.cfg.Metrics.traceDropped != nil {
-		e.cfg.Metrics.traceDropped.WithLabelValues(where, d.Header, d.Code).Inc()
+		e.cfg.Metrics.traceDropped.WithLabelValues(where, d.Header, string(d.Code)).Inc()
 	}
-	ok, suppressed := e.traceDrops.keep(where + "/" + d.Header + "/" + d.Code)
+	ok, suppressed := e.traceDrops.keep(where + "/" + d.Header + "/" + string(d.Code))
 	if !ok {
 		return
 	}
-	attrs := []slog.Attr{slog.String("where", where), slog.String("header", d.Header), slog.String("code", d.Code), slog.String("reason", d.Reason)}
+	attrs := []slog.Attr{slog.String("where", where), slog.String("header", d.Header), slog.String("code", string(d.Code)), slog.String("reason", d.Reason)}
 	if sagaType != "" {
 		attrs = append(attrs, slog.String("saga_type", sagaType))
 	}

@@ -151,8 +151,9 @@ func TestTraceContextPoisonDroppedAtTheDoor(t *testing.T) {
 		t.Errorf("log: want the drops with their reasons, without the values:\n%.2000s", out)
 	}
 	for _, w := range []struct {
-		header, code string
-		n            float64
+		header string
+		code   message.TraceDropCode
+		n      float64
 	}{
 		{message.HeaderTraceParent, message.TraceDropVersion, 3},
 		{message.HeaderTraceParent, message.TraceDropFormat, 1},
@@ -160,7 +161,7 @@ func TestTraceContextPoisonDroppedAtTheDoor(t *testing.T) {
 		{message.HeaderTraceState, message.TraceDropFormat, 1},
 		{message.HeaderTraceState, message.TraceDropSize, 1},
 	} {
-		if got := env.droppedTotal("start", w.header, w.code); got != w.n {
+		if got := env.droppedTotal("start", w.header, string(w.code)); got != w.n {
 			t.Errorf("trace_context_dropped_total{where=start,header=%s,reason=%s} = %v, want %v", w.header, w.code, got, w.n)
 		}
 	}
@@ -192,7 +193,7 @@ func TestStoredPoisonTraceContextNotSent(t *testing.T) {
 	if _, ok := hs[1][message.HeaderTraceState]; ok {
 		t.Fatalf("command after the reply carries a tracestate without its traceparent")
 	}
-	if got := env.droppedTotal("saga", message.HeaderTraceParent, message.TraceDropVersion); got != 1 {
+	if got := env.droppedTotal("saga", message.HeaderTraceParent, string(message.TraceDropVersion)); got != 1 {
 		t.Errorf("trace_context_dropped_total{where=saga} = %v, want 1", got)
 	}
 }
