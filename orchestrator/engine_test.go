@@ -487,8 +487,7 @@ func TestEngineConcurrentRepliesApplyOnce(t *testing.T) {
 }
 
 // A started saga stores a secret of its own, its commands carry the ids it
-// keys, and a saga row without one (started before secrets existed) keeps
-// working with its name-based ids.
+// keys, and no saga row may be without one.
 func TestEngineStoresTheSecretAndKeysCommandIDs(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
@@ -502,23 +501,12 @@ func TestEngineStoresTheSecretAndKeysCommandIDs(t *testing.T) {
 		t.Fatalf("stored secret has %d bytes, want %d", len(got.Secret), saga.SecretBytes)
 	}
 	c := lastCommand(t, env)
-	if c.MessageID != got.CommandID(c.Step, c.Action, 1) || c.MessageID == saga.LegacyCommandID(in.ID, c.Step, c.Action, 1) {
+	if c.MessageID != got.CommandID(c.Step, c.Action, 1) {
 		t.Fatalf("first command id %s is not the secret-keyed id", c.MessageID)
 	}
-	// A saga from before: no secret, name-based ids.
-	old, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "old", AggregateID: "o2", Data: order("o2")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.pool.Exec(ctx, `UPDATE orch.sagas SET secret = NULL, steps = jsonb_set(steps, '{0,await_id}', to_jsonb($2::text)) WHERE id = $1`,
-		old.ID, saga.LegacyCommandID(old.ID, orderapi.StepReserveInventory, message.Forward, 1).String()); err != nil {
-		t.Fatal(err)
-	}
-	legacy := message.Command{MessageID: saga.LegacyCommandID(old.ID, orderapi.StepReserveInventory, message.Forward, 1), SagaID: old.ID,
-		Step: orderapi.StepReserveInventory, Action: message.Forward}
-	mustReply(t, env, legacy, message.Success, orderapi.ReserveInventoryResult{ReservationID: "r2"})
-	if after, _ := get(t, env, old.ID); after.Steps[0].State != saga.StepSucceeded {
-		t.Fatalf("a saga without a secret did not take the answer to its name-based command id: step is %s", after.Steps[0].State)
+	// Every saga row has one (migration 015).
+	if _, err := env.pool.Exec(ctx, `UPDATE orch.sagas SET secret = NULL WHERE id = $1`, in.ID); err == nil {
+		t.Fatal("a saga row took an empty secret")
 	}
 }
 
