@@ -370,7 +370,7 @@ func (e *Engine) StartTx(ctx context.Context, tx pgx.Tx, req StartRequest) (saga
 
 // writeMany appends the decisions' journals and enqueues their commands,
 // one statement each.
-func (e *Engine) writeMany(ctx context.Context, tx DB, ds []saga.Decision, pc *postCommit) error {
+func (e *Engine) writeMany(ctx context.Context, tx querier, ds []saga.Decision, pc *postCommit) error {
 	b := &pgx.Batch{}
 	if err := e.queueWrites(b, ds, pc); err != nil {
 		return err
@@ -379,7 +379,7 @@ func (e *Engine) writeMany(ctx context.Context, tx DB, ds []saga.Decision, pc *p
 }
 
 // sendBatch sends b's statements in one round trip.
-func sendBatch(ctx context.Context, tx DB, b *pgx.Batch, what string) error {
+func sendBatch(ctx context.Context, tx querier, b *pgx.Batch, what string) error {
 	if b.Len() == 0 {
 		return nil
 	}
@@ -427,7 +427,7 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []saga.Decision, pc *postCommit) e
 // apply runs ev through the door for saga id inside tx: load, decide,
 // conditional update (reload and re-decide on a version conflict), journal,
 // outbox.
-func (e *Engine) apply(ctx context.Context, tx DB, id uuid.UUID, mk func() saga.Event, pc *postCommit) (saga.Instance, saga.Decision, error) {
+func (e *Engine) apply(ctx context.Context, tx querier, id uuid.UUID, mk func() saga.Event, pc *postCommit) (saga.Instance, saga.Decision, error) {
 	for attempt := 0; ; attempt++ {
 		in, err := e.st.load(ctx, tx, id)
 		if err != nil {

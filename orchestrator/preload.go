@@ -77,7 +77,7 @@ func queuePlanSettings(b *pgx.Batch, n int) {
 // take returns the sagas ids: those p loaded (an id p asked for and did
 // not find does not exist), the others loaded from db now. A nil p, or one
 // whose statement did not run, loads them all.
-func (p *preloaded) take(ctx context.Context, st *store, db DB, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
+func (p *preloaded) take(ctx context.Context, st *store, db querier, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
 	if p == nil || !p.ran {
 		return st.loadMany(ctx, db, ids)
 	}

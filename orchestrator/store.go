@@ -16,8 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// DB is what the store needs from a pool, a connection or a transaction.
-type DB interface {
+// querier is what the store needs from a pool, a connection or a
+// transaction.
+type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -124,7 +125,7 @@ func currentStepName(in *saga.Instance) string {
 
 // insertMany stores new instances in one statement and returns the ids it
 // inserted; an instance whose (type, idempotency key) exists is skipped.
-func (s *store) insertMany(ctx context.Context, db DB, ins []*saga.Instance) (map[uuid.UUID]bool, error) {
+func (s *store) insertMany(ctx context.Context, db querier, ins []*saga.Instance) (map[uuid.UUID]bool, error) {
 	b := &pgx.Batch{}
 	out := make(map[uuid.UUID]bool, len(ins))
 	if err := s.queueInsertMany(b, ins, out); err != nil {
@@ -172,7 +173,7 @@ func (s *store) queueInsert(b *pgx.Batch, sql string, ins []*saga.Instance, inse
 // resyncTimer sets the timer row of saga id to wake exactly (none: no row).
 // The timer path calls it after firing, since other writes only move a
 // timer earlier.
-func (s *store) resyncTimer(ctx context.Context, db DB, id uuid.UUID, wake *time.Time) error {
+func (s *store) resyncTimer(ctx context.Context, db querier, id uuid.UUID, wake *time.Time) error {
 	var err error
 	if wake == nil {
 		_, err = db.Exec(ctx, s.deleteTimerSQL, id)
@@ -229,7 +230,7 @@ func scanInstance(row pgx.Row) (saga.Instance, error) {
 	return in, nil
 }
 
-func (s *store) load(ctx context.Context, db DB, id uuid.UUID) (saga.Instance, error) {
+func (s *store) load(ctx context.Context, db querier, id uuid.UUID) (saga.Instance, error) {
 	in, err := scanInstance(db.QueryRow(ctx, s.loadSQL, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return saga.Instance{}, fmt.Errorf("saga %s: %w", id, saga.ErrNotFound)
@@ -242,7 +243,7 @@ func (s *store) load(ctx context.Context, db DB, id uuid.UUID) (saga.Instance, e
 
 // loadMany loads the sagas of ids in one query; missing ids are absent
 // from the map.
-func (s *store) loadMany(ctx context.Context, db DB, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
+func (s *store) loadMany(ctx context.Context, db querier, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
 	rows, err := db.Query(ctx, s.loadManySQL, pgid.UUIDs(ids))
 	if err != nil {
 		return nil, fmt.Errorf("load %d sagas: %w", len(ids), err)
@@ -305,7 +306,7 @@ func (s *store) updateArgs(next []*saga.Instance, prev []int64) ([]any, error) {
 	return []any{pgid.UUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished}, nil
 }
 
-func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (saga.Instance, error) {
+func (s *store) loadByKey(ctx context.Context, db querier, sagaType, key string) (saga.Instance, error) {
 	in, err := scanInstance(db.QueryRow(ctx, s.loadByKeySQL, sagaType, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return saga.Instance{}, fmt.Errorf("saga %s/%s: %w", sagaType, key, saga.ErrNotFound)
@@ -318,7 +319,7 @@ func (s *store) loadByKey(ctx context.Context, db DB, sagaType, key string) (sag
 
 // update writes next if the stored version is still prevVersion; false
 // when someone else moved the saga first.
-func (s *store) update(ctx context.Context, db DB, next *saga.Instance, prevVersion int64) (bool, error) {
+func (s *store) update(ctx context.Context, db querier, next *saga.Instance, prevVersion int64) (bool, error) {
 	b := &pgx.Batch{}
 	done := make(map[uuid.UUID]bool, 1)
 	if err := s.queueUpdateMany(b, []*saga.Instance{next}, []int64{prevVersion}, done); err != nil {
@@ -350,7 +351,7 @@ func (s *store) queueJournal(b *pgx.Batch, entries []saga.JournalEntry) {
 	b.Queue(s.journalSQL, pgid.UUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored)
 }
 
-func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]saga.JournalEntry, error) {
+func (s *store) readJournal(ctx context.Context, db querier, id uuid.UUID) ([]saga.JournalEntry, error) {
 	rows, err := db.Query(ctx, s.readJournalSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("read journal of saga %s: %w", id, err)
@@ -360,7 +361,7 @@ func (s *store) readJournal(ctx context.Context, db DB, id uuid.UUID) ([]saga.Jo
 
 // readJournalPage reads up to limit entries of id's journal with ids below
 // before (0: from the newest), newest first, and the journal's size.
-func (s *store) readJournalPage(ctx context.Context, db DB, id uuid.UUID, before int64, limit int) ([]saga.JournalEntry, int, error) {
+func (s *store) readJournalPage(ctx context.Context, db querier, id uuid.UUID, before int64, limit int) ([]saga.JournalEntry, int, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -394,7 +395,7 @@ func scanJournal(rows pgx.Rows, id uuid.UUID) ([]saga.JournalEntry, error) {
 	return out, rows.Err()
 }
 
-func (s *store) due(ctx context.Context, db DB, now time.Time, limit int) ([]uuid.UUID, error) {
+func (s *store) due(ctx context.Context, db querier, now time.Time, limit int) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, s.dueSQL, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim due timers: %w", err)
