@@ -504,7 +504,7 @@ func TestEngineStoresTheSecretAndKeysCommandIDs(t *testing.T) {
 	if c.MessageID != got.CommandID(c.Step, c.Action, 1) {
 		t.Fatalf("first command id %s is not the secret-keyed id", c.MessageID)
 	}
-	// Every saga row has one (migration 015).
+	// Every saga row has one (migration 016).
 	if _, err := env.pool.Exec(ctx, `UPDATE orch.sagas SET secret = NULL WHERE id = $1`, in.ID); err == nil {
 		t.Fatal("a saga row took an empty secret")
 	}
