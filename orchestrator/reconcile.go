@@ -348,16 +348,8 @@ ORDER BY s.created_at DESC LIMIT $3`, since, int64(o.SampleRate*1000000), o.MaxC
 func (e *Engine) recordDiscrepancies(ctx context.Context, found []Discrepancy, now time.Time) ([]Discrepancy, map[string]int, error) {
 	open := map[string]int{}
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		for i := range found {
-			d := &found[i]
-			err := tx.QueryRow(ctx, `INSERT INTO `+e.st.discrepancies+` AS t (saga_id, saga_type, saga_version, step, kind, detail, repair, found_at, last_seen_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-ON CONFLICT (saga_id, step, kind) WHERE resolved_at IS NULL
-DO UPDATE SET detail = excluded.detail, repair = excluded.repair, saga_version = excluded.saga_version, last_seen_at = excluded.last_seen_at
-RETURNING id, found_at`, d.SagaID, d.SagaType, d.version, d.Step, d.Kind, d.Detail, d.Repair, now).Scan(&d.ID, &d.FoundAt)
-			if err != nil {
-				return fmt.Errorf("reconcile: record discrepancy: %w", err)
-			}
+		if err := e.upsertDiscrepancies(ctx, tx, found, now); err != nil {
+			return err
 		}
 		// Kinds looked for in full every run are settled when not found
 		// again; window kinds (journal rules, check answers) when their saga
@@ -389,18 +381,77 @@ FROM `+e.st.sagas+` s WHERE d.resolved_at IS NULL AND s.id = d.saga_id AND s.ver
 	return found, open, err
 }
 
+// upsertDiscrepancies records found (unique by saga, step and kind:
+// dedupeDiscrepancies) in one statement: new ones are inserted, open ones
+// seen again updated; each gets its id and when it was first found.
+func (e *Engine) upsertDiscrepancies(ctx context.Context, tx pgx.Tx, found []Discrepancy, now time.Time) error {
+	if len(found) == 0 {
+		return nil
+	}
+	n := len(found)
+	ids, types, versions := make([]uuid.UUID, n), make([]string, n), make([]int64, n)
+	steps, kinds, details, repairs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	at := make(map[discrepancyKey]int, n)
+	for i, d := range found {
+		ids[i], types[i], versions[i], steps[i], kinds[i], details[i], repairs[i] = d.SagaID, d.SagaType, d.version, d.Step, string(d.Kind), d.Detail, d.Repair
+		at[discrepancyKey{d.SagaID, d.Step, d.Kind}] = i
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO `+e.st.discrepancies+` AS t (saga_id, saga_type, saga_version, step, kind, detail, repair, found_at, last_seen_at)
+SELECT f.saga_id, f.saga_type, f.saga_version, f.step, f.kind, f.detail, f.repair, $8, $8
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[]) AS f(saga_id, saga_type, saga_version, step, kind, detail, repair)
+ON CONFLICT (saga_id, step, kind) WHERE resolved_at IS NULL
+DO UPDATE SET detail = excluded.detail, repair = excluded.repair, saga_version = excluded.saga_version, last_seen_at = excluded.last_seen_at
+RETURNING id, found_at, saga_id, step, kind`, ids, types, versions, steps, kinds, details, repairs, now)
+	if err != nil {
+		return fmt.Errorf("reconcile: record discrepancies: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var foundAt time.Time
+		var k discrepancyKey
+		if err := rows.Scan(&id, &foundAt, &k.id, &k.step, &k.kind); err != nil {
+			return fmt.Errorf("reconcile: record discrepancies: %w", err)
+		}
+		if i, ok := at[k]; ok {
+			found[i].ID, found[i].FoundAt = id, foundAt
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reconcile: record discrepancies: %w", err)
+	}
+	return nil
+}
+
 // dropSettled leaves out what was resolved before (by a person, or
 // settled by the reconciler) on a saga that has not moved since: it is not
 // reopened.
 func (e *Engine) dropSettled(ctx context.Context, found []Discrepancy) ([]Discrepancy, error) {
+	if len(found) == 0 {
+		return found, nil
+	}
+	ids, steps, kinds, versions := make([]uuid.UUID, len(found)), make([]string, len(found)), make([]string, len(found)), make([]int64, len(found))
+	for i, d := range found {
+		ids[i], steps[i], kinds[i], versions[i] = d.SagaID, d.Step, string(d.Kind), d.version
+	}
+	// One round trip for the whole run, whatever it found.
+	rows, err := e.pool.Query(ctx, `SELECT f.i FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS f(saga_id, step, kind, version, i)
+WHERE EXISTS (SELECT 1 FROM `+e.st.discrepancies+` d WHERE d.saga_id = f.saga_id AND d.step = f.step AND d.kind = f.kind
+  AND d.resolved_at IS NOT NULL AND d.saga_version >= f.version)`, ids, steps, kinds, versions)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: look up settled discrepancies: %w", err)
+	}
+	settled, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: look up settled discrepancies: %w", err)
+	}
+	drop := make(map[int64]bool, len(settled))
+	for _, i := range settled {
+		drop[i-1] = true
+	}
 	out := found[:0]
-	for _, d := range found {
-		var settled bool
-		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+e.st.discrepancies+` WHERE saga_id = $1 AND step = $2 AND kind = $3
-  AND resolved_at IS NOT NULL AND saga_version >= $4)`, d.SagaID, d.Step, d.Kind, d.version).Scan(&settled); err != nil {
-			return nil, fmt.Errorf("reconcile: look up discrepancy: %w", err)
-		}
-		if !settled {
+	for i, d := range found {
+		if !drop[int64(i)] {
 			out = append(out, d)
 		}
 	}

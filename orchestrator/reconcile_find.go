@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,27 @@ const reconcileScanLimit = 10000
 // $1, on sagas_open_idx (its predicate stated literally).
 const stuckWhere = `state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') AND updated_at < $1`
 
+// failedWhere selects the failed sagas on sagas_open_idx (its predicate
+// stated literally).
+const failedWhere = `state NOT IN ('completed', 'compensated') AND state = 'failed'`
+
+// brokenRules pre-selects the finished sagas whose steps break a rule
+// InstanceDiscrepancies judges.
+const brokenRules = `state IN ('completed', 'compensated') AND (
+        steps @? '$[*] ? (@.state == "running" || @.state == "retrying" || @.state == "querying" || @.state == "unknown" || @.state == "compensating" || @.state == "compensation_retrying")'
+     OR (state = 'completed' AND steps @? '$[*] ? (@.state != "succeeded")')
+     OR (steps @? '$[*] ? (@.kind == "pivot" && @.state == "succeeded")' AND steps @? '$[*] ? (@.state == "compensated" || @.state == "compensating")')
+     OR steps @? '$[*] ? (@.state == "compensated" && !exists(@.started_at))')`
+
+// finishedInWindow selects the sagas finished since $1, on
+// sagas_finished_idx.
+const finishedInWindow = `finished_at IS NOT NULL AND finished_at >= $1 AND `
+
+// movedAfterFinish selects the sagas that moved out of a finished state
+// since $1 (an operator's check or resolve), on journal_from_end_idx.
+const movedAfterFinish = `id IN (SELECT saga_id FROM {journal} WHERE from_state IN ('completed', 'compensated', 'failed') AND NOT ignored
+  AND from_state IN ('completed', 'compensated') AND at >= $1) AND `
+
 // findDiscrepancies looks for everything a run reports: failed and stuck
 // sagas, commands the relay gave up on, finished sagas that break the
 // journal's rules, and the differences check answers journaled.
@@ -25,18 +47,23 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 	var found []Discrepancy
 	since := now.Add(-o.Since)
 
-	// Failed sagas (all of them), and finished ones in the window whose
-	// steps break the rules (pre-selected in SQL, judged in Go).
-	ins, err := e.scanInstances(ctx, `state = 'failed'
-   OR (state IN ('completed', 'compensated') AND updated_at >= $1 AND (
-        steps @? '$[*] ? (@.state == "running" || @.state == "retrying" || @.state == "querying" || @.state == "unknown" || @.state == "compensating" || @.state == "compensation_retrying")'
-     OR (state = 'completed' AND steps @? '$[*] ? (@.state != "succeeded")')
-     OR (steps @? '$[*] ? (@.kind == "pivot" && @.state == "succeeded")' AND steps @? '$[*] ? (@.state == "compensated" || @.state == "compensating")')
-     OR steps @? '$[*] ? (@.state == "compensated" && !exists(@.started_at))'))`, since)
+	// Failed sagas (all of them), and the finished ones whose steps break
+	// the rules (pre-selected in SQL, judged in Go) among those that
+	// finished in the window or moved out of a finished state in it: three
+	// queries, each on an index, none reading the whole table.
+	failed, err := e.scanInstances(ctx, failedWhere, nil)
 	if err != nil {
 		return nil, err
 	}
-	for _, in := range ins {
+	finished, err := e.scanInstances(ctx, finishedInWindow+brokenRules, since)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := e.scanInstances(ctx, strings.Replace(movedAfterFinish, "{journal}", e.st.journal, 1)+brokenRules, since)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range slices.Concat(failed, finished, moved) {
 		found = append(found, instanceDiscrepancies(in)...)
 	}
 
@@ -143,10 +170,14 @@ func instanceDiscrepancies(in saga.Instance) []Discrepancy {
 	return out
 }
 
-// scanInstances loads the sagas matching where (with $1), at most
-// reconcileScanLimit.
+// scanInstances loads the sagas matching where (with $1 = arg unless arg
+// is nil), at most reconcileScanLimit.
 func (e *Engine) scanInstances(ctx context.Context, where string, arg any) ([]saga.Instance, error) {
-	rows, err := e.pool.Query(ctx, `SELECT `+sagaColumns+` FROM `+e.st.sagas+` WHERE `+where+` LIMIT `+fmt.Sprint(reconcileScanLimit), arg)
+	var args []any
+	if arg != nil {
+		args = []any{arg}
+	}
+	rows, err := e.pool.Query(ctx, `SELECT `+sagaColumns+` FROM `+e.st.sagas+` WHERE `+where+` LIMIT `+fmt.Sprint(reconcileScanLimit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: scan sagas: %w", err)
 	}
@@ -186,18 +217,20 @@ WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL ORDER BY o.id LIMIT $1`, recon
 	return out, rows.Err()
 }
 
+// discrepancyKey is what makes an open discrepancy unique.
+type discrepancyKey struct {
+	id   uuid.UUID
+	step string
+	kind DiscrepancyKind
+}
+
 // dedupeDiscrepancies keeps one discrepancy per (saga, step, kind), the
 // last found.
 func dedupeDiscrepancies(ds []Discrepancy) []Discrepancy {
-	type key struct {
-		id   uuid.UUID
-		step string
-		kind DiscrepancyKind
-	}
-	at := map[key]int{}
+	at := map[discrepancyKey]int{}
 	out := ds[:0]
 	for _, d := range ds {
-		k := key{d.SagaID, d.Step, d.Kind}
+		k := discrepancyKey{d.SagaID, d.Step, d.Kind}
 		if i, ok := at[k]; ok {
 			out[i] = d
 			continue
@@ -211,12 +244,20 @@ func dedupeDiscrepancies(ds []Discrepancy) []Discrepancy {
 // journalFindingsSQL selects the journal entries since $1 (at most $2)
 // that are findings: transitions of a finished saga no operator made, and
 // differences that check answers found while the saga has not moved since.
-// It reads the window through journal_at_brin.
+// Both are rare: the differences are read through journal_reconcile_idx,
+// the transitions out of an end state through journal_from_end_idx, and
+// the whole condition is judged on the union.
 func (e *Engine) journalFindingsSQL() string {
-	return `SELECT j.saga_id, coalesce(s.type, ''), coalesce(s.version, 0), j.step, j.event, j.from_state, j.reason FROM ` + e.st.journal + ` j
+	return `SELECT j.saga_id, coalesce(s.type, ''), coalesce(s.version, 0), j.step, j.event, j.from_state, j.reason FROM (
+  SELECT id, saga_id, at, step, event, from_state, reason, ignored FROM ` + e.st.journal + `
+  WHERE event IN ('` + saga.JournalDifference + `', '` + saga.JournalCheckSent + `') AND event = '` + saga.JournalDifference + `' AND at >= $1
+  UNION ALL
+  SELECT id, saga_id, at, step, event, from_state, reason, ignored FROM ` + e.st.journal + `
+  WHERE from_state IN ('completed', 'compensated', 'failed') AND NOT ignored AND at >= $1 AND event <> '` + saga.JournalDifference + `'
+) j
 LEFT JOIN ` + e.st.sagas + ` s ON s.id = j.saga_id
-WHERE j.at >= $1 AND ((j.event = '` + saga.JournalDifference + `' AND (s.updated_at IS NULL OR s.updated_at <= j.at))
+WHERE (j.event = '` + saga.JournalDifference + `' AND (s.updated_at IS NULL OR s.updated_at <= j.at))
    OR (NOT j.ignored AND j.from_state IN ('completed', 'compensated') AND j.event NOT IN ('` + saga.JournalOperator + string(saga.ActionCheck) + `', '` + saga.JournalCheckSent + `'))
-   OR (NOT j.ignored AND j.from_state = 'failed' AND j.event NOT IN ('` + strings.Join(failedExits, "', '") + `')))
+   OR (NOT j.ignored AND j.from_state = 'failed' AND j.event NOT IN ('` + strings.Join(failedExits, "', '") + `'))
 ORDER BY j.id LIMIT $2`
 }

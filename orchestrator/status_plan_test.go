@@ -113,6 +113,26 @@ ANALYZE orch.journal;`)
 	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "sagas_open_idx") {
 		t.Errorf("the reconciler's stuck query does not read sagas_open_idx:\n%s", plan)
 	}
+	// So are its failed sagas; the finished ones it judges are read from
+	// sagas_finished_idx and journal_after_finish_idx, never the table.
+	for _, c := range []struct{ where, index string }{
+		{failedWhere, "sagas_open_idx"},
+		{finishedInWindow + brokenRules, "sagas_finished_idx"},
+		{strings.Replace(movedAfterFinish, "{journal}", "orch.journal", 1) + brokenRules, "journal_from_end_idx"},
+	} {
+		q := `SELECT id FROM orch.sagas WHERE ` + c.where
+		var args []any
+		if strings.Contains(c.where, "$1") {
+			args = []any{time.Now().Add(-time.Hour)}
+		}
+		plan, err := e.explain(ctx, q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, c.index) {
+			t.Errorf("the reconciler's query does not read %s:\n%s\n%s", c.index, q, plan)
+		}
+	}
 	// and the answers are right on this data set
 	for _, f := range []Filter{{AggregateID: "agg-42"}, {IdempotencyKey: "key-42"}} {
 		got, err := e.List(ctx, f)
@@ -164,6 +184,7 @@ func TestSagaIndexesAreLean(t *testing.T) {
 	}
 	want := []string{
 		"journal: CREATE INDEX journal_at_brin ON orch.journal USING brin (at)",
+		"journal: CREATE INDEX journal_from_end_idx ON orch.journal USING btree (at) WHERE ((from_state = ANY (ARRAY['completed'::text, 'compensated'::text, 'failed'::text])) AND (NOT ignored))",
 		"journal: CREATE INDEX journal_reconcile_idx ON orch.journal USING btree (event, at) WHERE (event = ANY (ARRAY['difference'::text, 'check sent'::text]))",
 		"journal: CREATE UNIQUE INDEX journal_pkey ON orch.journal USING btree (saga_id, id)",
 		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
@@ -181,8 +202,9 @@ func TestSagaIndexesAreLean(t *testing.T) {
 }
 
 // TestReconcilerReadsTheJournalWindow: the reconciler's journal query reads
-// the entries of its window through journal_at_brin, not the whole
-// history (here 30 days of entries, a window of one).
+// only its findings (differences, transitions out of an end state) through
+// their partial indexes, neither the whole history nor the whole window
+// (here 30 days of entries, a window of one).
 func TestReconcilerReadsTheJournalWindow(t *testing.T) {
 	t.Parallel()
 	pool, e := orchEngine(t)
@@ -200,8 +222,9 @@ FROM generate_series(1, 60000) AS i`, now); err != nil {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(plan, "Seq Scan on journal") || !strings.Contains(plan, "journal_at_brin") {
-		t.Errorf("the reconciler's journal query does not read its window through journal_at_brin:\n%s", plan)
+	if strings.Contains(plan, "Seq Scan on journal") || strings.Contains(plan, "journal_at_brin") ||
+		!strings.Contains(plan, "journal_reconcile_idx") || !strings.Contains(plan, "journal_from_end_idx") {
+		t.Errorf("the reconciler's journal query does not read its findings through journal_reconcile_idx and journal_from_end_idx:\n%s", plan)
 	}
 }
 

@@ -108,7 +108,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	bind(v, pf.Lookup("log-format"), "log.format")
 
 	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
-		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg), dlqCmd(cfg), conformanceCmd(cfg))
+		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg), dlqCmd(cfg), conformanceCmd(cfg), historyCmd(cfg))
 	root.AddCommand(actionCmds(cfg)...)
 	return root
 }
