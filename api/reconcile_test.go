@@ -40,7 +40,7 @@ func TestReconcileEndpoints(t *testing.T) {
 		t.Fatalf("GET /reconcile: %d %v, want the one open discrepancy and a last run", code, out)
 	}
 	d := open[0].(map[string]any)
-	if d["kind"] != orchestrator.KindFailed || d["saga_id"] != id.String() || d["step"] != "create-shipment" {
+	if d["kind"] != string(orchestrator.KindFailed) || d["saga_id"] != id.String() || d["step"] != "create-shipment" {
 		t.Fatalf("discrepancy %v", d)
 	}
 	path := fmt.Sprintf("/reconcile/discrepancies/%v/resolve", d["id"])

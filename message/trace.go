@@ -33,13 +33,13 @@ type TraceDropCode string
 // Codes of TraceDrop, short and fixed (a metric label).
 const (
 	TraceDropVersion  TraceDropCode = "version"   // traceparent version is not 00
-	TraceDropLength                 = "length"    // traceparent is not 55 bytes
-	TraceDropFormat                 = "format"    // not the grammar (upper case, not hex, bad key or value, not ASCII text)
-	TraceDropZeroID                 = "zero_id"   // trace id or parent id all zeros
-	TraceDropRepeated               = "repeated"  // header given more than once, or a tracestate key twice
-	TraceDropSize                   = "size"      // tracestate longer than MaxTraceStateBytes
-	TraceDropMembers                = "members"   // tracestate with more than MaxTraceStateMembers members
-	TraceDropNoParent               = "no_parent" // tracestate without a valid traceparent
+	TraceDropLength   TraceDropCode = "length"    // traceparent is not 55 bytes
+	TraceDropFormat   TraceDropCode = "format"    // not the grammar (upper case, not hex, bad key or value, not ASCII text)
+	TraceDropZeroID   TraceDropCode = "zero_id"   // trace id or parent id all zeros
+	TraceDropRepeated TraceDropCode = "repeated"  // header given more than once, or a tracestate key twice
+	TraceDropSize     TraceDropCode = "size"      // tracestate longer than MaxTraceStateBytes
+	TraceDropMembers  TraceDropCode = "members"   // tracestate with more than MaxTraceStateMembers members
+	TraceDropNoParent TraceDropCode = "no_parent" // tracestate without a valid traceparent
 )
 
 // traceReasonExcerpt bounds the excerpt of a refused value in a reason.

@@ -37,14 +37,14 @@ type DiscrepancyKind string
 // answers add the kinds of saga.Disagreement).
 const (
 	KindFailedUnknown        DiscrepancyKind = "failed_unknown_step"       // failed: a step given up without a definite answer
-	KindFailed                               = "failed"                    // failed for another reason (a definition error)
-	KindStuck                                = "stuck"                     // running or compensating, not moved for StuckAfter
-	KindCommandDead                          = "command_dead"              // a command the relay gave up publishing (a dead outbox row)
-	KindActiveAfterTerminal                  = "terminal_with_active_step" // a finished saga with a step still awaiting an answer
-	KindCompletedUnfinished                  = "completed_with_open_step"  // completed with a step not succeeded
-	KindCompensatedPastPivot                 = "compensated_after_pivot"   // a step compensated although the pivot succeeded
-	KindCompensatedUnsent                    = "compensated_step_not_sent" // a compensated step whose forward was never sent
-	KindEventAfterTerminal                   = "transition_after_terminal" // the journal moved a finished saga (not an operator)
+	KindFailed               DiscrepancyKind = "failed"                    // failed for another reason (a definition error)
+	KindStuck                DiscrepancyKind = "stuck"                     // running or compensating, not moved for StuckAfter
+	KindCommandDead          DiscrepancyKind = "command_dead"              // a command the relay gave up publishing (a dead outbox row)
+	KindActiveAfterTerminal  DiscrepancyKind = "terminal_with_active_step" // a finished saga with a step still awaiting an answer
+	KindCompletedUnfinished  DiscrepancyKind = "completed_with_open_step"  // completed with a step not succeeded
+	KindCompensatedPastPivot DiscrepancyKind = "compensated_after_pivot"   // a step compensated although the pivot succeeded
+	KindCompensatedUnsent    DiscrepancyKind = "compensated_step_not_sent" // a compensated step whose forward was never sent
+	KindEventAfterTerminal   DiscrepancyKind = "transition_after_terminal" // the journal moved a finished saga (not an operator)
 )
 
 // ReconcileOptions configures one reconciliation run. Zero fields take the

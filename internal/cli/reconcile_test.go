@@ -44,7 +44,7 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	id := list[0].(map[string]any)["id"]
 	out, stderr, code = runCLI(t, "reconcile", "list", "--database-url", url)
-	if code != 0 || !strings.Contains(out, failed.String()) || !strings.Contains(out, orchestrator.KindFailed) {
+	if code != 0 || !strings.Contains(out, failed.String()) || !strings.Contains(out, string(orchestrator.KindFailed)) {
 		t.Fatalf("reconcile list: exit %d: %s%s", code, out, stderr)
 	}
 	if _, stderr, code = runCLI(t, "reconcile", "resolve", "1", "--database-url", url); code == 0 {
