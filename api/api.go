@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -48,9 +49,9 @@ const (
 
 // Engine is what the API needs from the saga engine.
 type Engine interface {
-	Start(ctx context.Context, req saga.StartRequest) (saga.Instance, bool, error)
-	GetPage(ctx context.Context, id uuid.UUID, before int64, limit int) (saga.Instance, saga.JournalSlice, error)
-	List(ctx context.Context, f saga.Filter) (saga.Page, error)
+	Start(ctx context.Context, req orchestrator.StartRequest) (saga.Instance, bool, error)
+	GetPage(ctx context.Context, id uuid.UUID, before int64, limit int) (saga.Instance, orchestrator.JournalSlice, error)
+	List(ctx context.Context, f orchestrator.Filter) (orchestrator.Page, error)
 	Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error)
 	Registry() *saga.Registry
 }
@@ -58,7 +59,7 @@ type Engine interface {
 // StatsReader is what GET /stats needs; the engine implements it. When the
 // Engine given to New does not, /stats answers 501.
 type StatsReader interface {
-	Stats(ctx context.Context, window time.Duration) (saga.Stats, error)
+	Stats(ctx context.Context, window time.Duration) (orchestrator.Stats, error)
 }
 
 // Config configures the HTTP API. Zero fields take their defaults; nil is
@@ -103,7 +104,7 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// ReconcileMetrics are updated by runs started with POST /reconcile/run
 	// (nil: none).
-	ReconcileMetrics *saga.ReconcileMetrics
+	ReconcileMetrics *orchestrator.ReconcileMetrics
 	// DeadLetters serves /dlq, /outbox/dead and /ui/dlq; nil: they answer
 	// 501.
 	DeadLetters DeadLetters
@@ -373,13 +374,13 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	// Trace context: repeated header fields combine with "," (RFC 9110), so
 	// two traceparents make one the engine's door refuses; whatever it
 	// refuses is dropped (logged, counted) and the start goes on.
-	in, created, err := s.eng.Start(r.Context(), saga.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data,
+	in, created, err := s.eng.Start(r.Context(), orchestrator.StartRequest{Type: b.Type, IdempotencyKey: b.IdempotencyKey, AggregateID: b.AggregateID, Data: b.Data,
 		TraceParent: strings.Join(r.Header.Values("traceparent"), ","), TraceState: strings.Join(r.Header.Values("tracestate"), ",")})
-	var live *saga.LiveSagaError
+	var live *orchestrator.LiveSagaError
 	switch {
-	case errors.Is(err, saga.ErrInvalidInput):
+	case errors.Is(err, orchestrator.ErrInvalidInput):
 		field := "data"
-		var ie *saga.InputError
+		var ie *orchestrator.InputError
 		if errors.As(err, &ie) {
 			field = ie.Field
 		}
@@ -491,7 +492,7 @@ func ParseJournalPage(q map[string][]string) (JournalPage, string, error) {
 }
 
 // detail is the view of a saga with one page of its journal.
-func (s *Server) detail(in saga.Instance, js saga.JournalSlice) SagaView {
+func (s *Server) detail(in saga.Instance, js orchestrator.JournalSlice) SagaView {
 	v := s.view(in, js.Entries)
 	if js.Next > 0 {
 		v.JournalNext = strconv.FormatInt(js.Next, 10)
@@ -532,23 +533,23 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.detail(in, js))
 }
 
-// ParseFilter reads a saga.Filter from query parameters.
-func ParseFilter(q map[string][]string) (saga.Filter, string, error) {
+// ParseFilter reads a orchestrator.Filter from query parameters.
+func ParseFilter(q map[string][]string) (orchestrator.Filter, string, error) {
 	get := func(k string) string {
 		if v := q[k]; len(v) > 0 {
 			return v[0]
 		}
 		return ""
 	}
-	f := saga.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor"),
+	f := orchestrator.Filter{State: saga.State(get("state")), Type: get("type"), Step: get("step"), Cursor: get("cursor"),
 		AggregateID: get("aggregate_id"), IdempotencyKey: get("idempotency_key")}
 	if f.State != "" && !f.State.Valid() {
 		return f, "state", fmt.Errorf("state %s must be one of running, compensating, completed, compensated, failed", echo(string(f.State)))
 	}
 	if v := get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > saga.ListLimitMax {
-			return f, "limit", fmt.Errorf("limit %s must be an integer from 1 to %d", echo(v), saga.ListLimitMax)
+		if err != nil || n < 1 || n > orchestrator.ListLimitMax {
+			return f, "limit", fmt.Errorf("limit %s must be an integer from 1 to %d", echo(v), orchestrator.ListLimitMax)
 		}
 		f.Limit = n
 	}
@@ -584,7 +585,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.eng.List(r.Context(), f)
 	switch {
-	case errors.Is(err, saga.ErrInvalidInput):
+	case errors.Is(err, orchestrator.ErrInvalidInput):
 		fail(w, http.StatusBadRequest, "cursor", "%v", err)
 		return
 	case err != nil:

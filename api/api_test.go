@@ -20,6 +20,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
@@ -33,7 +34,7 @@ const adminToken = "cfd648b735fb65bbd6051860c9478c94"
 type env struct {
 	t    *testing.T
 	pool *pgxpool.Pool
-	eng  *saga.Engine
+	eng  *orchestrator.Engine
 	srv  *httptest.Server
 }
 
@@ -45,7 +46,7 @@ func setup(t *testing.T, token string) *env {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestStartRejectsBadRequests(t *testing.T) {
 		t.Errorf("invalid order error %q does not name qty", msg)
 	}
 	// Nothing was started by any of these.
-	p, err := e.eng.List(context.Background(), saga.Filter{})
+	p, err := e.eng.List(context.Background(), orchestrator.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -16,7 +17,7 @@ import (
 // engine implements it. When the Engine given to New does not,
 // POST /sagas/actions/{action} answers 501.
 type BulkOperator interface {
-	OperateMatching(ctx context.Context, req saga.BulkRequest) (saga.BulkResult, error)
+	OperateMatching(ctx context.Context, req orchestrator.BulkRequest) (orchestrator.BulkResult, error)
 }
 
 // BulkBody is the body of POST /sagas/actions/{action}: the filter (the
@@ -35,7 +36,7 @@ var filterKeys = []string{"state", "type", "step", "older_than", "stuck", "stuck
 
 // BulkFilter reads a bulk action's filter (the parameters of GET /sagas,
 // no cursor or limit). It returns the field at fault with the error.
-func BulkFilter(m map[string]string) (saga.Filter, string, error) {
+func BulkFilter(m map[string]string) (orchestrator.Filter, string, error) {
 	q := url.Values{}
 	for k, v := range m {
 		known := false
@@ -43,7 +44,7 @@ func BulkFilter(m map[string]string) (saga.Filter, string, error) {
 			known = known || k == fk
 		}
 		if !known {
-			return saga.Filter{}, "filter." + cut(k, echoMax), fmt.Errorf("filter key %s is not one of %s", echo(k), strings.Join(filterKeys, ", "))
+			return orchestrator.Filter{}, "filter." + cut(k, echoMax), fmt.Errorf("filter key %s is not one of %s", echo(k), strings.Join(filterKeys, ", "))
 		}
 		if v != "" {
 			q.Set(k, v)
@@ -62,7 +63,7 @@ func BulkFilter(m map[string]string) (saga.Filter, string, error) {
 // ParseFilterSpec reads a filter written as comma-separated key=value pairs,
 // the keys of BulkFilter plus status (for state) and stuck_since=D (for
 // stuck=true with stuck_after=D): "status=failed,type=place-order".
-func ParseFilterSpec(spec string) (saga.Filter, error) {
+func ParseFilterSpec(spec string) (orchestrator.Filter, error) {
 	m := map[string]string{}
 	for _, kv := range strings.Split(spec, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
@@ -71,7 +72,7 @@ func ParseFilterSpec(spec string) (saga.Filter, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if !ok || k == "" || v == "" {
-			return saga.Filter{}, fmt.Errorf("filter %s: want key=value", echo(kv))
+			return orchestrator.Filter{}, fmt.Errorf("filter %s: want key=value", echo(kv))
 		}
 		switch k {
 		case "status":
@@ -86,35 +87,35 @@ func ParseFilterSpec(spec string) (saga.Filter, error) {
 }
 
 // bulkRequest validates an action on the sagas of a filter.
-func bulkRequest(action saga.OperatorAction, b BulkBody) (saga.BulkRequest, *actionError) {
+func bulkRequest(action saga.OperatorAction, b BulkBody) (orchestrator.BulkRequest, *actionError) {
 	switch action {
 	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
 	default:
-		return saga.BulkRequest{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate or resolve", echo(string(action)))}
+		return orchestrator.BulkRequest{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate or resolve", echo(string(action)))}
 	}
 	if aerr := checkAction(action, b.ActionBody); aerr != nil {
-		return saga.BulkRequest{}, aerr
+		return orchestrator.BulkRequest{}, aerr
 	}
 	f, field, err := BulkFilter(b.Filter)
 	if err != nil {
-		return saga.BulkRequest{}, &actionError{status: http.StatusBadRequest, field: field, msg: err.Error()}
+		return orchestrator.BulkRequest{}, &actionError{status: http.StatusBadRequest, field: field, msg: err.Error()}
 	}
-	if b.Limit < 0 || b.Limit > saga.BulkLimitMax {
-		return saga.BulkRequest{}, &actionError{status: http.StatusBadRequest, field: "limit", msg: fmt.Sprintf("limit must be from 1 to %d (0: %d)", saga.BulkLimitMax, saga.BulkLimitDefault)}
+	if b.Limit < 0 || b.Limit > orchestrator.BulkLimitMax {
+		return orchestrator.BulkRequest{}, &actionError{status: http.StatusBadRequest, field: "limit", msg: fmt.Sprintf("limit must be from 1 to %d (0: %d)", orchestrator.BulkLimitMax, orchestrator.BulkLimitDefault)}
 	}
-	return saga.BulkRequest{Filter: f, DryRun: b.DryRun, Limit: b.Limit,
+	return orchestrator.BulkRequest{Filter: f, DryRun: b.DryRun, Limit: b.Limit,
 		Operator: saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome}}, nil
 }
 
 // bulk runs req through the engine.
-func (s *Server) bulk(r *http.Request, req saga.BulkRequest) (saga.BulkResult, *actionError) {
+func (s *Server) bulk(r *http.Request, req orchestrator.BulkRequest) (orchestrator.BulkResult, *actionError) {
 	bo, ok := s.eng.(BulkOperator)
 	if !ok {
-		return saga.BulkResult{}, &actionError{status: http.StatusNotImplemented, msg: "this server's engine cannot apply actions to a filter"}
+		return orchestrator.BulkResult{}, &actionError{status: http.StatusNotImplemented, msg: "this server's engine cannot apply actions to a filter"}
 	}
 	res, err := bo.OperateMatching(r.Context(), req)
 	switch {
-	case errors.Is(err, saga.ErrInvalidInput):
+	case errors.Is(err, orchestrator.ErrInvalidInput):
 		return res, &actionError{status: http.StatusBadRequest, field: "filter", msg: err.Error()}
 	case err != nil:
 		status, body := s.internal(r, fmt.Sprintf("operator action %s on a filter", req.Operator.Action), err)
@@ -129,7 +130,7 @@ func (s *Server) operateMatching(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, aerr := bulkRequest(saga.OperatorAction(r.PathValue("action")), b)
-	var res saga.BulkResult
+	var res orchestrator.BulkResult
 	if aerr == nil {
 		res, aerr = s.bulk(r, req)
 	}
@@ -150,7 +151,7 @@ type bulkData struct {
 	Filter map[string]string
 	// Query is the filter as GET /ui/sagas parameters (the link back).
 	Query  string
-	Result *saga.BulkResult
+	Result *orchestrator.BulkResult
 	Error  string
 }
 
@@ -171,7 +172,7 @@ func (s *Server) bulkPage(w http.ResponseWriter, r *http.Request) {
 	d := bulkData{Action: r.PostFormValue("action"), Form: b.ActionBody, Filter: b.Filter, Query: q.Encode()}
 	status := http.StatusOK
 	req, aerr := bulkRequest(saga.OperatorAction(d.Action), b)
-	var res saga.BulkResult
+	var res orchestrator.BulkResult
 	if aerr == nil {
 		res, aerr = s.bulk(r, req)
 	}

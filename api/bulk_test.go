@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -23,7 +24,7 @@ func TestFilterActionDryRunThenApply(t *testing.T) {
 	a, b := e.start(t, "bulk-a"), e.start(t, "bulk-b")
 	body := `{"filter":{"state":"running","type":"place-order"},"actor":"carol","reason":"provider outage over","dry_run":true}`
 	st, out := e.do(t, http.MethodPost, "/sagas/actions/retry", opsToken, body)
-	var res saga.BulkResult
+	var res orchestrator.BulkResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil || st != http.StatusOK {
 		t.Fatalf("dry run = %d %s (%v)", st, out, err)
 	}

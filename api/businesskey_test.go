@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -49,7 +49,7 @@ func TestFindSagasByBusinessKey(t *testing.T) {
 func TestStartRefusedWhileTheAggregateHasALiveSaga(t *testing.T) {
 	t.Parallel()
 	e := setup(t, adminToken)
-	eng, err := saga.NewEngine(e.pool, e.eng.Registry(), &saga.Config{Schema: "orch", SingleLiveTypes: []string{orderapi.SagaType}})
+	eng, err := orchestrator.NewEngine(e.pool, e.eng.Registry(), &orchestrator.EngineConfig{Schema: "orch", SingleLiveTypes: []string{orderapi.SagaType}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // WithDefaults fills every zero field and keeps what is set.
@@ -29,7 +29,7 @@ func TestConfigWithDefaults(t *testing.T) {
 // New refuses a bad Config naming the field, and takes nil.
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	eng := (*saga.Engine)(nil) // never called: New only routes
+	eng := (*orchestrator.Engine)(nil) // never called: New only routes
 	for _, tc := range []struct {
 		cfg   api.Config
 		field string

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // Every read parameter is bounded: a value past its bound answers 400
 // naming the parameter and the bound, and /stats?window= counts at most
-// saga.StatsWindowMax of history.
+// orchestrator.StatsWindowMax of history.
 func TestReadParametersAreCapped(t *testing.T) {
 	t.Parallel()
 	e, _, _ := setupDLQ(t, adminToken)
@@ -46,7 +46,7 @@ func TestReadParametersAreCapped(t *testing.T) {
 	}
 	st, body := e.do("GET", "/stats?window=24h", nil, auth...)
 	b, _ := json.Marshal(body)
-	if st != 200 || body["window_seconds"] != saga.StatsWindowMax.Seconds() {
+	if st != 200 || body["window_seconds"] != orchestrator.StatsWindowMax.Seconds() {
 		t.Errorf("GET /stats?window=24h = %d %s; want the day's window", st, b)
 	}
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 )
 
 // fuzzServer is an API over a real engine on a fresh database, built once
 // per fuzz run (each fuzzing worker process builds its own).
-func fuzzServer(f *testing.F) (http.Handler, *saga.Engine) {
+func fuzzServer(f *testing.F) (http.Handler, *orchestrator.Engine) {
 	f.Helper()
 	pool := testkit.Pool(f)
 	testkit.Migrate(f, pool, testkit.MustSets(f)(migrations.Orchestrator("orch")))
@@ -30,7 +31,7 @@ func fuzzServer(f *testing.F) (http.Handler, *saga.Engine) {
 	if err := steps.Register(reg); err != nil {
 		f.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func FuzzParseFilter(f *testing.F) {
 			if field != "" {
 				t.Fatalf("no error but field %q", field)
 			}
-			if flt.Limit < 0 || flt.Limit > saga.ListLimitMax || flt.OlderThan < 0 || flt.StuckAfter < 0 {
+			if flt.Limit < 0 || flt.Limit > orchestrator.ListLimitMax || flt.OlderThan < 0 || flt.StuckAfter < 0 {
 				t.Fatalf("accepted an out-of-range filter %+v from %q", flt, query)
 			}
 			if flt.State != "" && !flt.State.Valid() {
@@ -138,7 +139,7 @@ func FuzzParseFilter(f *testing.F) {
 func FuzzActionBody(f *testing.F) {
 	h, eng := fuzzServer(f)
 	// One running saga and one failed-looking id that does not exist.
-	in, _, err := eng.Start(context.Background(), saga.StartRequest{Type: "place-order", IdempotencyKey: "fuzz", AggregateID: "o-f",
+	in, _, err := eng.Start(context.Background(), orchestrator.StartRequest{Type: "place-order", IdempotencyKey: "fuzz", AggregateID: "o-f",
 		Data: steps.Order{OrderID: "o-f", Customer: "c", SKU: "s", Qty: 1, AmountCents: 1}})
 	if err != nil {
 		f.Fatal(err)

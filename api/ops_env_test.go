@@ -19,6 +19,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
@@ -29,7 +30,7 @@ import (
 // participants would.
 type opsEnv struct {
 	pool  *pgxpool.Pool
-	eng   *saga.Engine
+	eng   *orchestrator.Engine
 	srv   *httptest.Server
 	token string
 	done  map[int64]bool
@@ -45,7 +46,7 @@ func newOpsEnv(t *testing.T, cfg *api.Config) *opsEnv {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func newOpsEnv(t *testing.T, cfg *api.Config) *opsEnv {
 func (e *opsEnv) start(t *testing.T, orderID string) uuid.UUID {
 	t.Helper()
 	o := steps.Order{OrderID: orderID, Customer: "c-" + orderID, SKU: "sku-1", Qty: 2, AmountCents: 4200}
-	in, _, err := e.eng.Start(context.Background(), saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: orderID, AggregateID: orderID, Data: o})
+	in, _, err := e.eng.Start(context.Background(), orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: orderID, AggregateID: orderID, Data: o})
 	if err != nil {
 		t.Fatalf("start saga for %s: %v", orderID, err)
 	}

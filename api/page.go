@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -87,7 +88,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 // ---- list ----
 
 type listData struct {
-	Filter saga.Filter
+	Filter orchestrator.Filter
 	States []saga.State
 	Types  []string
 	Steps  []string
@@ -143,7 +144,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 	p, err := s.eng.List(r.Context(), f)
 	if err != nil {
 		d.Error, status = cut(err.Error(), errorMax), http.StatusBadRequest
-		if !errors.Is(err, saga.ErrInvalidInput) {
+		if !errors.Is(err, orchestrator.ErrInvalidInput) {
 			var body Error
 			status, body = s.internal(r, "list sagas (page)", err)
 			w.Header().Set("X-Request-Id", body.RequestID)

@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // gateServer is an API whose gate is all a test calls: no route it calls
 // reaches the engine.
 func gateServer(t *testing.T, cfg *api.Config) *api.Server {
 	t.Helper()
-	return newAPI(t, (*saga.Engine)(nil), cfg)
+	return newAPI(t, (*orchestrator.Engine)(nil), cfg)
 }
 
 // gateCall sends one request from the address remote (host:port) with the
@@ -193,10 +193,10 @@ func TestWeakTokensRefused(t *testing.T) {
 		"abcdefghijklmnopqrstuvwxyz", "0123456789012345678901234567", "sagaflow-admin-token-2024-01-01", "my-secret-password-123456",
 		"this is a token with spaces", "token-\u00e9\u00e9\u00e9-0f9e8d7c6b5a4f3e2d1c",
 	} {
-		if _, err := api.New((*saga.Engine)(nil), &api.Config{AdminToken: weak}); err == nil || !strings.Contains(err.Error(), "Config.AdminToken") {
+		if _, err := api.New((*orchestrator.Engine)(nil), &api.Config{AdminToken: weak}); err == nil || !strings.Contains(err.Error(), "Config.AdminToken") {
 			t.Errorf("admin token %q: %v, want it refused naming Config.AdminToken", weak, err)
 		}
-		if _, err := api.New((*saga.Engine)(nil), &api.Config{ClientToken: weak}); err == nil || !strings.Contains(err.Error(), "Config.ClientToken") {
+		if _, err := api.New((*orchestrator.Engine)(nil), &api.Config{ClientToken: weak}); err == nil || !strings.Contains(err.Error(), "Config.ClientToken") {
 			t.Errorf("client token %q: %v, want it refused naming Config.ClientToken", weak, err)
 		}
 	}

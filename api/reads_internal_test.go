@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // With every read slot taken, a read answers 503 naming
@@ -15,7 +15,7 @@ import (
 // the health endpoints do not wait for a slot.
 func TestReadSlotsFullAnswers503(t *testing.T) {
 	t.Parallel()
-	s, err := New((*saga.Engine)(nil), &Config{MaxConcurrentReads: 1, HandlerTimeout: 200 * time.Millisecond})
+	s, err := New((*orchestrator.Engine)(nil), &Config{MaxConcurrentReads: 1, HandlerTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 )
@@ -45,7 +46,7 @@ func TestReadFloodDoesNotDelayStarts(t *testing.T) {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/orchestrator"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -65,7 +64,7 @@ func TestReadyzAnswersAGenericReason(t *testing.T) {
 			[]string{"sntl-host-7", "sntl_user"}},
 	} {
 		var logs syncBuffer
-		srv := newAPI(t, (*saga.Engine)(nil), &api.Config{Ready: c.ready, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		srv := newAPI(t, (*orchestrator.Engine)(nil), &api.Config{Ready: c.ready, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		rec := gateCall(srv, "GET", "/readyz", "192.0.2.1:1000", "")
 		var body map[string]string
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusServiceUnavailable {

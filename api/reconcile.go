@@ -9,14 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
 // Reconciler is what the reconciliation endpoints need; the engine
 // implements it. When the Engine given to New does not, they answer 501.
 type Reconciler interface {
-	Reconcile(ctx context.Context, o saga.ReconcileOptions, m *saga.ReconcileMetrics) (saga.ReconcileReport, error)
-	OpenDiscrepancies(ctx context.Context, limit int) ([]saga.Discrepancy, error)
+	Reconcile(ctx context.Context, o orchestrator.ReconcileOptions, m *orchestrator.ReconcileMetrics) (orchestrator.ReconcileReport, error)
+	OpenDiscrepancies(ctx context.Context, limit int) ([]orchestrator.Discrepancy, error)
 	ResolveDiscrepancy(ctx context.Context, id int64, actor, reason string) error
 	LastReconcile(ctx context.Context) (time.Time, error)
 }
@@ -24,8 +25,8 @@ type Reconciler interface {
 // ReconcileView is GET /reconcile: the open discrepancies and when the last
 // run finished.
 type ReconcileView struct {
-	LastRunAt *time.Time         `json:"last_run_at"`
-	Open      []saga.Discrepancy `json:"open"`
+	LastRunAt *time.Time                 `json:"last_run_at"`
+	Open      []orchestrator.Discrepancy `json:"open"`
 }
 
 // ReconcileRunBody is the body of POST /reconcile/run.
@@ -83,7 +84,7 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &b, MaxActionBodyBytes, fmt.Sprintf("the body is larger than %d bytes", MaxActionBodyBytes)) {
 		return
 	}
-	o := saga.ReconcileOptions{DryRun: b.DryRun}
+	o := orchestrator.ReconcileOptions{DryRun: b.DryRun}
 	if b.Since != "" {
 		d, err := time.ParseDuration(b.Since)
 		if err != nil || d <= 0 || d > ReconcileSinceMax {
@@ -93,7 +94,7 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 		o.Since = d
 	}
 	rep, err := rc.Reconcile(r.Context(), o, s.cfg.ReconcileMetrics)
-	if errors.Is(err, saga.ErrReconcileBusy) {
+	if errors.Is(err, orchestrator.ErrReconcileBusy) {
 		fail(w, http.StatusConflict, "", "%v; try again in a moment", err)
 		return
 	}
@@ -104,7 +105,7 @@ func (s *Server) reconcileRun(w http.ResponseWriter, r *http.Request) {
 	if rep.List == nil {
 		// The engine leaves List nil when it finds nothing at all; the
 		// answer's list is an array, empty then.
-		rep.List = []saga.Discrepancy{}
+		rep.List = []orchestrator.Discrepancy{}
 	}
 	writeJSON(w, http.StatusOK, rep)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -39,7 +40,7 @@ func TestReconcileEndpoints(t *testing.T) {
 		t.Fatalf("GET /reconcile: %d %v, want the one open discrepancy and a last run", code, out)
 	}
 	d := open[0].(map[string]any)
-	if d["kind"] != saga.KindFailed || d["saga_id"] != id.String() || d["step"] != "create-shipment" {
+	if d["kind"] != string(orchestrator.KindFailed) || d["saga_id"] != id.String() || d["step"] != "create-shipment" {
 		t.Fatalf("discrepancy %v", d)
 	}
 	path := fmt.Sprintf("/reconcile/discrepancies/%v/resolve", d["id"])
@@ -113,7 +114,7 @@ func TestReconcilePage(t *testing.T) {
 		t.Fatalf("run with a wrong token = %d:\n%s", code, body)
 	}
 	code, _, body := page("POST", "/ui/reconcile/run", url.Values{"token": {adminToken}})
-	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, saga.KindFailed) {
+	if code != 200 || !strings.Contains(body, "Reconciled: 1 differences") || !strings.Contains(body, id.String()) || !strings.Contains(body, string(orchestrator.KindFailed)) {
 		t.Fatalf("run = %d:\n%s", code, body)
 	}
 	open, err := e.eng.OpenDiscrepancies(t.Context(), 10)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -19,9 +20,9 @@ import (
 //	POST /ui/reconcile/{id}/resolve        close one (admin token, actor, reason)
 
 type reconcileData struct {
-	Open    []saga.Discrepancy
+	Open    []orchestrator.Discrepancy
 	LastRun string
-	Report  *saga.ReconcileReport
+	Report  *orchestrator.ReconcileReport
 	Done    string
 	Error   string
 	Now     string
@@ -65,10 +66,10 @@ func (s *Server) reconcileRunPage(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusNotImplemented, "error", "This server has no reconciler.")
 		return
 	}
-	rep, err := rc.Reconcile(r.Context(), saga.ReconcileOptions{DryRun: r.PostFormValue("dry_run") != ""}, s.cfg.ReconcileMetrics)
+	rep, err := rc.Reconcile(r.Context(), orchestrator.ReconcileOptions{DryRun: r.PostFormValue("dry_run") != ""}, s.cfg.ReconcileMetrics)
 	d := reconcileData{Report: &rep}
 	switch {
-	case errors.Is(err, saga.ErrReconcileBusy):
+	case errors.Is(err, orchestrator.ErrReconcileBusy):
 		d.Report, d.Error = nil, "Another reconciliation run is in progress (a serving replica's); try again in a moment."
 		s.renderReconcile(w, r, http.StatusConflict, d)
 		return

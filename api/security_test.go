@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -315,7 +316,10 @@ func lateReplies(t *testing.T, env *opsEnv, id uuid.UUID, n int) {
 	}
 	for i := 1; i < len(rs); i += 100 {
 		batch := rs[i:min(i+100, len(rs))]
-		if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error { return env.eng.ApplyReplies(ctx, tx, batch) }); err != nil {
+		if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
+			refused, err := env.eng.ApplyReplies(ctx, tx, batch)
+			return errors.Join(append(refused, err)...)
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

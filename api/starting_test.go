@@ -10,6 +10,7 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 )
@@ -26,7 +27,7 @@ func TestStartWhilePreparingAnswers503(t *testing.T) {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "orch"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -30,7 +31,7 @@ type StatsView struct {
 	} `json:"outbox"`
 }
 
-func statsView(st saga.Stats) StatsView {
+func statsView(st orchestrator.Stats) StatsView {
 	v := StatsView{At: st.At, Open: st.Open, Finished: st.Finished, WindowSeconds: st.Window.Seconds(),
 		ByState: map[saga.State]int64{}, OldestInFlightSeconds: st.OldestInFlight.Seconds()}
 	for _, m := range []map[string]map[saga.State]int64{st.Open, st.Finished} {
@@ -74,13 +75,13 @@ func (s *Server) readStats(r *http.Request) (StatsView, int, string, error) {
 	var window time.Duration
 	if q := r.URL.Query().Get("window"); q != "" {
 		d, err := time.ParseDuration(q)
-		if err != nil || d <= 0 || d > saga.StatsWindowMax {
+		if err != nil || d <= 0 || d > orchestrator.StatsWindowMax {
 			return StatsView{}, http.StatusBadRequest, "window", errWindow(q)
 		}
 		window = d
 	}
 	st, err := sr.Stats(r.Context(), window)
-	if errors.Is(err, saga.ErrInvalidInput) {
+	if errors.Is(err, orchestrator.ErrInvalidInput) {
 		return StatsView{}, http.StatusBadRequest, "window", err
 	}
 	if err != nil {
@@ -109,7 +110,7 @@ func (e statsError) Error() string { return string(e) }
 const errNoStats = statsError("this engine does not report stats")
 
 func errWindow(q string) error {
-	return statsError("window " + echo(q) + " must be a positive duration like 15m, at most " + saga.StatsWindowMax.String() + " (the stats count only that much history)")
+	return statsError("window " + echo(q) + " must be a positive duration like 15m, at most " + orchestrator.StatsWindowMax.String() + " (the stats count only that much history)")
 }
 
 // Bounds of read parameters besides the page sizes (limit, journal_limit:

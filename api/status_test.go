@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
@@ -156,7 +157,7 @@ func TestStatsCountsAndOutbox(t *testing.T) {
 	if f := st.Finished[po]; f[saga.Completed] != 1 || f[saga.Compensated] != 1 || f[saga.Failed] != 1 {
 		t.Fatalf("finished = %v; want one each of completed, compensated, failed", st.Finished)
 	}
-	if st.ByState[saga.Failed] != 2 || st.ByState[saga.Running] != 1 || st.WindowSeconds != saga.StatsWindowDefault.Seconds() {
+	if st.ByState[saga.Failed] != 2 || st.ByState[saga.Running] != 1 || st.WindowSeconds != orchestrator.StatsWindowDefault.Seconds() {
 		t.Fatalf("by_state = %v window %v; want failed 2 (open + finished), running 1, window 1h", st.ByState, st.WindowSeconds)
 	}
 	if st.OldestInFlightSeconds <= 0 || st.OldestInFlightSeconds > 60 {

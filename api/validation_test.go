@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/api"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -89,7 +89,7 @@ func TestStartBodyValidation(t *testing.T) {
 			t.Errorf("%s: error %q does not name %q", c.name, msg, c.field)
 		}
 	}
-	p, err := e.eng.List(context.Background(), saga.Filter{})
+	p, err := e.eng.List(context.Background(), orchestrator.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestStartRefusesNonPositiveAmount(t *testing.T) {
 			t.Errorf("%s amount: error %q does not name amount_cents", c.name, msg)
 		}
 	}
-	p, err := e.eng.List(context.Background(), saga.Filter{})
+	p, err := e.eng.List(context.Background(), orchestrator.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestConcurrentStartsSameKeyCreateOneSaga(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("answers carry %d different ids: %v", len(ids), ids)
 	}
-	p, err := e.eng.List(context.Background(), saga.Filter{})
+	p, err := e.eng.List(context.Background(), orchestrator.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

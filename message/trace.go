@@ -27,16 +27,19 @@ const (
 	MaxTraceStateMembers = 32
 )
 
+// TraceDropCode says in a word why a trace context header was dropped.
+type TraceDropCode string
+
 // Codes of TraceDrop, short and fixed (a metric label).
 const (
-	TraceDropVersion  = "version"   // traceparent version is not 00
-	TraceDropLength   = "length"    // traceparent is not 55 bytes
-	TraceDropFormat   = "format"    // not the grammar (upper case, not hex, bad key or value, not ASCII text)
-	TraceDropZeroID   = "zero_id"   // trace id or parent id all zeros
-	TraceDropRepeated = "repeated"  // header given more than once, or a tracestate key twice
-	TraceDropSize     = "size"      // tracestate longer than MaxTraceStateBytes
-	TraceDropMembers  = "members"   // tracestate with more than MaxTraceStateMembers members
-	TraceDropNoParent = "no_parent" // tracestate without a valid traceparent
+	TraceDropVersion  TraceDropCode = "version"   // traceparent version is not 00
+	TraceDropLength   TraceDropCode = "length"    // traceparent is not 55 bytes
+	TraceDropFormat   TraceDropCode = "format"    // not the grammar (upper case, not hex, bad key or value, not ASCII text)
+	TraceDropZeroID   TraceDropCode = "zero_id"   // trace id or parent id all zeros
+	TraceDropRepeated TraceDropCode = "repeated"  // header given more than once, or a tracestate key twice
+	TraceDropSize     TraceDropCode = "size"      // tracestate longer than MaxTraceStateBytes
+	TraceDropMembers  TraceDropCode = "members"   // tracestate with more than MaxTraceStateMembers members
+	TraceDropNoParent TraceDropCode = "no_parent" // tracestate without a valid traceparent
 )
 
 // traceReasonExcerpt bounds the excerpt of a refused value in a reason.
@@ -47,7 +50,9 @@ const traceReasonExcerpt = 40
 // Reason a bounded text safe for a log line (the value is quoted, cut to
 // a short excerpt).
 type TraceDrop struct {
-	Header, Code, Reason string
+	Header string
+	Code   TraceDropCode
+	Reason string
 }
 
 func (d TraceDrop) String() string { return d.Header + " " + d.Reason }
@@ -57,7 +62,7 @@ func (d TraceDrop) String() string { return d.Header + " " + d.Reason }
 // zero) "-" 2, exactly TraceParentBytes bytes. Any other version is
 // refused: a later version's extra fields could be of any length and
 // bytes, and the value goes on every command of the saga.
-func TraceParentProblem(v string) (code, reason string) {
+func TraceParentProblem(v string) (code TraceDropCode, reason string) {
 	if len(v) >= 2 && v[:2] != "00" {
 		return TraceDropVersion, fmt.Sprintf("has version %s (%d bytes); only version 00 is kept", quote(v[:2], 2), len(v))
 	}
@@ -124,7 +129,7 @@ func TraceID(traceparent string) string {
 //	nblk-chr    = %x21-2B / %x2D-3C / %x3E-7E
 //
 // A key appears at most once.
-func TraceStateProblem(v string) (clean, code, reason string) {
+func TraceStateProblem(v string) (clean string, code TraceDropCode, reason string) {
 	if v == "" {
 		return "", "", ""
 	}

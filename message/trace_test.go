@@ -20,7 +20,8 @@ const goodTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func TestTraceParentValidator(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		v, code string
+		v    string
+		code message.TraceDropCode
 	}{
 		{goodTP, ""},
 		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", ""},
@@ -75,7 +76,8 @@ func TestTraceStateValidator(t *testing.T) {
 		return strings.Join(m, ",")
 	}
 	for _, c := range []struct {
-		v, clean, code string
+		v, clean string
+		code     message.TraceDropCode
 	}{
 		{"", "", ""},
 		{" , ,", "", ""},
@@ -136,7 +138,7 @@ func TestCheckTraceContext(t *testing.T) {
 		tp, ts, drops := message.CheckTraceContext(c.tp, c.ts)
 		var got []string
 		for _, d := range drops {
-			got = append(got, d.Header+"/"+d.Code)
+			got = append(got, d.Header+"/"+string(d.Code))
 			if len(d.String()) > 250 || !utf8.ValidString(d.String()) {
 				t.Errorf("drop %q: want a short UTF-8 text", d)
 			}

@@ -39,7 +39,7 @@ func TestNewValidatesAndNeverOverwrites(t *testing.T) {
 		{"no brokers", orchestrator.Config{}, "Config.Brokers is empty"},
 		{"bad inbox value", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Advanced: inbox.Advanced{SessionTimeout: time.Millisecond}}}, "SessionTimeout"},
 		{"bad relay value", orchestrator.Config{Brokers: b, Relay: relay.Config{BatchSize: -1}}, "BatchSize"},
-		{"bad engine value", orchestrator.Config{Brokers: b, Engine: saga.Config{TimerBatch: -1}}, "Config.TimerBatch"},
+		{"bad engine value", orchestrator.Config{Brokers: b, Engine: orchestrator.EngineConfig{TimerBatch: -1}}, "Config.TimerBatch"},
 		{"bad inbox lanes", orchestrator.Config{Brokers: b, Inbox: inbox.Config{Lanes: -1}}, "Config.Lanes"},
 		{"negative partitions", orchestrator.Config{Brokers: b, Partitions: -1}, "Config.Partitions"},
 		{"negative replication", orchestrator.Config{Brokers: b, Replication: -3}, "Config.Replication"},

@@ -1,9 +1,11 @@
-// Package orchestrator wires one orchestrator process: the saga engine,
-// the consumer of the reply topic (through the inbox), the relay of the
-// orchestrator's outbox and the timer loop.
+// Package orchestrator runs sagas over Postgres and Kafka: the [Engine]
+// (starts, replies, timers, operator actions, reads, reconciliation) and
+// the [Service] that wires one orchestrator process around it (the
+// consumer of the reply topic through the inbox, the relay of the
+// orchestrator's outbox and the timer loop).
 //
-// Register the saga definitions, create the service, prepare it (migrations
-// and topics) and run it:
+// Register the saga definitions (package saga), create the service,
+// prepare it (migrations and topics) and run it:
 //
 //	reg := saga.NewRegistry()
 //	def, err := steps.PlaceOrderDefinition().Build()
@@ -11,14 +13,27 @@
 //
 //	svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 //		Brokers: []string{"127.0.0.1:9092"},
-//		Engine:  saga.Config{Schema: "sagaflow"},
+//		Engine:  orchestrator.EngineConfig{Schema: "sagaflow"},
 //	})
 //	err = svc.Prepare(ctx) // applies migrations, creates the topics
 //	go svc.Run(ctx)        // replies, relay and timers until ctx ends
 //
-//	in, created, err := svc.Engine().Start(ctx, saga.StartRequest{
+//	in, created, err := svc.Engine().Start(ctx, orchestrator.StartRequest{
 //		Type: "place-order", IdempotencyKey: "order-1001", AggregateID: "order-1001", Data: order,
 //	})
+//
+// An engine alone (no reply consumer, no relay: another process runs
+// them) is [NewEngine]; [Engine.StartTx] starts a saga inside the caller's
+// own transaction, atomically with its writes:
+//
+//	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "sagaflow"})
+//	in, created, err := eng.StartTx(ctx, tx, orchestrator.StartRequest{...})
+//
+// Reading: [Engine.Get] (one saga and its journal), [Engine.List]
+// (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];
+// [Engine.Operate] and [Engine.OperateMatching] apply operator actions;
+// [Engine.Reconcile] looks for sagas that need one. [Metrics] registers
+// the engine's Prometheus metrics.
 //
 // [Service.Engine] is the engine to start sagas and read them with (package
 // api serves it over HTTP); [Service.Ready] reports readiness (Postgres,
@@ -29,5 +44,7 @@
 // group: replies are applied with conditional updates, timers are claimed
 // with SKIP LOCKED, and the relay publishes only while it holds the
 // outbox's advisory lock. `orchestrator serve` is this package behind the
-// HTTP API, configured from a file, the environment and flags.
+// HTTP API, configured from a file, the environment and flags. How the
+// engine works inside: docs/DESIGN.md, "Inside the packages", package
+// orchestrator.
 package orchestrator

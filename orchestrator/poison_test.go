@@ -46,7 +46,7 @@ func TestTraceparentPoisonOnTheRealStack(t *testing.T) {
 	}
 	svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 		Brokers: brokers, Partitions: 2, GroupID: prefix + "orchestrator",
-		Engine: saga.Config{TopicPrefix: prefix, ReplyTopic: replyTopic, TimerInterval: 50 * time.Millisecond},
+		Engine: orchestrator.EngineConfig{TopicPrefix: prefix, ReplyTopic: replyTopic, TimerInterval: 50 * time.Millisecond},
 		Relay:  relay.Config{KeepSent: true},
 	})
 	if err != nil {
@@ -148,7 +148,7 @@ func TestTraceparentPoisonOnTheRealStack(t *testing.T) {
 		}
 	}
 	commands := 0
-	for _, r := range sentRecords(t, pool, saga.SchemaDefault) {
+	for _, r := range sentRecords(t, pool, orchestrator.SchemaDefault) {
 		c, err := message.DecodeCommand(r.Value)
 		if err != nil {
 			t.Fatalf("outbox row on %s: %v", r.Topic, err)
@@ -169,7 +169,7 @@ func TestTraceparentPoisonOnTheRealStack(t *testing.T) {
 	if commands != 5*len(cases) {
 		t.Errorf("%d commands for %d sagas, want five each", commands, len(cases))
 	}
-	schemas := []string{saga.SchemaDefault}
+	schemas := []string{orchestrator.SchemaDefault}
 	for _, name := range reference.Names {
 		schemas = append(schemas, reference.Options{}.Schema(name))
 	}

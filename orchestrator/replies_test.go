@@ -59,7 +59,7 @@ func tracedService(t *testing.T) (*orchestrator.Service, *pgxpool.Pool, *tracete
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	svc, err := orchestrator.New(pool, reg, &orchestrator.Config{Run: orchestrator.RunSet{Timers: true},
-		Engine: saga.Config{Schema: "orch", Tracer: tp.Tracer(saga.TracerName)}})
+		Engine: orchestrator.EngineConfig{Schema: "orch", Tracer: tp.Tracer(orchestrator.TracerName)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func tracedService(t *testing.T) (*orchestrator.Service, *pgxpool.Pool, *tracete
 
 func startOrder(t *testing.T, svc *orchestrator.Service, o string) saga.Instance {
 	t.Helper()
-	in, _, err := svc.Engine().Start(testkit.Context(t, time.Minute), saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o, AggregateID: o,
+	in, _, err := svc.Engine().Start(testkit.Context(t, time.Minute), orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o, AggregateID: o,
 		Data: map[string]any{"order_id": o, "customer": "c", "sku": "sku-apple", "qty": 1, "amount_cents": 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,8 +163,8 @@ func TestHandleRepliesDropsAStrayReplyAlone(t *testing.T) {
 		t.Fatalf("%d reply spans, want 3", len(got))
 	}
 	for k, s := range got {
-		if v, ok := spanAttr(s, orchestrator.AttrReplyOneByOne); ok && v.AsBool() {
-			t.Fatalf("reply %d applied one by one: the stray reply sent its batch down the slow path", k)
+		if v, ok := spanAttr(s, orchestrator.AttrReplyRetried); ok && v.AsBool() {
+			t.Fatalf("reply %d retried: the stray reply made its batch be decided again", k)
 		}
 		_, strayAttr := spanAttr(s, orchestrator.AttrReplyStray)
 		if (k == 1) != (strayAttr && s.Status.Code == codes.Error) {

@@ -50,7 +50,7 @@ type Config struct {
 	Partitions  int
 	Replication int
 	// Engine configures the saga engine (its Logger defaults to Logger).
-	Engine saga.Config
+	Engine EngineConfig
 	// Inbox configures the reply consumer. The service sets its Brokers,
 	// Dialer, GroupID, Topics and Schema, which must be left empty; Lanes
 	// defaults to RepliesLanesDefault, BatchSize to RepliesBatchDefault,
@@ -132,7 +132,7 @@ var DefaultRun = RunSet{Replies: true, Relay: true, Timers: true}
 // Service is a configured orchestrator process.
 type Service struct {
 	pool   *pgxpool.Pool
-	engine *saga.Engine
+	engine *Engine
 	cfg    Config
 	log    *slog.Logger
 
@@ -158,7 +158,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 	if c.Run.Relay && !c.Relay.NoDispatch && c.Engine.Dispatcher == nil {
 		// The engine's commands go out right after its commits; the relay
 		// publishes what a crash (or Kafka) left behind, after the lease.
-		ob, err := outbox.New(cmp.Or(c.Engine.Schema, saga.SchemaDefault))
+		ob, err := outbox.New(cmp.Or(c.Engine.Schema, SchemaDefault))
 		if err != nil {
 			return nil, fmt.Errorf("orchestrator: %w", err)
 		}
@@ -169,7 +169,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		}
 		c.Engine.Dispatcher = d
 	}
-	eng, err := saga.NewEngine(pool, reg, &c.Engine)
+	eng, err := NewEngine(pool, reg, &c.Engine)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
 		// The sagas a reply batch concerns (named by the saga-id headers)
 		// are loaded in the round trip that begins its transaction.
-		ic.Prefetch = func(b *pgx.Batch, recs []message.Record) any { return eng.QueueLoad(b, headerSagaIDs(recs)) }
+		ic.Prefetch = func(b *pgx.Batch, recs []message.Record) any { return eng.queueLoad(b, headerSagaIDs(recs)) }
 		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
@@ -200,7 +200,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 func (s *Service) Dispatcher() *relay.Dispatcher { return s.dispatch }
 
 // Engine is the service's saga engine (start, status, operator actions).
-func (s *Service) Engine() *saga.Engine { return s.engine }
+func (s *Service) Engine() *Engine { return s.engine }
 
 // Migrations are the sets the orchestrator needs.
 func (s *Service) Migrations() ([]migrations.Set, error) {
@@ -254,22 +254,22 @@ func decodeReply(m message.Record) (message.Reply, error) {
 
 // HandleReplies is the inbox handler of the reply topic. Every reply is
 // decoded, its headers checked against its body and, with reply signing
-// configured (saga.Signing), its signature verified (the engine then takes
-// it only from the step's participant); one that is bad is
-// dead-lettered with the reason (nothing written for it). The rest are
-// applied together (saga.Engine.ApplyReplyBatch: one load, one update, one
-// journal and one outbox insert), leaving out alone each reply refused by
-// its content (a stray reply: for an unknown saga or step, or answering
+// configured (Signing), its signature verified (the engine then takes it
+// only from the step's participant); one that is bad is dead-lettered with
+// the reason (nothing written for it). The rest are applied together
+// (Engine.ApplyReplies: one load, one update, one journal and one outbox
+// insert; a saga moved by someone else meanwhile is loaded again and the
+// batch decided again), leaving out alone each reply refused by its
+// content (a stray reply: for an unknown saga or step, or answering
 // nothing the saga sent; an invalid query answer), which is dead-lettered;
-// a stray one's dead letter is marked stray, for retention to purge. When
-// the batch cannot be applied as one (a saga moved by someone else
-// meanwhile), they are applied one by one with saga.Engine.ApplyReply,
-// which reloads and re-decides on a conflict; a reply it refuses as invalid
-// is dead-lettered. A database error fails the call: the inbox rolls it back
-// and, for an error about a reply's content, splits the batch until that
-// reply stands alone and dead-letters it.
-func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Record) ([]inbox.Result, error) {
-	out := make([]inbox.Result, len(ms))
+// a stray one's dead letter is marked stray, for retention to purge. Inside
+// the inbox's batch transaction the writes go with its COMMIT where the
+// inbox allows it, and the commands are dispatched after it. A database
+// error fails the call: the inbox rolls it back and, for an error about a
+// reply's content, splits the batch until that reply stands alone and
+// dead-letters it.
+func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Record) (out []inbox.Result, err error) {
+	out = make([]inbox.Result, len(ms))
 	rs := make([]message.Reply, 0, len(ms))
 	idx := make([]int, 0, len(ms))
 	for i, m := range ms {
@@ -288,33 +288,36 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 		return out, nil
 	}
 	rt := s.replySpans(ms, rs, idx)
-	pre, _ := inbox.Prefetched(ctx).(*saga.Preloaded)
-	refused, err := s.engine.ApplyReplyBatch(ctx, tx, rs, pre)
 	defer func() { rt.end(err) }()
-	switch {
-	case err == nil:
-		for k, rerr := range refused {
-			if rerr != nil {
-				out[idx[k]] = refusedReply(rerr)
-				rt.refused(k, rerr)
-			}
-		}
-		return out, nil
-	case !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid):
+	pre, _ := inbox.Prefetched(ctx).(*preloaded)
+	refused, retried, err := s.engine.applyReplies(ctx, tx, rs, pre, inboxHooksOf(ctx))
+	if err != nil {
 		return nil, err
 	}
-	// Nothing of the batch was written: one by one.
-	rt.oneByOne()
-	for k := range rs {
-		if err := s.engine.ApplyReply(ctx, tx, rs[k]); err != nil {
-			if !errors.Is(err, message.ErrInvalid) {
-				return nil, err
-			}
-			out[idx[k]] = refusedReply(err)
-			rt.refused(k, err)
+	if retried > 0 {
+		rt.retried()
+	}
+	for k, rerr := range refused {
+		if rerr != nil {
+			out[idx[k]] = refusedReply(rerr)
+			rt.refused(k, rerr)
 		}
 	}
 	return out, nil
+}
+
+// inboxHooksOf returns the engine's hooks into the inbox batch transaction
+// of ctx, nil outside an inbox handler: the one place the inbox's
+// context-carried functions are read.
+func inboxHooksOf(ctx context.Context) *inboxHooks {
+	if !inbox.InHandler(ctx) {
+		return nil
+	}
+	return &inboxHooks{
+		canDefer:    inbox.CanDefer(ctx),
+		commitWith:  func(b *pgx.Batch) { inbox.CommitWith(ctx, b) },
+		afterCommit: func(fn func()) { inbox.AfterCommit(ctx, fn) },
+	}
 }
 
 // refusedReply is the inbox result of a reply refused by its content: a

@@ -78,8 +78,8 @@ func newSignEnv(t *testing.T, o signOpts) *signEnv {
 	}
 	e.svc, err = orchestrator.New(e.pool, reg, &orchestrator.Config{
 		Brokers: e.brokers, Partitions: 2, GroupID: e.prefix + "orchestrator",
-		Engine: saga.Config{TopicPrefix: e.prefix, ReplyTopic: e.replyTopic, TimerInterval: 50 * time.Millisecond,
-			Signing: saga.Signing{Commands: signer, Replies: ring, AllowUnsigned: o.allowUnsigned}},
+		Engine: orchestrator.EngineConfig{TopicPrefix: e.prefix, ReplyTopic: e.replyTopic, TimerInterval: 50 * time.Millisecond,
+			Signing: orchestrator.Signing{Commands: signer, Replies: ring, AllowUnsigned: o.allowUnsigned}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func (e *signEnv) runParticipants(names ...string) (stop func()) {
 
 func (e *signEnv) start(orderID string, amount int64) uuid.UUID {
 	e.t.Helper()
-	in, _, err := e.svc.Engine().Start(e.ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: orderID, AggregateID: orderID,
+	in, _, err := e.svc.Engine().Start(e.ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: orderID, AggregateID: orderID,
 		Data: map[string]any{"order_id": orderID, "customer": "c", "sku": "sku-apple", "qty": 1, "amount_cents": amount}})
 	if err != nil {
 		e.t.Fatal(err)

@@ -13,12 +13,12 @@ import (
 )
 
 // Span attributes of "reply apply" spans: how the reply's batch was applied
-// (AttrReplyOneByOne: it could not be applied as one and went down the
-// one-by-one path) and AttrReplyStray on a stray reply, left out of its
-// batch alone and dead-lettered.
+// (AttrReplyRetried: a saga of the batch was moved by someone else after
+// it was loaded, and the batch was decided again) and AttrReplyStray on a
+// stray reply, left out of its batch alone and dead-lettered.
 const (
-	AttrReplyOneByOne = "sagaflow.reply.one_by_one"
-	AttrReplyStray    = "sagaflow.reply.stray"
+	AttrReplyRetried = "sagaflow.reply.retried"
+	AttrReplyStray   = "sagaflow.reply.stray"
 )
 
 // replyTrace ends the "reply apply" spans of a batch.
@@ -37,13 +37,14 @@ func (rt *replyTrace) refused(k int, err error) {
 	sp.SetStatus(codes.Error, err.Error())
 }
 
-// oneByOne marks every span of the batch as applied one by one.
-func (rt *replyTrace) oneByOne() {
+// retried marks every span of the batch as decided again after a version
+// conflict.
+func (rt *replyTrace) retried() {
 	if rt == nil {
 		return
 	}
 	for _, sp := range rt.spans {
-		sp.SetAttributes(attribute.Bool(AttrReplyOneByOne, true))
+		sp.SetAttributes(attribute.Bool(AttrReplyRetried, true))
 	}
 }
 
@@ -53,7 +54,7 @@ func (rt *replyTrace) end(err error) {
 		return
 	}
 	for _, sp := range rt.spans {
-		if err != nil && !errors.Is(err, saga.ErrBatchFallback) && !errors.Is(err, message.ErrInvalid) {
+		if err != nil {
 			sp.SetStatus(codes.Error, err.Error())
 		}
 		sp.End()
@@ -66,10 +67,10 @@ func (rt *replyTrace) end(err error) {
 // do nothing. The reply's message id is shown as its hash
 // (message.IDHash), as every message id in logs and spans.
 func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int) *replyTrace {
-	if !s.engine.Tracing() {
+	if !s.engine.tracing() {
 		return nil
 	}
-	tr := s.engine.Tracer()
+	tr := s.engine.tracer()
 	rt := &replyTrace{spans: make([]trace.Span, 0, len(rs))}
 	for k, r := range rs {
 		m := ms[idx[k]]
@@ -77,9 +78,9 @@ func (s *Service) replySpans(ms []message.Record, rs []message.Reply, idx []int)
 		// (counted, logged) and the span starts a trace of its own.
 		tp, ts, drops := message.RecordTraceContext(m)
 		for _, d := range drops {
-			s.engine.TraceDropped(saga.TraceFromReply, "", d)
+			s.engine.traceDropped(traceFromReply, "", d)
 		}
-		_, span := tr.Start(saga.TraceContext(context.Background(), tp, ts), "reply apply "+r.Step,
+		_, span := tr.Start(traceContext(context.Background(), tp, ts), "reply apply "+r.Step,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("saga.id", r.SagaID.String()), attribute.String("saga.step", r.Step),
 				attribute.String("saga.action", string(r.Action)), attribute.String("saga.outcome", string(r.Outcome)),

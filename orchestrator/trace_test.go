@@ -80,7 +80,7 @@ func TestEveryCommandCarriesTheSagasTraceID(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 		Brokers: brokers, Partitions: 2, GroupID: prefix + "orchestrator",
-		Engine: saga.Config{TopicPrefix: prefix, ReplyTopic: replyTopic, TimerInterval: 50 * time.Millisecond, Tracer: tp.Tracer(saga.TracerName)},
+		Engine: orchestrator.EngineConfig{TopicPrefix: prefix, ReplyTopic: replyTopic, TimerInterval: 50 * time.Millisecond, Tracer: tp.Tracer(orchestrator.TracerName)},
 		Relay:  relay.Config{KeepSent: true},
 	})
 	if err != nil {
@@ -175,7 +175,7 @@ func TestEveryCommandCarriesTheSagasTraceID(t *testing.T) {
 	// published to Kafka) carries its saga's trace id.
 	perSaga := map[uuid.UUID][]string{}
 	commandTrace := map[uuid.UUID]string{} // message id -> traceparent
-	for _, r := range sentRecords(t, pool, saga.SchemaDefault) {
+	for _, r := range sentRecords(t, pool, orchestrator.SchemaDefault) {
 		c, err := message.DecodeCommand(r.Value)
 		if err != nil {
 			t.Fatalf("outbox row on %s: %v", r.Topic, err)

@@ -22,16 +22,12 @@ func NewSecret() []byte {
 }
 
 // CommandID is the message id of the attempt-th send of step's action in
-// the saga. With a secret (every saga started since secrets exist) it is
-// the first 16 bytes of HMAC-SHA256(secret, saga id, step, action, attempt)
-// shaped as a version 8 UUID: derived, so Decide stays pure and a reply's
-// in_reply_to can be checked against every send, and unguessable without
-// the secret, which is stored with the saga and never shown by the API. A
-// saga without a secret (started before) keeps LegacyCommandID.
+// the saga: the first 16 bytes of HMAC-SHA256(secret, saga id, step,
+// action, attempt) shaped as a version 8 UUID. It is derived, so Decide
+// stays pure and a reply's in_reply_to can be checked against every send,
+// and unguessable without the saga's secret (NewSecret), which is stored
+// with the saga and never shown by the API.
 func (in *Instance) CommandID(step string, action message.Action, attempt int) uuid.UUID {
-	if len(in.Secret) == 0 {
-		return LegacyCommandID(in.ID, step, action, attempt)
-	}
 	mac := hmac.New(sha256.New, in.Secret)
 	mac.Write(in.ID[:])
 	mac.Write([]byte(step))
@@ -44,11 +40,4 @@ func (in *Instance) CommandID(step string, action message.Action, attempt int) u
 	id[6] = id[6]&0x0f | 0x80 // version 8: custom
 	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
 	return id
-}
-
-// LegacyCommandID is the command id of a saga without a secret: a
-// name-based (SHA-1) UUID of (saga id, step, action, attempt), which anyone
-// who knows the saga id can compute. New sagas do not use it.
-func LegacyCommandID(sagaID uuid.UUID, step string, action message.Action, attempt int) uuid.UUID {
-	return uuid.NewSHA1(sagaID, []byte(step+"\x00"+string(action)+"\x00"+strconv.Itoa(attempt)))
 }

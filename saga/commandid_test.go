@@ -3,6 +3,7 @@ package saga_test
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/google/uuid"
@@ -11,12 +12,17 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 )
 
+// nameBasedID is a command id computed from the saga id alone (as before
+// sagas had secrets): what anyone who knows the saga id could guess.
+func nameBasedID(sagaID uuid.UUID, step string, action message.Action, attempt int) uuid.UUID {
+	return uuid.NewSHA1(sagaID, []byte(step+"\x00"+string(action)+"\x00"+strconv.Itoa(attempt)))
+}
+
 func TestCommandIDWithSecret(t *testing.T) {
 	t.Parallel()
 	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte("secret-ids"))
 	a := saga.Instance{ID: id, Secret: bytes.Repeat([]byte{1}, saga.SecretBytes)}
 	b := saga.Instance{ID: id, Secret: bytes.Repeat([]byte{2}, saga.SecretBytes)}
-	legacy := saga.Instance{ID: id}
 	seen := map[uuid.UUID]bool{}
 	for _, step := range []string{"a", "b"} {
 		for _, action := range []message.Action{message.Forward, message.Compensate} {
@@ -35,11 +41,11 @@ func TestCommandIDWithSecret(t *testing.T) {
 				if c == b.CommandID(step, action, attempt) {
 					t.Fatal("two secrets give the same id")
 				}
-				if c == saga.LegacyCommandID(id, step, action, attempt) {
+				if c == nameBasedID(id, step, action, attempt) {
 					t.Fatal("the secret id equals the one computed from the saga id alone")
 				}
-				if legacy.CommandID(step, action, attempt) != saga.LegacyCommandID(id, step, action, attempt) {
-					t.Fatal("a saga without a secret does not keep its legacy id")
+				if c == (&saga.Instance{ID: uuid.New(), Secret: a.Secret}).CommandID(step, action, attempt) {
+					t.Fatal("two sagas with one secret give the same id")
 				}
 			}
 		}
@@ -59,7 +65,7 @@ func TestDecideWithSecretRefusesGuessedReplies(t *testing.T) {
 	if got, want := d.Send[0].Command.MessageID, h.in.CommandID(step, message.Forward, 1); got != want {
 		t.Fatalf("first command id %s, want the secret-derived %s", got, want)
 	}
-	guess := message.Reply{MessageID: uuid.New(), InReplyTo: saga.LegacyCommandID(h.in.ID, step, message.Forward, 1),
+	guess := message.Reply{MessageID: uuid.New(), InReplyTo: nameBasedID(h.in.ID, step, message.Forward, 1),
 		SagaID: h.in.ID, Step: step, Action: message.Forward, Outcome: message.Success}
 	if _, err := saga.Decide(h.def, h.in, saga.Event{Kind: saga.EventReply, At: h.now, Reply: &guess}); !errors.Is(err, saga.ErrStrayReply) || !errors.Is(err, message.ErrInvalid) {
 		t.Fatalf("a guessed in_reply_to: %v, want ErrStrayReply (invalid)", err)

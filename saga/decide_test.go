@@ -985,13 +985,14 @@ func TestBackoff(t *testing.T) {
 func TestDecideCommandIDs(t *testing.T) {
 	t.Parallel()
 	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte("ids"))
+	in := saga.Instance{ID: id, Secret: saga.NewSecret()}
 	seen := map[uuid.UUID]string{}
 	for _, step := range []string{"a", "b"} {
 		for _, action := range []message.Action{message.Forward, message.Compensate} {
 			for attempt := 1; attempt <= 3; attempt++ {
 				key := fmt.Sprint(step, action, attempt)
-				c := saga.LegacyCommandID(id, step, action, attempt)
-				if c != saga.LegacyCommandID(id, step, action, attempt) {
+				c := in.CommandID(step, action, attempt)
+				if c != in.CommandID(step, action, attempt) {
 					t.Fatalf("CommandID not deterministic for %s", key)
 				}
 				if other, dup := seen[c]; dup {
@@ -1001,7 +1002,9 @@ func TestDecideCommandIDs(t *testing.T) {
 			}
 		}
 	}
-	if saga.LegacyCommandID(id, "a", message.Forward, 1) == saga.LegacyCommandID(uuid.NewSHA1(uuid.NameSpaceOID, []byte("other")), "a", message.Forward, 1) {
+	other := in
+	other.ID = uuid.NewSHA1(uuid.NameSpaceOID, []byte("other"))
+	if in.CommandID("a", message.Forward, 1) == other.CommandID("a", message.Forward, 1) {
 		t.Fatalf("CommandID ignores the saga id")
 	}
 }

@@ -1,7 +1,8 @@
-// Package saga defines sagas in Go and runs them.
+// Package saga defines sagas in Go and decides their every move.
 //
 // Define a saga over its data type, build it (the pivot rules are checked
-// there), register it, and start sagas through an [Engine]:
+// there) and register it; package orchestrator's Engine starts and runs
+// the registered sagas over Postgres:
 //
 //	type Transfer struct {
 //		From, To string
@@ -20,8 +21,8 @@
 //	reg := saga.NewRegistry()
 //	err = reg.Register(def)
 //
-//	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "sagaflow"})
-//	in, created, err := eng.Start(ctx, saga.StartRequest{
+//	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "sagaflow"})
+//	in, created, err := eng.Start(ctx, orchestrator.StartRequest{
 //		Type: "transfer", IdempotencyKey: "tx-1", AggregateID: "alice",
 //		Data: Transfer{From: "alice", To: "bob", Cents: 500},
 //	})
@@ -29,10 +30,11 @@
 //
 // A step's Command (and Compensation) builds the payload sent to its
 // participant on "<prefix><participant>.commands"; OnSuccess merges the
-// participant's answer into the saga's data. In a process, package
-// orchestrator runs the engine with its reply consumer, relay and timer
-// loop; package saga/sagatest drives a definition through every answer,
-// timeout and operator action in a unit test, without Postgres or Kafka.
+// participant's answer into the saga's data. Package saga does no I/O: it
+// imports neither Postgres, Kafka nor OpenTelemetry. Package orchestrator
+// runs the engine with its reply consumer, relay and timer loop; package
+// saga/sagatest drives a definition through every answer, timeout and
+// operator action in a unit test, without Postgres or Kafka.
 //
 // # Definitions
 //
@@ -49,20 +51,14 @@
 //
 // Every state change goes through the pure function [Decide] (definition,
 // instance, event in; next instance, commands and journal entries out).
-// The [Engine] wraps it in one Postgres transaction per event: it loads
-// the saga, decides, writes the saga with a version check, appends the
-// journal and enqueues the commands in the outbox. A saga is [Running],
-// then [Completed], or [Compensating] then [Compensated]; or [Failed],
-// which needs an operator ([Engine.Operate]: retry, compensate, resolve);
-// a saga that has sent [Definition] MaxSends commands stops there too.
-// A reply is taken only when it answers the latest send of its step's
-// action; an answer to an earlier send is journaled as late and ignored.
+// The orchestrator's engine wraps it in one Postgres transaction per
+// event. A saga is [Running], then [Completed], or [Compensating] then
+// [Compensated]; or [Failed], which needs an operator ([Operator]: retry,
+// compensate, resolve); a saga that has sent [Definition] MaxSends
+// commands stops there too. A reply is taken only when it answers the
+// latest send of its step's action; an answer to an earlier send is
+// journaled as late and ignored.
 //
-// Reading: [Engine.Get] (one saga and its journal), [Engine.List]
-// (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];
-// [Metrics] registers the engine's Prometheus metrics.
-//
-// How it works (the transition table, timeouts and deadlines, timers, the
-// engine's transactions, what it guarantees): docs/DESIGN.md, "Inside the
-// packages", package saga.
+// How it works (the transition table, timeouts and deadlines, what it
+// guarantees): docs/DESIGN.md, "Inside the packages", package saga.
 package saga

@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // Workload names.
@@ -94,7 +94,7 @@ type Config struct {
 	// CPUProfile, if set, receives a CPU profile of the measured phase.
 	CPUProfile io.Writer
 	// Engine overrides engine settings (schema, topics, timers).
-	Engine saga.Config
+	Engine orchestrator.EngineConfig
 	Logger *slog.Logger
 	// Split runs the orchestrator service and the participants in two
 	// worker processes (see RunWorker) instead of in this one, which keeps

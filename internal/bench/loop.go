@@ -9,36 +9,36 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // work builds the start request of saga number i.
 type work interface {
-	request(i int) (saga.StartRequest, error)
+	request(i int) (orchestrator.StartRequest, error)
 }
 
 type genericWork struct{ seed int64 }
 
-func (g genericWork) request(i int) (saga.StartRequest, error) {
+func (g genericWork) request(i int) (orchestrator.StartRequest, error) {
 	key := fmt.Sprintf("bench-%d-%07d", g.seed, i)
-	return saga.StartRequest{Type: GenericType, IdempotencyKey: key, AggregateID: key, Data: GenericData{ID: key}}, nil
+	return orchestrator.StartRequest{Type: GenericType, IdempotencyKey: key, AggregateID: key, Data: GenericData{ID: key}}, nil
 }
 
 type orderWork struct{ orders []steps.Order }
 
-func (o orderWork) request(i int) (saga.StartRequest, error) {
+func (o orderWork) request(i int) (orchestrator.StartRequest, error) {
 	if i >= len(o.orders) {
-		return saga.StartRequest{}, fmt.Errorf("place-order plan has %d orders, saga %d asked", len(o.orders), i)
+		return orchestrator.StartRequest{}, fmt.Errorf("place-order plan has %d orders, saga %d asked", len(o.orders), i)
 	}
 	ord := o.orders[i]
-	return saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: ord.OrderID, AggregateID: ord.OrderID, Data: ord}, nil
+	return orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: ord.OrderID, AggregateID: ord.OrderID, Data: ord}, nil
 }
 
 // closedLoop keeps conc sagas in flight: each worker starts a saga and
 // waits for it to end, until limit sagas were started or dur passed.
-func closedLoop(ctx context.Context, eng *saga.Engine, tr *tracker, w work, first, limit int, dur time.Duration, conc int) ([]uuid.UUID, time.Time, error) {
+func closedLoop(ctx context.Context, eng *orchestrator.Engine, tr *tracker, w work, first, limit int, dur time.Duration, conc int) ([]uuid.UUID, time.Time, error) {
 	t0 := time.Now()
 	var deadline time.Time
 	if dur > 0 {
@@ -99,7 +99,7 @@ func closedLoop(ctx context.Context, eng *saga.Engine, tr *tracker, w work, firs
 
 // openLoop starts rate sagas per second on a fixed schedule (starters run
 // on conc goroutines) until limit sagas or dur, then waits for all.
-func openLoop(ctx context.Context, eng *saga.Engine, tr *tracker, w work, first, limit int, dur time.Duration, rate float64, conc int) ([]uuid.UUID, time.Time, error) {
+func openLoop(ctx context.Context, eng *orchestrator.Engine, tr *tracker, w work, first, limit int, dur time.Duration, rate float64, conc int) ([]uuid.UUID, time.Time, error) {
 	t0 := time.Now()
 	jobs := make(chan int, conc)
 	var (

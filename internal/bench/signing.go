@@ -5,8 +5,8 @@ import (
 	"strconv"
 
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // The bench signs like a production install: the orchestrator signs every
@@ -43,21 +43,21 @@ func (c Config) replyKey(name string) message.Key {
 
 // signing is the engine's signing for the participants names; zero (off)
 // when c.Unsigned.
-func (c Config) signing(names []string) (saga.Signing, error) {
+func (c Config) signing(names []string) (orchestrator.Signing, error) {
 	if c.Unsigned {
-		return saga.Signing{}, nil
+		return orchestrator.Signing{}, nil
 	}
 	s, err := message.NewSigner(benchKey(c.Seed, orchestratorKeyID))
 	if err != nil {
-		return saga.Signing{}, err
+		return orchestrator.Signing{}, err
 	}
 	ring := &message.Keyring{}
 	for _, n := range names {
 		if err := ring.Add(n, benchKey(c.Seed, n)); err != nil {
-			return saga.Signing{}, err
+			return orchestrator.Signing{}, err
 		}
 	}
-	return saga.Signing{Commands: s, Replies: ring}, nil
+	return orchestrator.Signing{Commands: s, Replies: ring}, nil
 }
 
 // replyKeys are the reference participants' own keys; nil when

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/metricset"
 	"github.com/sagaflow/sagaflow/orchestrator"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // Roles of the worker processes of a split run.
@@ -56,7 +55,7 @@ type WorkerConfig struct {
 	Seed         int64
 	// Engine: the settings a flag carries (schema, topics, timer and gauge
 	// intervals, timer batch); its Logger, Metrics and Now are not passed.
-	Engine   saga.Config
+	Engine   orchestrator.EngineConfig
 	LogLevel slog.Level
 }
 

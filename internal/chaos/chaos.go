@@ -18,8 +18,8 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
-	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -27,7 +27,7 @@ import (
 func schemas() workload.Schemas {
 	var o reference.Options
 	return workload.Schemas{
-		Orchestrator: saga.SchemaDefault, Inventory: o.Schema(orderapi.Inventory), Coupon: o.Schema(orderapi.Coupon),
+		Orchestrator: orchestrator.SchemaDefault, Inventory: o.Schema(orderapi.Inventory), Coupon: o.Schema(orderapi.Coupon),
 		Payment: o.Schema(orderapi.Payment), Shipping: o.Schema(orderapi.Shipping), Points: o.Schema(orderapi.Points),
 	}
 }
@@ -229,7 +229,7 @@ func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err e
 
 // prepare migrates every schema, creates the topics and seeds the stock.
 func (h *harness) prepare(ctx context.Context, plan workload.Plan) error {
-	sets, err := migrations.Orchestrator(saga.SchemaDefault)
+	sets, err := migrations.Orchestrator(orchestrator.SchemaDefault)
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func (h *harness) prepare(ctx context.Context, plan workload.Plan) error {
 	if _, err := migrations.Migrate(ctx, h.pool, append(sets, ps...)...); err != nil {
 		return fmt.Errorf("chaos: migrate: %w", err)
 	}
-	topics := []string{saga.ReplyTopicDefault, saga.ReplyTopicDefault + inbox.DLQSuffixDefault}
+	topics := []string{orchestrator.ReplyTopicDefault, orchestrator.ReplyTopicDefault + inbox.DLQSuffixDefault}
 	topics = append(topics, ref.Topics()...)
 	if err := kafkaclient.EnsureTopics(ctx, h.brokers, PartitionsDefault, 1, topics...); err != nil {
 		return fmt.Errorf("chaos: create topics: %w", err)

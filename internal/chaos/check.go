@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/payment"
@@ -39,7 +40,7 @@ func (h *harness) allSchemas() []string {
 
 // pending counts non-terminal sagas and live unsent outbox rows.
 func (h *harness) pending(ctx context.Context) (sagas, unsent int64, err error) {
-	if err = h.pool.QueryRow(ctx, `SELECT count(*) FROM `+ident(saga.SchemaDefault, "sagas")+
+	if err = h.pool.QueryRow(ctx, `SELECT count(*) FROM `+ident(orchestrator.SchemaDefault, "sagas")+
 		` WHERE state IN ('running', 'compensating')`).Scan(&sagas); err != nil {
 		return 0, 0, fmt.Errorf("chaos: count open sagas: %w", err)
 	}

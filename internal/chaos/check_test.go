@@ -11,6 +11,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
@@ -30,7 +31,7 @@ func TestCheckFindsViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(saga.SchemaDefault)), testkit.MustSets(t)(ref.Migrations()))
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(orchestrator.SchemaDefault)), testkit.MustSets(t)(ref.Migrations()))
 	h := &harness{cfg: Config{QuiesceTimeout: time.Second}, pool: pool}
 
 	mkSteps := func(states ...saga.StepStatus) []byte {

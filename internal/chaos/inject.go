@@ -14,8 +14,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/faultproxy"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // injector draws faults from a seeded source. Every random draw happens on
@@ -222,7 +222,7 @@ func (in *injector) stopParticipant() {
 // of a command or reply topic partition from an older offset and produces
 // exact copies (key, value, headers) to the same partition.
 func (in *injector) duplicate(ctx context.Context) {
-	topics := []string{saga.ReplyTopicDefault, saga.ReplyTopicDefault}
+	topics := []string{orchestrator.ReplyTopicDefault, orchestrator.ReplyTopicDefault}
 	for _, p := range reference.Names {
 		topics = append(topics, p+".commands")
 	}

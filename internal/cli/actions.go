@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -44,7 +45,7 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		}
 		cmd.Flags().String("filter", "", "apply to every saga matching key=value,... (state or status, type, step, older_than, stuck_after, stuck_since, stuck) instead of one id")
 		cmd.Flags().Bool("dry-run", false, "with --filter: list what would be touched and change nothing")
-		cmd.Flags().Int("limit", saga.BulkLimitDefault, fmt.Sprintf("with --filter: the most sagas touched, newest first (at most %d)", saga.BulkLimitMax))
+		cmd.Flags().Int("limit", orchestrator.BulkLimitDefault, fmt.Sprintf("with --filter: the most sagas touched, newest first (at most %d)", orchestrator.BulkLimitMax))
 		cmd.Flags().Bool("json", false, "print the result as JSON")
 		out = append(out, cmd)
 	}
@@ -74,17 +75,17 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 		return errors.New("--outcome must be completed or compensated")
 	}
 	op := saga.Operator{Action: action, Actor: actor, Reason: reason, Outcome: saga.State(outcome)}
-	var req saga.BulkRequest
+	var req orchestrator.BulkRequest
 	var id uuid.UUID
 	if spec != "" {
 		filter, err := api.ParseFilterSpec(spec)
 		if err != nil {
 			return fmt.Errorf("--filter: %w", err)
 		}
-		if limit < 1 || limit > saga.BulkLimitMax {
-			return fmt.Errorf("--limit %d: want 1 to %d", limit, saga.BulkLimitMax)
+		if limit < 1 || limit > orchestrator.BulkLimitMax {
+			return fmt.Errorf("--limit %d: want 1 to %d", limit, orchestrator.BulkLimitMax)
 		}
-		req = saga.BulkRequest{Filter: filter, Operator: op, DryRun: dry, Limit: limit}
+		req = orchestrator.BulkRequest{Filter: filter, Operator: op, DryRun: dry, Limit: limit}
 	} else {
 		var err error
 		if id, err = uuid.Parse(args[0]); err != nil {
@@ -103,7 +104,7 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 	defer pool.Close()
 	ec := cfg.engine()
 	ec.Logger = log.With(slog.String("component", "operator"))
-	eng, err := saga.NewEngine(pool, reg, &ec)
+	eng, err := orchestrator.NewEngine(pool, reg, &ec)
 	if err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func stepSuffix(step string) string {
 	return " at " + step
 }
 
-func printBulk(w io.Writer, res saga.BulkResult) error {
+func printBulk(w io.Writer, res orchestrator.BulkResult) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tSTEP\tOUTCOME\tWHY")
 	for _, it := range res.Items {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
@@ -24,18 +25,18 @@ func TestOperatorActionsFromTheCLI(t *testing.T) {
 	ctx := context.Background()
 	dbURL := testkit.Database(t)
 	pool := testkit.PoolURL(t, dbURL)
-	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(saga.SchemaDefault)))
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(orchestrator.SchemaDefault)))
 	reg := saga.NewRegistry()
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []uuid.UUID
 	for _, k := range []string{"cli-a", "cli-b", "cli-c"} {
-		in, _, err := eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: k, AggregateID: k,
+		in, _, err := eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: k, AggregateID: k,
 			Data: steps.Order{OrderID: k, Customer: "c", SKU: "sku-1", Qty: 1, AmountCents: 100}})
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +70,7 @@ func TestOperatorActionsFromTheCLI(t *testing.T) {
 		t.Fatalf("single action: exit %d\n%s\n%s", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, "compensate", "--filter", "state=running", "--actor", "erin", "--reason", "recall", "--json", db)
-	var res saga.BulkResult
+	var res orchestrator.BulkResult
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Counts.Applied != 2 || res.DryRun {
 		t.Fatalf("filter action: exit %d\n%s\n%s", code, out, errOut)
 	}

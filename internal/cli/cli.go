@@ -315,7 +315,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if d := svc.Dispatcher(); d != nil {
 				apiEC.Dispatcher = d // HTTP starts go out right after their commit too
 			}
-			apiEng, err := saga.NewEngine(apiPool, reg, &apiEC)
+			apiEng, err := orchestrator.NewEngine(apiPool, reg, &apiEC)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -151,14 +152,14 @@ func databaseConfigured(cmd *cobra.Command, v *viper.Viper) bool {
 // demo's database on addr until ctx ends (Ctrl-C), after printing its URL
 // to out. Operator actions are disabled (no admin token); it listens on
 // the loopback address by default.
-func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbURL string, reg *saga.Registry, ec saga.Config) error {
+func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbURL string, reg *saga.Registry, ec orchestrator.EngineConfig) error {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return fmt.Errorf("status page pool: %w", err)
 	}
 	defer pool.Close()
 	ec.Logger = log
-	eng, err := saga.NewEngine(pool, reg, &ec)
+	eng, err := orchestrator.NewEngine(pool, reg, &ec)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/internal/testkit"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // hostile rewrites the terminal's title, clears the screen, rings the bell,
@@ -43,9 +43,9 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 	t.Parallel()
 	url := testkit.Database(t)
 	pool := testkit.PoolURL(t, url)
-	eng, failed, _ := seedOps(t, pool, saga.SchemaDefault)
+	eng, failed, _ := seedOps(t, pool, orchestrator.SchemaDefault)
 	ctx := context.Background()
-	schema := saga.SchemaDefault
+	schema := orchestrator.SchemaDefault
 	if _, err := pool.Exec(ctx, `UPDATE `+schema+`.sagas SET aggregate_id = $1, idempotency_key = $1, flag = $1 WHERE id = $2`, hostile, failed); err != nil {
 		t.Fatal(err)
 	}

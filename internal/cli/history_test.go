@@ -9,6 +9,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 )
@@ -82,7 +83,7 @@ func TestHistoryFillAndMeasure(t *testing.T) {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: "sagaflow"})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "sagaflow"})
 	if err != nil {
 		t.Fatal(err)
 	}

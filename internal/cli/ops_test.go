@@ -18,6 +18,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
@@ -39,7 +40,7 @@ func opsServer(t *testing.T, cfg *api.Config) (url string, failed, running uuid.
 
 // seedOps migrates schema on pool and leaves a failed saga (the shipment
 // refused after the pivot) and a running one there.
-func seedOps(t *testing.T, pool *pgxpool.Pool, schema string) (eng *saga.Engine, failed, running uuid.UUID) {
+func seedOps(t *testing.T, pool *pgxpool.Pool, schema string) (eng *orchestrator.Engine, failed, running uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(schema)))
@@ -47,12 +48,12 @@ func seedOps(t *testing.T, pool *pgxpool.Pool, schema string) (eng *saga.Engine,
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{Schema: schema})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := func(key string) uuid.UUID {
-		in, _, err := eng.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: key, AggregateID: key,
+		in, _, err := eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: key, AggregateID: key,
 			Data: steps.Order{OrderID: key, Customer: "c1", SKU: "sku-1", Qty: 1, AmountCents: 1500}})
 		if err != nil {
 			t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagaflow/sagaflow/internal/metricset"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // ReconcileIntervalDefault is reconcile.interval's default.
@@ -22,7 +22,7 @@ const ReconcileIntervalDefault = 5 * time.Minute
 
 // withReconciler runs run beside the engine's reconciler loop when
 // reconcile.enabled.
-func withReconciler(rc ReconcileConfig, eng *saga.Engine, ms *metricset.Set, run func(context.Context) error) func(context.Context) error {
+func withReconciler(rc ReconcileConfig, eng *orchestrator.Engine, ms *metricset.Set, run func(context.Context) error) func(context.Context) error {
 	if !rc.Enabled {
 		return run
 	}
@@ -87,7 +87,7 @@ the status page). It prints the report; with --json the report as JSON, with
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", saga.ReconcileSinceDefault, "window of journal entries and finished sagas looked at (reconcile.since)")
+	cmd.Flags().DurationVar(&since, "since", orchestrator.ReconcileSinceDefault, "window of journal entries and finished sagas looked at (reconcile.since)")
 	cmd.Flags().Float64Var(&sampleRate, "sample-rate", 0, "share of finished sagas checked against their participants (reconcile.sample_rate; 0: none)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "find and report; repair, check and record nothing")
@@ -154,7 +154,7 @@ func reconcileResolveCmd(cfg *Config) *cobra.Command {
 // cliEngine is an engine over the configured database (no Kafka: commands
 // it decides go to the outbox, which the serving orchestrator's relay
 // publishes).
-func cliEngine(ctx context.Context, cfg *Config) (*saga.Engine, func(), error) {
+func cliEngine(ctx context.Context, cfg *Config) (*orchestrator.Engine, func(), error) {
 	reg, err := cfg.registry()
 	if err != nil {
 		return nil, nil, err
@@ -164,7 +164,7 @@ func cliEngine(ctx context.Context, cfg *Config) (*saga.Engine, func(), error) {
 		return nil, nil, err
 	}
 	ec := cfg.engine()
-	eng, err := saga.NewEngine(pool, reg, &ec)
+	eng, err := orchestrator.NewEngine(pool, reg, &ec)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -172,7 +172,7 @@ func cliEngine(ctx context.Context, cfg *Config) (*saga.Engine, func(), error) {
 	return eng, pool.Close, nil
 }
 
-func printReport(w io.Writer, r saga.ReconcileReport) {
+func printReport(w io.Writer, r orchestrator.ReconcileReport) {
 	mode := ""
 	if r.DryRun {
 		mode = " (dry run: nothing repaired or recorded)"
@@ -189,7 +189,7 @@ func printReport(w io.Writer, r saga.ReconcileReport) {
 	printDiscrepancies(w, r.List)
 }
 
-func printDiscrepancies(w io.Writer, ds []saga.Discrepancy) {
+func printDiscrepancies(w io.Writer, ds []orchestrator.Discrepancy) {
 	if len(ds) == 0 {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // orchestrator reconcile --json on a live database prints the report with
@@ -14,17 +14,17 @@ import (
 func TestReconcileCommand(t *testing.T) {
 	t.Parallel()
 	url := testkit.Database(t)
-	_, failed, _ := seedOps(t, testkit.PoolURL(t, url), saga.SchemaDefault)
+	_, failed, _ := seedOps(t, testkit.PoolURL(t, url), orchestrator.SchemaDefault)
 
 	out, stderr, code := runCLI(t, "reconcile", "--json", "--database-url", url, "--dry-run")
 	if code != 0 {
 		t.Fatalf("reconcile --dry-run: exit %d: %s", code, stderr)
 	}
-	var dry saga.ReconcileReport
+	var dry orchestrator.ReconcileReport
 	if err := json.Unmarshal([]byte(out), &dry); err != nil {
 		t.Fatalf("report is not JSON: %v\n%s", err, out)
 	}
-	if !dry.DryRun || dry.Differences != 1 || len(dry.List) != 1 || dry.List[0].Kind != saga.KindFailed || dry.List[0].SagaID != failed {
+	if !dry.DryRun || dry.Differences != 1 || len(dry.List) != 1 || dry.List[0].Kind != orchestrator.KindFailed || dry.List[0].SagaID != failed {
 		t.Fatalf("dry run report: %+v", dry)
 	}
 	out, stderr, code = runCLI(t, "reconcile", "--json", "--database-url", url)
@@ -44,7 +44,7 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	id := list[0].(map[string]any)["id"]
 	out, stderr, code = runCLI(t, "reconcile", "list", "--database-url", url)
-	if code != 0 || !strings.Contains(out, failed.String()) || !strings.Contains(out, saga.KindFailed) {
+	if code != 0 || !strings.Contains(out, failed.String()) || !strings.Contains(out, string(orchestrator.KindFailed)) {
 		t.Fatalf("reconcile list: exit %d: %s%s", code, out, stderr)
 	}
 	if _, stderr, code = runCLI(t, "reconcile", "resolve", "1", "--database-url", url); code == 0 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // SecurityConfig is security.*: the keys commands and replies are signed
@@ -74,8 +74,8 @@ func (s *SecurityConfig) parse() error {
 // engine is the engine's part of the signing: the active orchestrator key
 // signs commands; replies are checked once participant keys are
 // configured.
-func (s *SecurityConfig) engine() saga.Signing {
-	var g saga.Signing
+func (s *SecurityConfig) engine() orchestrator.Signing {
+	var g orchestrator.Signing
 	if s.active.ID != "" {
 		g.Commands, _ = message.NewSigner(s.active) // checked by parse
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
 )
@@ -129,8 +130,8 @@ type ReconcileConfig struct {
 }
 
 // options are the reconciler's options of c (a sample rate of 0 is none).
-func (c ReconcileConfig) options() saga.ReconcileOptions {
-	o := saga.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate}
+func (c ReconcileConfig) options() orchestrator.ReconcileOptions {
+	o := orchestrator.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate}
 	if o.SampleRate == 0 {
 		o.SampleRate = -1
 	}
@@ -511,11 +512,11 @@ func (c *Config) effective(key string) string {
 }
 
 // engine is the saga engine's configuration.
-func (c *Config) engine() saga.Config {
-	return saga.Config{
+func (c *Config) engine() orchestrator.EngineConfig {
+	return orchestrator.EngineConfig{
 		Schema: c.Orchestrator.Schema, ReplyTopic: c.Kafka.ReplyTopic, TopicPrefix: c.Kafka.TopicPrefix,
 		TimerInterval: c.Orchestrator.TimerInterval, TimerBatch: c.Orchestrator.TimerBatch,
-		Advanced:        saga.Advanced{StartBatch: c.Orchestrator.StartBatch},
+		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 		Signing:         c.Security.engine(),
 	}

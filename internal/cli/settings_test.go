@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -49,7 +50,7 @@ func TestLoadDefaults(t *testing.T) {
 			t.Errorf("%s = %q, want the default %q", k.Name, got, want)
 		}
 	}
-	if c.HTTP.Addr != "127.0.0.1:8080" || c.Orchestrator.TimerInterval != saga.TimerIntervalDefault || !c.Retention.Enabled || len(c.Kafka.Brokers) != 0 {
+	if c.HTTP.Addr != "127.0.0.1:8080" || c.Orchestrator.TimerInterval != orchestrator.TimerIntervalDefault || !c.Retention.Enabled || len(c.Kafka.Brokers) != 0 {
 		t.Errorf("defaults not in the fields: %+v", c)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
@@ -125,7 +126,7 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	addr := testkit.FreeAddr(t)
 	first := startServe(t, bin, dbURL, bs[0], addr, grace)
 
-	schemas := workload.SchemasOf(saga.SchemaDefault, parts)
+	schemas := workload.SchemasOf(orchestrator.SchemaDefault, parts)
 	plan := workload.NewPlan(workload.Mix{Orders: 150, Seed: 5, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1, LimitCents: 100_000})
 	if err := workload.Seed(ctx, pool, schemas, plan); err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := saga.NewEngine(pool, reg, &saga.Config{})
+	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 	second := startServe(t, bin, dbURL, bs[0], addr, grace)
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	left, err := workload.WaitTerminal(wctx, pool, saga.SchemaDefault, 25*time.Millisecond)
+	left, err := workload.WaitTerminal(wctx, pool, orchestrator.SchemaDefault, 25*time.Millisecond)
 	if err != nil || left != 0 {
 		t.Fatalf("after restart: %d sagas not terminal (%v)", left, err)
 	}

@@ -13,7 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/orchestrator"
 )
 
 // newTracing builds the tracer of `serve` from tracing.*: with an empty
@@ -46,5 +46,5 @@ func newTracing(ctx context.Context, tc TracingConfig) (tr trace.Tracer, stop fu
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}
-	return tp.Tracer(saga.TracerName), stop, nil
+	return tp.Tracer(orchestrator.TracerName), stop, nil
 }

@@ -48,7 +48,7 @@ type Config struct {
 	// Timeout bounds the wait for every saga to become terminal.
 	Timeout time.Duration
 	// Engine overrides (timer interval, topic names).
-	Engine   saga.Config
+	Engine   orchestrator.EngineConfig
 	Registry *saga.Registry
 	Logger   *slog.Logger
 	// Registerer receives every component's metrics (nil: a private registry).

@@ -2,15 +2,15 @@ package demo
 
 import (
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // signing completes the run's record signing: where neither the engine's
 // configuration nor cfg gives keys, fresh ones are generated for the run,
 // so the demo always signs its commands and its participants' replies.
 // It returns the engine's signing and the participants' keys.
-func signing(cfg *Config) (saga.Signing, []message.Key, map[string]message.Key, error) {
+func signing(cfg *Config) (orchestrator.Signing, []message.Key, map[string]message.Key, error) {
 	g := cfg.Engine.Signing
 	cmdKeys, replyKeys := cfg.CommandKeys, cfg.ReplyKeys
 	if g.Commands == nil && len(cmdKeys) == 0 {

@@ -36,14 +36,14 @@ type env struct {
 	reg      *prometheus.Registry
 	im       *inbox.Metrics
 	rm       *relay.Metrics
-	sm       *saga.Metrics
+	sm       *orchestrator.Metrics
 	registry *saga.Registry
 	check    *pgxpool.Pool // the test's own pool for assertions
 	schemas  workload.Schemas
 	plan     workload.Plan
 	// engine is the engine of the first orchestrator built; used to start
 	// sagas and read status.
-	engine *saga.Engine
+	engine *orchestrator.Engine
 	// extraReplies are reply topics the participants accept besides the
 	// orchestrator's (participants.Config.ReplyTopics).
 	extraReplies []string
@@ -53,7 +53,7 @@ type env struct {
 	// and metricscheck tests and in the relay's own.
 	keepSent bool
 	// ended: the sagas the orchestrators' engines reported finished
-	// (saga.Config.OnFinished), with their state.
+	// (orchestrator.EngineConfig.OnFinished), with their state.
 	endedMu sync.Mutex
 	ended   map[uuid.UUID]saga.State
 }
@@ -82,7 +82,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if e.rm, err = relay.NewMetrics(e.reg, "sagaflow"); err != nil {
 		t.Fatal(err)
 	}
-	if e.sm, err = saga.NewMetrics(e.reg, "sagaflow"); err != nil {
+	if e.sm, err = orchestrator.NewMetrics(e.reg, "sagaflow"); err != nil {
 		t.Fatal(err)
 	}
 	e.registry = saga.NewRegistry()
@@ -123,7 +123,7 @@ func (e *env) serviceOn(pool *pgxpool.Pool, run orchestrator.RunSet, edit ...fun
 	e.t.Helper()
 	cfg := &orchestrator.Config{
 		Brokers: e.brokers, GroupID: e.group, Partitions: 4, Run: run,
-		Engine: saga.Config{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond, OnFinished: e.onFinished},
+		Engine: orchestrator.EngineConfig{ReplyTopic: e.replies, TopicPrefix: e.prefix, Metrics: e.sm, TimerInterval: 20 * time.Millisecond, OnFinished: e.onFinished},
 		Inbox:  inbox.Config{Metrics: e.im, Name: "orchestrator"},
 		Relay:  relay.Config{Metrics: e.rm, KeepSent: e.keepSent},
 	}

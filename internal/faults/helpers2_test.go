@@ -146,7 +146,7 @@ func (p *proxied) service() *orchestrator.Service {
 	p.t.Helper()
 	svc, err := orchestrator.New(p.proxiedPool(), p.registry, &orchestrator.Config{
 		Brokers: p.brokers, GroupID: p.group, Partitions: 4, Logger: p.log,
-		Engine: saga.Config{ReplyTopic: p.replies, TopicPrefix: p.prefix, Metrics: p.sm, TimerInterval: 20 * time.Millisecond},
+		Engine: orchestrator.EngineConfig{ReplyTopic: p.replies, TopicPrefix: p.prefix, Metrics: p.sm, TimerInterval: 20 * time.Millisecond},
 		Inbox:  inbox.Config{Metrics: p.im, Name: "orchestrator"},
 		Relay:  relay.Config{Metrics: p.rm},
 	})

@@ -711,7 +711,7 @@ func TestPoisonPostgresRefusal(t *testing.T) {
 	// Reply side: six probe sagas, answered by the test in one batch.
 	var probes []uuid.UUID
 	for i := range 6 {
-		in, _, err := e.engine.Start(ctx, saga.StartRequest{Type: probeType, IdempotencyKey: fmt.Sprintf("probe-%d", i), AggregateID: fmt.Sprintf("probe-%d", i), Data: probeData{Label: "start"}})
+		in, _, err := e.engine.Start(ctx, orchestrator.StartRequest{Type: probeType, IdempotencyKey: fmt.Sprintf("probe-%d", i), AggregateID: fmt.Sprintf("probe-%d", i), Data: probeData{Label: "start"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,11 +29,11 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("no saga failed at the pivot")
 	}
-	dry, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{DryRun: true}, nil)
+	dry, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{DryRun: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dry.ByKind[saga.KindFailedUnknown] != failed || dry.Repaired != 0 || dry.Open != 0 {
+	if dry.ByKind[string(orchestrator.KindFailedUnknown)] != failed || dry.Repaired != 0 || dry.Open != 0 {
 		t.Fatalf("dry run: %+v, want %d failed_unknown_step, nothing repaired or recorded", dry, failed)
 	}
 	// The payment participant comes back with every copy of the pivot
@@ -43,7 +43,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		return e.count(`SELECT count(*) FROM `+e.schemas.Payment+`.outbox WHERE sent_at IS NULL`) == 0 &&
 			e.count(`SELECT count(*) FROM `+e.schemas.Payment+`.barrier WHERE action = 'forward'`) >= failed, nil
 	})
-	rep, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	rep, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{SampleRate: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		t.Fatalf("first run: %d differences, %d repaired; want at least %d of each (the failed pivots): %+v", rep.Differences, rep.Repaired, failed, rep.List)
 	}
 	for _, d := range rep.List {
-		if d.Kind == saga.KindFailedUnknown && d.Repair != string(saga.ActionQuery) {
+		if d.Kind == orchestrator.KindFailedUnknown && d.Repair != string(saga.ActionQuery) {
 			t.Fatalf("failed pivot not repaired by a query: %+v", d)
 		}
 	}
@@ -69,7 +69,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 			t.Fatalf("%d sagas still failed after %d reconciler runs asked again", n, pass-1)
 		}
 		t.Logf("run %d: %d sagas failed again (their queries timed out); asking again", pass, n)
-		if _, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil); err != nil {
+		if _, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{SampleRate: -1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		e.waitTerminal(settle)
@@ -78,7 +78,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		t.Fatalf("%d sagas journaled a query answered by the reconciler, want %d", n, failed)
 	}
 	e.checkInvariants(false)
-	again, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	again, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{SampleRate: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 	if _, err := e.check.Exec(ctx, `DELETE FROM `+e.schemas.Inventory+`.barrier WHERE saga_id = $1 AND step = $2`, victim, orderapi.StepReserveInventory); err != nil {
 		t.Fatal(err)
 	}
-	checks, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: 1}, nil)
+	checks, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{SampleRate: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestReconcileRepairsFailedPivotsAndFindsDifferences(t *testing.T) {
 		return e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event IN ($1, $2)`, saga.JournalCheckAgrees, saga.JournalDifference) >= checks.Checked &&
 			e.count(`SELECT count(*) FROM `+e.schemas.Orchestrator+`.journal WHERE event = $1 AND saga_id = $2`, saga.JournalDifference, victim) > 0, nil
 	})
-	found, err := e.engine.Reconcile(ctx, saga.ReconcileOptions{SampleRate: -1}, nil)
+	found, err := e.engine.Reconcile(ctx, orchestrator.ReconcileOptions{SampleRate: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

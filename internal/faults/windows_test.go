@@ -168,7 +168,7 @@ func TestWindowTwoStartsSameKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{orders: 1, seed: 15})
 	ctx := testkit.Context(t, time.Minute)
-	engines := []*saga.Engine{e.engine, e.service(orchestrator.DefaultRun).Engine()}
+	engines := []*orchestrator.Engine{e.engine, e.service(orchestrator.DefaultRun).Engine()}
 	o := e.plan.Orders[0]
 	const n = 16
 	var wg sync.WaitGroup
@@ -181,7 +181,7 @@ func TestWindowTwoStartsSameKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			in, c, err := engines[i%2].Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
+			in, c, err := engines[i%2].Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
 			ids[i], created[i], errs[i] = in.ID, c, err
 		}()
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/retention"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/relay"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // rulesDir is deploy/prometheus from this package.
@@ -49,7 +49,7 @@ func TestAlertRules(t *testing.T) {
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := &recorder{Registry: prometheus.NewRegistry()}
-	if _, err := saga.NewMetrics(reg, "sagaflow"); err != nil {
+	if _, err := orchestrator.NewMetrics(reg, "sagaflow"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inbox.NewMetrics(reg, "sagaflow"); err != nil {

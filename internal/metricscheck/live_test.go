@@ -160,7 +160,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	}
 	// Created before the demo's (which shares them), so the per-type
 	// series show at zero as in serve.
-	sm, err := saga.NewMetrics(reg, "sagaflow")
+	sm, err := orchestrator.NewMetrics(reg, "sagaflow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 		DatabaseURL: dbURL, Brokers: brokers, Registerer: reg, OnReady: onReady, Registry: sagas,
 		Mix:              workload.Mix{Orders: 300, Seed: 11, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1, LimitCents: 100_000},
 		ShippingFailRate: 0.2, PointsFailRate: 0.2, Concurrency: 16, Timeout: wait,
-		Engine:      saga.Config{GaugeInterval: 100 * time.Millisecond, Signing: saga.Signing{Commands: cmdSigner, Replies: ring}},
+		Engine:      orchestrator.EngineConfig{GaugeInterval: 100 * time.Millisecond, Signing: orchestrator.Signing{Commands: cmdSigner, Replies: ring}},
 		CommandKeys: []message.Key{orchKey}, ReplyKeys: replyKeys,
 		// The relays keep sent rows, so retention has outbox rows to purge.
 		KeepSent: true,

@@ -11,8 +11,8 @@ import (
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/retention"
 	"github.com/sagaflow/sagaflow/internal/stdmetrics"
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/relay"
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // Namespace prefixes every metric name.
@@ -22,12 +22,12 @@ const Namespace = "sagaflow"
 type Set struct {
 	// Registry holds them all (nil when the Set was made by Register).
 	Registry *prometheus.Registry
-	Saga     *saga.Metrics
+	Saga     *orchestrator.Metrics
 	Inbox    *inbox.Metrics
 	Relay    *relay.Metrics
 	// Retention and Reconcile are nil when the Set was made by Register.
 	Retention *retention.Metrics
-	Reconcile *saga.ReconcileMetrics
+	Reconcile *orchestrator.ReconcileMetrics
 }
 
 // New returns the Set of a process on a registry of its own: the
@@ -46,7 +46,7 @@ func New() (*Set, error) {
 	if s.Retention, err = retention.NewMetrics(reg, Namespace); err != nil {
 		return nil, err
 	}
-	if s.Reconcile, err = saga.NewReconcileMetrics(reg, Namespace); err != nil {
+	if s.Reconcile, err = orchestrator.NewReconcileMetrics(reg, Namespace); err != nil {
 		return nil, err
 	}
 	s.Registry = reg
@@ -59,7 +59,7 @@ func New() (*Set, error) {
 func Register(reg prometheus.Registerer) (*Set, error) {
 	s := &Set{}
 	var err error
-	if s.Saga, err = saga.NewMetrics(reg, Namespace); err != nil {
+	if s.Saga, err = orchestrator.NewMetrics(reg, Namespace); err != nil {
 		return nil, err
 	}
 	if s.Inbox, err = inbox.NewMetrics(reg, Namespace); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/coupon"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/reference"
@@ -126,7 +127,7 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, s Schemas, p Plan) error {
 
 // Starter starts sagas (an engine, or an HTTP client in a split setup).
 type Starter interface {
-	Start(ctx context.Context, req saga.StartRequest) (saga.Instance, bool, error)
+	Start(ctx context.Context, req orchestrator.StartRequest) (saga.Instance, bool, error)
 }
 
 // StartAll starts one saga per order with concurrency workers and returns
@@ -150,7 +151,7 @@ func StartAll(ctx context.Context, st Starter, p Plan, concurrency int) ([]uuid.
 					return
 				}
 				o := p.Orders[i]
-				in, _, err := st.Start(ctx, saga.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
+				in, _, err := st.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {

@@ -1,0 +1,85 @@
+package orchestrator
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/outbox"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// Dispatcher publishes outbox rows right after the commit of the
+// transaction that enqueued them (relay.Dispatcher implements it).
+type Dispatcher interface {
+	// Send hands over rows whose transaction committed; it must not block.
+	Send(*outbox.Pending)
+	// Lease is how long the rows are left to the dispatcher before the
+	// relay may publish them.
+	Lease() time.Duration
+	// Active reports whether it is running: an engine whose dispatcher is
+	// not (a process that only reads, or one shutting down) leaves its
+	// commands to the relay at once.
+	Active() bool
+}
+
+// postCommit is what a transaction of the engine's must do once it
+// commits: dispatch its commands, report the sagas it finished.
+type postCommit struct {
+	pend []*outbox.Pending
+	ds   []saga.Decision
+}
+
+// inboxHooks are what the inbox batch transaction a reply batch is
+// applied in offers the engine: the service's reply handler makes them
+// (inboxHooksOf) and hands them to applyReplies; nil is the caller's own
+// transaction, whose commit the engine does not see.
+type inboxHooks struct {
+	// canDefer: the writes may go with the inbox's COMMIT (commitWith).
+	canDefer bool
+	// commitWith sends b's statements with the inbox's COMMIT.
+	commitWith func(b *pgx.Batch)
+	// afterCommit runs fn once the inbox transaction has committed.
+	afterCommit func(fn func())
+}
+
+// afterInbox has pc flushed once the inbox transaction commits.
+func (e *Engine) afterInbox(hooks *inboxHooks, pc *postCommit) {
+	if hooks == nil || pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil) {
+		return
+	}
+	hooks.afterCommit(func() { e.flush(pc) })
+}
+
+// flush runs pc after the commit: the commands to the dispatcher, the ends
+// to OnFinished.
+func (e *Engine) flush(pc *postCommit) {
+	if pc == nil {
+		return
+	}
+	if e.cfg.Dispatcher != nil {
+		for _, p := range pc.pend {
+			e.cfg.Dispatcher.Send(p)
+		}
+	}
+	e.committed(pc.ds...)
+}
+
+// committed calls OnFinished for each saga ds brought to a terminal state.
+func (e *Engine) committed(ds ...saga.Decision) {
+	if e.cfg.OnFinished == nil {
+		return
+	}
+	for i := range ds {
+		if n := &ds[i].Next; finishedBy(&ds[i]) {
+			e.cfg.OnFinished(n.ID, n.State)
+		}
+	}
+}
+
+// finishedBy reports whether d moved its saga into a terminal state (its
+// finish time is the decision's own).
+func finishedBy(d *saga.Decision) bool {
+	n := &d.Next
+	return d.Changed && n.State.Terminal() && n.FinishedAt != nil && n.FinishedAt.Equal(n.UpdatedAt)
+}

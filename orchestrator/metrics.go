@@ -1,0 +1,177 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// Metrics are the engine's Prometheus collectors.
+type Metrics struct {
+	started      *prometheus.CounterVec
+	finished     *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
+	stepDuration *prometheus.HistogramVec
+	sagaDuration *prometheus.HistogramVec
+	late         *prometheus.CounterVec
+	illegal      *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	conflicts    prometheus.Counter
+	flagged      *prometheus.CounterVec
+	inFlight     *prometheus.GaugeVec
+	traceDropped *prometheus.CounterVec
+	// unauthenticated counts replies not signed by their step's
+	// participant (signing.go), by participant and outcome.
+	unauthenticated *prometheus.CounterVec
+}
+
+// SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
+// from 50 ms to 6 h: a saga is consistent again once it is terminal, and the
+// slow tail (retries, deadlines, operators) is what the SLO watches.
+var SagaDurationBuckets = []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600}
+
+// NewMetrics registers the engine's collectors on reg under namespace ns.
+// Their labels are bounded by the registered definitions: type is a
+// registered saga type, step one of its step names, action and outcome
+// small enums; no label takes a saga id, key or reason.
+func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
+	m := &Metrics{
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_started_total",
+			Help: "Sagas started, by type."}, []string{"type"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_finished_total",
+			Help: "Sagas that reached a terminal state (completed, compensated, failed), by type and state."}, []string{"type", "state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "saga_transitions_total",
+			Help: "State transitions applied, by saga type and event kind."}, []string{"type", "event"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
+			Help:    "Time from a step action's first send to its definite answer, by saga type, step, action and outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"type", "step", "action", "outcome"}),
+		sagaDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "saga_duration_seconds",
+			Help: "Time from a saga's start to its terminal state (the consistency window), by type and terminal state; " +
+				"a failed saga resolved by an operator is observed again under its final state.",
+			Buckets: SagaDurationBuckets}, []string{"type", "state"}),
+		late: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "late_replies_total",
+			Help: "Replies for a step no longer awaited, journaled and ignored, by saga type."}, []string{"type"}),
+		illegal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "illegal_transitions_total",
+			Help: "Events the transition table does not allow, journaled and ignored, by saga type."}, []string{"type"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "step_retries_total",
+			Help: "Commands re-sent (after a retry answer, a timeout or an operator), by saga type, step and action."}, []string{"type", "step", "action"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "saga_version_conflicts_total",
+			Help: "Conditional updates that found the saga moved by someone else (reloaded and re-decided)."}),
+		flagged: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_flagged_total",
+			Help: "Sagas flagged for an operator while still retrying, by type."}, []string{"type"}),
+		unauthenticated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "replies_unauthenticated_total",
+			Help: "Replies not signed by their step's participant, by participant and outcome: taken (unsigned, allowed during a migration) or refused (dead-lettered)."}, []string{"participant", "outcome"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "sagas_in_flight",
+			Help: "Non-terminal sagas, by state."}, []string{"state"}),
+		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
+			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
+			[]string{"where", "header", "reason"}),
+	}
+	// A second NewMetrics on the same registry shares the collectors
+	// registered first, so both record into what is exported.
+	adopt := func(c prometheus.Collector) (prometheus.Collector, error) {
+		err := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector, nil
+		}
+		return c, err
+	}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated}
+	for _, f := range counterVecs {
+		c, err := adopt(*f)
+		if err != nil {
+			return nil, err
+		}
+		cv, ok := c.(*prometheus.CounterVec)
+		if !ok {
+			return nil, fmt.Errorf("saga: NewMetrics: a different collector is registered under the name of %T", c)
+		}
+		*f = cv
+	}
+	var err error
+	var c prometheus.Collector
+	if c, err = adopt(m.stepDuration); err != nil {
+		return nil, err
+	}
+	if m.stepDuration, _ = c.(*prometheus.HistogramVec); m.stepDuration == nil {
+		return nil, errors.New("saga: NewMetrics: step_duration_seconds is registered as another collector type")
+	}
+	if c, err = adopt(m.sagaDuration); err != nil {
+		return nil, err
+	}
+	if m.sagaDuration, _ = c.(*prometheus.HistogramVec); m.sagaDuration == nil {
+		return nil, errors.New("saga: NewMetrics: saga_duration_seconds is registered as another collector type")
+	}
+	if c, err = adopt(m.conflicts); err != nil {
+		return nil, err
+	}
+	if m.conflicts, _ = c.(prometheus.Counter); m.conflicts == nil {
+		return nil, errors.New("saga: NewMetrics: saga_version_conflicts_total is registered as another collector type")
+	}
+	if c, err = adopt(m.inFlight); err != nil {
+		return nil, err
+	}
+	if m.inFlight, _ = c.(*prometheus.GaugeVec); m.inFlight == nil {
+		return nil, errors.New("saga: NewMetrics: sagas_in_flight is registered as another collector type")
+	}
+	return m, nil
+}
+
+// InitTypes creates the per-type series of sagaTypes at zero (started,
+// finished by terminal state, late replies, illegal transitions, flagged),
+// so that a scrape shows 0 instead of no data before the first event and
+// rate() and alerts work from the start. Call it with Registry.Types().
+func (m *Metrics) InitTypes(sagaTypes ...string) {
+	if m == nil {
+		return
+	}
+	for _, t := range sagaTypes {
+		m.started.WithLabelValues(t)
+		for _, st := range []saga.State{saga.Completed, saga.Compensated, saga.Failed} {
+			m.finished.WithLabelValues(t, string(st))
+		}
+		m.late.WithLabelValues(t)
+		m.illegal.WithLabelValues(t)
+		m.flagged.WithLabelValues(t)
+	}
+}
+
+func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance, d saga.Decision) {
+	if m == nil {
+		return
+	}
+	if d.Late {
+		m.late.WithLabelValues(sagaType).Inc()
+	}
+	if d.Illegal {
+		m.illegal.WithLabelValues(sagaType).Inc()
+	}
+	if !d.Changed {
+		return
+	}
+	m.transitions.WithLabelValues(sagaType, string(ev)).Inc()
+	if ev == saga.EventStart {
+		m.started.WithLabelValues(sagaType).Inc()
+	}
+	if d.Next.State.Terminal() && d.Next.State != prev.State {
+		m.finished.WithLabelValues(sagaType, string(d.Next.State)).Inc()
+		if end := d.Next.FinishedAt; end != nil {
+			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(max(end.Sub(d.Next.CreatedAt), 0).Seconds())
+		}
+	}
+	if d.Next.Flag != "" && prev.Flag == "" {
+		m.flagged.WithLabelValues(sagaType).Inc()
+	}
+	for _, s := range d.Settled {
+		m.stepDuration.WithLabelValues(sagaType, s.Step, string(s.Action), string(s.Outcome)).Observe(s.Duration.Seconds())
+	}
+	for _, o := range d.Send {
+		if o.Command.Attempt > 1 {
+			m.retries.WithLabelValues(sagaType, o.Command.Step, string(o.Command.Action)).Inc()
+		}
+	}
+}

@@ -1,0 +1,389 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sagaflow/sagaflow/outbox"
+	"github.com/sagaflow/sagaflow/saga"
+)
+
+// Get returns one saga and its journal.
+func (e *Engine) Get(ctx context.Context, id uuid.UUID) (saga.Instance, []saga.JournalEntry, error) {
+	in, err := e.st.load(ctx, e.pool, id)
+	if err != nil {
+		return saga.Instance{}, nil, err
+	}
+	j, err := e.st.readJournal(ctx, e.pool, id)
+	return in, j, err
+}
+
+// JournalSlice is one page of a saga's journal: Entries oldest first, Total
+// the journal's size, Next the Before of the page of older entries (0 when
+// there are none).
+type JournalSlice struct {
+	Entries []saga.JournalEntry
+	Total   int
+	Next    int64
+}
+
+// GetPage returns one saga and the newest limit entries of its journal with
+// ids below before (0: the newest), reading only those from Postgres (a
+// saga with thousands of late replies costs one page per request).
+func (e *Engine) GetPage(ctx context.Context, id uuid.UUID, before int64, limit int) (saga.Instance, JournalSlice, error) {
+	if limit < 1 {
+		return saga.Instance{}, JournalSlice{}, fmt.Errorf("saga %s: journal page limit %d, want at least 1", id, limit)
+	}
+	in, err := e.st.load(ctx, e.pool, id)
+	if err != nil {
+		return saga.Instance{}, JournalSlice{}, err
+	}
+	newest, total, err := e.st.readJournalPage(ctx, e.pool, id, before, limit+1)
+	if err != nil {
+		return saga.Instance{}, JournalSlice{}, err
+	}
+	js := JournalSlice{Total: total}
+	if len(newest) > limit {
+		newest = newest[:limit]
+		js.Next = newest[limit-1].ID
+	}
+	for i := len(newest) - 1; i >= 0; i-- {
+		js.Entries = append(js.Entries, newest[i])
+	}
+	return in, js, nil
+}
+
+// Filter selects sagas for List. Zero fields do not filter. Every filter is
+// served by an index (see migrations/sql/orchestrator), so List never reads
+// the whole history.
+type Filter struct {
+	State saga.State
+	Type  string
+	// Step keeps open sagas (running, compensating, failed) whose active
+	// step is Step.
+	Step string
+	// OlderThan keeps sagas created more than this long ago.
+	OlderThan time.Duration
+	// Stuck keeps the sagas an operator should look at: failed ones, and
+	// non-terminal ones that are flagged (retrying beyond the threshold),
+	// past their deadline, or have not moved for StuckAfter.
+	Stuck      bool
+	StuckAfter time.Duration
+	// AggregateID and IdempotencyKey find sagas by their business key
+	// (exact match; indexes sagas_aggregate_idx, sagas_idempotency_key_idx,
+	// the latter also the key of the idempotent start).
+	AggregateID    string
+	IdempotencyKey string
+	Limit          int
+	// Cursor continues a previous page (Page.Next).
+	Cursor string
+}
+
+// Page is one page of List, newest first.
+type Page struct {
+	Sagas []saga.Instance `json:"sagas"`
+	// Next is the cursor of the following page; empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// StuckAfterDefault is how long a non-terminal saga may stay unmoved
+// before List(Stuck) reports it.
+const StuckAfterDefault = time.Minute
+
+func encodeCursor(t time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixNano(), 10) + "|" + id.String()))
+}
+
+func decodeCursor(s string) (time.Time, uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, uuid.Nil, fmt.Errorf("%w: cursor: %v", ErrInvalidInput, err)
+	}
+	ts, idStr, ok := strings.Cut(string(b), "|")
+	if !ok {
+		return time.Time{}, uuid.Nil, fmt.Errorf("%w: cursor is malformed", ErrInvalidInput)
+	}
+	ns, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return time.Time{}, uuid.Nil, fmt.Errorf("%w: cursor time: %v", ErrInvalidInput, err)
+	}
+	id, err := uuid.Parse(idStr)
+	if err != nil {
+		return time.Time{}, uuid.Nil, fmt.Errorf("%w: cursor id: %v", ErrInvalidInput, err)
+	}
+	return time.Unix(0, ns), id, nil
+}
+
+// List limits.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 500
+)
+
+// listQuery builds List's SQL for f.
+func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error) {
+	if f.Limit <= 0 || f.Limit > ListLimitMax {
+		f.Limit = ListLimitDefault
+	}
+	if f.State != "" && !f.State.Valid() {
+		return "", nil, 0, fmt.Errorf("%w: state %q is not one of running, compensating, completed, compensated, failed", ErrInvalidInput, f.State)
+	}
+	var where []string
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	// open is the predicate of the partial indexes over sagas that are not
+	// completed or compensated; stated literally so the planner uses them.
+	const (
+		open     = "state NOT IN ('completed', 'compensated')"
+		finished = "state IN ('completed', 'compensated')"
+	)
+	if f.State != "" {
+		where = append(where, "state = "+arg(string(f.State)))
+		// The state's partial index, stated literally: the open states are
+		// read from sagas_open_idx, the finished ones from
+		// sagas_state_created_idx (a bound state proves neither predicate).
+		if f.State == saga.Completed || f.State == saga.Compensated {
+			where = append(where, finished)
+		} else {
+			where = append(where, open)
+		}
+	}
+	if f.Type != "" {
+		where = append(where, "type = "+arg(f.Type))
+	}
+	if f.AggregateID != "" {
+		where = append(where, "aggregate_id = "+arg(f.AggregateID))
+	}
+	if f.IdempotencyKey != "" {
+		where = append(where, "idempotency_key = "+arg(f.IdempotencyKey))
+	}
+	if f.Step != "" {
+		where = append(where, open, "current_step = "+arg(f.Step))
+	}
+	now := e.cfg.Now()
+	if f.OlderThan > 0 {
+		where = append(where, "created_at < "+arg(now.Add(-f.OlderThan)))
+	}
+	if f.Stuck {
+		after := f.StuckAfter
+		if after <= 0 {
+			after = StuckAfterDefault
+		}
+		n := arg(now)
+		where = append(where, open, "(state = 'failed' OR flag <> '' OR deadline_at < "+n+" OR updated_at < "+arg(now.Add(-after))+")")
+	}
+	if f.Cursor != "" {
+		t, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		where = append(where, "(created_at, id) < ("+arg(t)+", "+arg(id)+")")
+	}
+	q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT " + arg(f.Limit+1)
+	return q, args, f.Limit, nil
+}
+
+// List returns sagas matching f, newest first, with keyset pagination on
+// (created_at, id): a page never skips or repeats a saga however many are
+// started meanwhile.
+func (e *Engine) List(ctx context.Context, f Filter) (Page, error) {
+	q, args, limit, err := e.listQuery(f)
+	if err != nil {
+		return Page{}, err
+	}
+	rows, err := e.pool.Query(ctx, q, args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("list sagas: %w", err)
+	}
+	defer rows.Close()
+	var p Page
+	for rows.Next() {
+		in, err := scanInstance(rows)
+		if err != nil {
+			return Page{}, fmt.Errorf("list sagas: %w", err)
+		}
+		p.Sagas = append(p.Sagas, in)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("list sagas: %w", err)
+	}
+	if len(p.Sagas) > limit {
+		p.Sagas = p.Sagas[:limit]
+		last := p.Sagas[len(p.Sagas)-1]
+		p.Next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return p, nil
+}
+
+// explainList returns Postgres' plan (EXPLAIN, text) of the query List runs
+// for f, so a test can check it reads an index.
+func (e *Engine) explainList(ctx context.Context, f Filter) (string, error) {
+	q, args, _, err := e.listQuery(f)
+	if err != nil {
+		return "", err
+	}
+	return e.explain(ctx, q, args...)
+}
+
+func (e *Engine) explain(ctx context.Context, q string, args ...any) (string, error) {
+	rows, err := e.pool.Query(ctx, "EXPLAIN "+q, args...)
+	if err != nil {
+		return "", fmt.Errorf("explain %q: %w", q, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("explain %q: %w", q, err)
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// Stats is the pipeline summary of GET /stats.
+type Stats struct {
+	// Open counts sagas that are not completed or compensated (running,
+	// compensating, failed) by type and state: exact.
+	Open map[string]map[saga.State]int64 `json:"open"`
+	// Finished counts sagas that reached completed, compensated or failed
+	// within the last Window, by type and state. Totals since the start
+	// are the Prometheus counter sagaflow_sagas_finished_total.
+	Finished map[string]map[saga.State]int64 `json:"finished"`
+	Window   time.Duration                   `json:"-"`
+	// OldestInFlight is the age of the oldest running or compensating
+	// saga; zero when none is.
+	OldestInFlight time.Duration `json:"-"`
+	// Outbox is the orchestrator outbox: depth, oldest unsent, dead rows.
+	Outbox outbox.Stats `json:"-"`
+	At     time.Time    `json:"at"`
+}
+
+// StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
+// longest one Stats accepts, so that a stats read counts at most a day of
+// finished sagas (on sagas_finished_idx), never the whole history.
+const (
+	StatsWindowDefault = time.Hour
+	StatsWindowMax     = 24 * time.Hour
+)
+
+const (
+	statsOpenSQL     = `SELECT type, state, count(*) FROM %s WHERE state NOT IN ('completed', 'compensated') GROUP BY type, state`
+	statsFinishedSQL = `SELECT type, state, count(*) FROM %s WHERE finished_at IS NOT NULL AND finished_at >= $1 GROUP BY type, state`
+	// The first running or compensating row of sagas_open_idx (created_at,
+	// id): the scan stops there.
+	statsOldestSQL = `SELECT (SELECT created_at FROM %s WHERE state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') ORDER BY created_at LIMIT 1)`
+)
+
+// Stats summarizes sagas and the outbox with index-backed queries only:
+// open sagas (a partial index), sagas finished within window (an index on
+// finished_at), the oldest in-flight saga and the outbox's unsent rows.
+// A window over StatsWindowMax is refused (ErrInvalidInput).
+func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error) {
+	if window <= 0 {
+		window = StatsWindowDefault
+	}
+	if window > StatsWindowMax {
+		return Stats{}, &InputError{Field: "window", Problem: fmt.Sprintf("%s is longer than %s", window, StatsWindowMax)}
+	}
+	now := e.cfg.Now()
+	st := Stats{Window: window, At: now}
+	var err error
+	if st.Open, err = e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas)); err != nil {
+		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
+	}
+	if st.Finished, err = e.countBy(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), now.Add(-window)); err != nil {
+		return Stats{}, fmt.Errorf("stats: finished sagas: %w", err)
+	}
+	var oldest *time.Time
+	if err := e.pool.QueryRow(ctx, fmt.Sprintf(statsOldestSQL, e.st.sagas)).Scan(&oldest); err != nil {
+		return Stats{}, fmt.Errorf("stats: oldest in-flight saga: %w", err)
+	}
+	if oldest != nil {
+		st.OldestInFlight = max(now.Sub(*oldest), 0)
+	}
+	if st.Outbox, err = e.ob.Stats(ctx, e.pool); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	return st, nil
+}
+
+// explainStats returns the plans of the saga queries Stats runs.
+func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{fmt.Sprintf(statsOpenSQL, e.st.sagas), nil},
+		{fmt.Sprintf(statsFinishedSQL, e.st.sagas), []any{e.cfg.Now().Add(-StatsWindowDefault)}},
+		{fmt.Sprintf(statsOldestSQL, e.st.sagas), nil},
+	} {
+		p, err := e.explain(ctx, q.sql, q.args...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string]map[saga.State]int64, error) {
+	rows, err := e.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]map[saga.State]int64{}
+	for rows.Next() {
+		var t, s string
+		var n int64
+		if err := rows.Scan(&t, &s, &n); err != nil {
+			return nil, err
+		}
+		if out[t] == nil {
+			out[t] = map[saga.State]int64{}
+		}
+		out[t][saga.State(s)] = n
+	}
+	return out, rows.Err()
+}
+
+// InFlight counts non-terminal sagas by state, on the open sagas' partial
+// index (sagas_open_idx): an index scan, not a bitmap of it nor the table,
+// so the entries of finished sagas' old row versions are marked dead as it
+// passes them and later calls skip them (the gauge runs every few seconds;
+// a bitmap or sequential scan read every version of every recent saga each
+// time: docs/perf/figures.md#saga-inflight-index-scan).
+func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
+	out := map[saga.State]int64{}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN READ ONLY")
+	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue("SET LOCAL enable_bitmapscan = off")
+	b.Queue(`SELECT state, count(*) FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var s string
+			var n int64
+			if err := rows.Scan(&s, &n); err != nil {
+				return err
+			}
+			out[saga.State(s)] = n
+		}
+		return rows.Err()
+	})
+	b.Queue("COMMIT")
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("count sagas in flight: %w", err)
+	}
+	return out, nil
+}
