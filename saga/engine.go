@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -79,7 +80,7 @@ type Config struct {
 	// that commits.
 	OnFinished func(id uuid.UUID, state State)
 	// Dispatcher, if set, publishes the commands of the engine's own and
-	// inbox transactions right after their commit (relay.Dispatcher); the
+	// inbox transactions right after their commit (relay.Relay); the
 	// relay publishes them only if it did not, after Dispatcher.Lease.
 	// Nil: every command waits for the relay.
 	Dispatcher Dispatcher
@@ -440,12 +441,12 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []Decision, pc *postCommit) error 
 	if pc != nil {
 		pc.ds = append(pc.ds, ds...)
 		if e.cfg.Dispatcher != nil && len(msgs) > 0 && e.cfg.Dispatcher.Active() {
-			p, err := e.ob.QueueEnqueueDirect(b, e.cfg.Dispatcher.Lease(), msgs...)
+			p, err := outboxdb.For(e.ob.Schema()).QueueEnqueueDirect(b, e.cfg.Dispatcher.Lease(), msgs...)
 			pc.pend = append(pc.pend, p)
 			return err
 		}
 	}
-	return e.ob.QueueEnqueue(b, msgs...)
+	return outboxdb.For(e.ob.Schema()).QueueEnqueue(b, msgs...)
 }
 
 // apply runs ev through the door for saga id inside tx: load, decide,

@@ -1,4 +1,4 @@
-package outbox
+package outboxdb
 
 import (
 	"encoding/json"
@@ -22,14 +22,14 @@ func TestDecodeHeadersMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(in), &want); err != nil {
 			t.Fatalf("%s: encoding/json: %v", in, err)
 		}
-		got, err := decodeHeaders([]byte(in))
+		got, err := DecodeHeaders([]byte(in))
 		if err != nil || !maps.Equal(got, want) || (got == nil) != (want == nil) {
-			t.Errorf("decodeHeaders(%s) = %v, %v; want %v", in, got, err, want)
+			t.Errorf("DecodeHeaders(%s) = %v, %v; want %v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{`{"a": 1}`, `{"a": "b"`, `{"a" "b"}`, `["a"]`, `{"a": "b"} x`, `{"a": "b",}`} {
-		if got, err := decodeHeaders([]byte(in)); err == nil {
-			t.Errorf("decodeHeaders(%s) = %v, want an error as encoding/json gives", in, got)
+		if got, err := DecodeHeaders([]byte(in)); err == nil {
+			t.Errorf("DecodeHeaders(%s) = %v, want an error as encoding/json gives", in, got)
 		}
 	}
 }
@@ -42,7 +42,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"a": "\n", "\u00e9": "\ud83d\ude00"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeHeaders(b)
+		got, err := DecodeHeaders(b)
 		var want map[string]string
 		jerr := json.Unmarshal(b, &want)
 		switch {
@@ -58,7 +58,7 @@ func BenchmarkDecodeHeaders(b *testing.B) {
 	h := []byte(`{"saga-id": "0b7d1e4f-9c2a-4d3e-8f11-2233445566aa", "message-id": "6f1c2a4e-0d3b-4c1e-9a55-1f2e3d4c5b6a", "content-type": "application/json"}`)
 	b.Run("jsonlite", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := decodeHeaders(h); err != nil {
+			if _, err := DecodeHeaders(h); err != nil {
 				b.Fatal(err)
 			}
 		}

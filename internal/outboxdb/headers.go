@@ -1,4 +1,4 @@
-package outbox
+package outboxdb
 
 import (
 	"github.com/sagaflow/sagaflow/internal/jsonlite"
@@ -14,12 +14,12 @@ func checkHeaders(h map[string]string) error {
 	return message.CheckHeaderMap(h, message.HeaderLimits{MaxTotalBytes: message.MaxSendHeadersBytes})
 }
 
-// decodeHeaders decodes a row's headers column, a flat JSON object of
+// DecodeHeaders decodes a row's headers column, a flat JSON object of
 // strings as jsonb prints it ({"k": "v", ...}), to the map encoding/json
 // would give (nil for a null). The relay decodes one per row it claims,
 // so it is read with jsonlite's reader, without reflection
 // (docs/perf/figures.md#outbox-headers-json).
-func decodeHeaders(b []byte) (map[string]string, error) {
+func DecodeHeaders(b []byte) (map[string]string, error) {
 	r := jsonlite.NewReader(b)
 	if r.Null() {
 		return nil, r.End()
