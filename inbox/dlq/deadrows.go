@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sagaflow/sagaflow/internal/jsonlite"
 	"github.com/sagaflow/sagaflow/internal/outboxdb"
 )
 
@@ -42,7 +43,7 @@ WHERE dead_at IS NOT NULL AND sent_at IS NULL AND id > $1 ORDER BY id LIMIT $2`,
 		if err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.Value, &h, &r.Attempts, &r.LastError, &r.CreatedAt, &r.DeadAt); err != nil {
 			return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.Schema(), err)
 		}
-		if r.Headers, err = outboxdb.DecodeHeaders(h); err != nil {
+		if r.Headers, err = jsonlite.ReadStringMap(h); err != nil {
 			return nil, fmt.Errorf("outbox %s: dead row %d headers: %w", o.Schema(), r.ID, err)
 		}
 		out = append(out, r)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/internal/jsonlite"
 	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -179,7 +180,8 @@ func scan(row pgx.Row, withValue bool) (DeadLetter, error) {
 	if err := row.Scan(dest...); err != nil {
 		return d, err
 	}
-	if err := json.Unmarshal(h, &d.Headers); err != nil {
+	var err error
+	if d.Headers, err = jsonlite.ReadStringMap(h); err != nil {
 		return d, fmt.Errorf("dead letter %d: headers: %w", d.ID, err)
 	}
 	return d, nil

@@ -7,7 +7,6 @@ package outboxdb
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/sagaflow/sagaflow/internal/jsonlite"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 )
 
@@ -199,11 +199,7 @@ func (o *Table) enqueueArgs(msgs []Message) ([]any, error) {
 		if err := checkHeaders(h); err != nil {
 			return nil, fmt.Errorf("outbox %s: enqueue message %d (topic %q): %w", o.schema, i, m.Topic, err)
 		}
-		b, err := json.Marshal(h)
-		if err != nil {
-			return nil, fmt.Errorf("outbox %s: enqueue message %d: headers: %w", o.schema, i, err)
-		}
-		headers[i] = b
+		headers[i] = jsonlite.AppendStringMap(nil, h)
 		avail[i] = m.AvailableAt
 		if avail[i].IsZero() {
 			avail[i] = now
@@ -281,7 +277,7 @@ func (o *Table) Claim(ctx context.Context, db DB, c Claim) (Claimed, error) {
 				return fmt.Errorf("scan row: %w", err)
 			}
 			if len(h) > 0 {
-				hs, err := DecodeHeaders(h)
+				hs, err := jsonlite.ReadStringMap(h)
 				if err != nil {
 					return fmt.Errorf("row %d headers: %w", r.ID, err)
 				}
