@@ -236,7 +236,7 @@ func (r *Relay) sweep(ctx context.Context) error {
 				if ctx.Err() == nil {
 					r.log.Error("relay: open lock connection; retrying", "error", err, "retry_in", r.cfg.PollInterval)
 				}
-				sleep(ctx, r.cfg.PollInterval)
+				backoff.Sleep(ctx, r.cfg.PollInterval)
 				continue
 			}
 			conn = c
@@ -248,11 +248,11 @@ func (r *Relay) sweep(ctx context.Context) error {
 			}
 			r.closeConn(conn)
 			conn = nil
-			sleep(ctx, r.cfg.PollInterval)
+			backoff.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		if !got {
-			sleep(ctx, r.cfg.PollInterval)
+			backoff.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		err = r.lead(ctx, conn, prod)
@@ -363,7 +363,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, prod *direct) error {
 			outages++
 			pause := backoff.Exponential(r.cfg.RetryBackoff, MaxRetryBackoff, outages)
 			r.log.Error("relay: publish failed for the whole batch; backing off", "error", err, "rows", outage.rows, "retry_in", pause)
-			sleep(ctx, pause)
+			backoff.Sleep(ctx, pause)
 			continue
 		case err != nil:
 			return err
@@ -383,7 +383,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, prod *direct) error {
 			if rows < r.cfg.BatchSize && r.cfg.Linger > 0 {
 				// A partial batch: let more rows gather before the next
 				// claim, trading a little latency for fewer, fuller cycles.
-				sleep(ctx, r.cfg.Linger)
+				backoff.Sleep(ctx, r.cfg.Linger)
 			}
 			continue // drain before waiting
 		}
@@ -394,7 +394,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, prod *direct) error {
 			}
 			// The listen lock was refused: a producer that did not
 			// notify is still in flight, and its rows come next.
-			sleep(ctx, r.cfg.BusyPoll)
+			backoff.Sleep(ctx, r.cfg.BusyPoll)
 			continue
 		}
 		// Nothing due and producers notify: wait for one (at most
@@ -513,15 +513,6 @@ func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outboxdb.Row
 	}
 	r.log.Warn("relay: publish of row failed; will retry", append(attrs, "retry_in", d)...)
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func (r *Relay) statsLoop(ctx context.Context) {
