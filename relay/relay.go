@@ -437,10 +437,7 @@ func (e *outageError) Unwrap() error { return e.err }
 
 // record deletes (or, with KeepSent, marks sent) published rows.
 func (r *Relay) record(ctx context.Context, conn *pgx.Conn, ids []int64) error {
-	if r.cfg.KeepSent {
-		return r.ob.MarkSent(ctx, conn, ids)
-	}
-	return r.ob.DeleteSent(ctx, conn, ids)
+	return r.ob.RecordPublished(ctx, conn, ids, r.cfg.KeepSent)
 }
 
 // cycleResult is what one cycle claimed.

@@ -254,11 +254,7 @@ type Claimed struct {
 func (o *Table) Claim(ctx context.Context, db DB, c Claim) (Claimed, error) {
 	b := &pgx.Batch{}
 	if len(c.Done) > 0 {
-		sql := o.deleteSentSQL
-		if c.KeepSent {
-			sql = o.markSentSQL
-		}
-		b.Queue(sql, c.Done)
+		b.Queue(o.publishedSQL(c.KeepSent), c.Done)
 	}
 	var out Claimed
 	switch c.Listen {
@@ -296,27 +292,26 @@ func (o *Table) Claim(ctx context.Context, db DB, c Claim) (Claimed, error) {
 	return out, nil
 }
 
-// MarkSent records that ids were published.
-func (o *Table) MarkSent(ctx context.Context, db DB, ids []int64) error {
-	if len(ids) == 0 {
-		return nil
+// publishedSQL records rows as published: deletes them, or with keep
+// marks them sent (kept as history for retention). Deleting is the
+// relay's default: a delete writes no new row version and no index entry,
+// where marking a row sent rewrites the whole row (its payload included)
+// and adds it to the sent-history index.
+func (o *Table) publishedSQL(keep bool) string {
+	if keep {
+		return o.markSentSQL
 	}
-	if _, err := db.Exec(ctx, o.markSentSQL, ids); err != nil {
-		return fmt.Errorf("outbox %s: mark %d rows sent: %w", o.schema, len(ids), err)
-	}
-	return nil
+	return o.deleteSentSQL
 }
 
-// DeleteSent removes ids after they were published, instead of keeping them
-// as sent history (MarkSent). It is the relay's default: a delete writes no
-// new row version and no index entry, where marking a row sent rewrites the
-// whole row (its payload included) and adds it to the sent-history index.
-func (o *Table) DeleteSent(ctx context.Context, db DB, ids []int64) error {
+// RecordPublished deletes ids (keep: marks them sent) after Kafka
+// acknowledged them.
+func (o *Table) RecordPublished(ctx context.Context, db DB, ids []int64, keep bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := db.Exec(ctx, o.deleteSentSQL, ids); err != nil {
-		return fmt.Errorf("outbox %s: delete %d published rows: %w", o.schema, len(ids), err)
+	if _, err := db.Exec(ctx, o.publishedSQL(keep), ids); err != nil {
+		return fmt.Errorf("outbox %s: record %d published rows: %w", o.schema, len(ids), err)
 	}
 	return nil
 }
@@ -332,14 +327,10 @@ func (o *Table) ForgetPublished(ctx context.Context, db DB, ids []int64, keep bo
 	if len(ids) == 0 {
 		return nil
 	}
-	sql := o.deleteSentSQL
-	if keep {
-		sql = o.markSentSQL
-	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = off")
-	b.Queue(sql, ids)
+	b.Queue(o.publishedSQL(keep), ids)
 	b.Queue("COMMIT")
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("outbox %s: forget %d published rows: %w", o.schema, len(ids), err)
