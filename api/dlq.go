@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
-	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // DeadLetters is what the dead-letter endpoints need: a *dlq.Store of the
@@ -20,10 +19,10 @@ type DeadLetters interface {
 	Get(ctx context.Context, id int64) (dlq.DeadLetter, error)
 	Redrive(ctx context.Context, ids []int64, a dlq.Audit) ([]int64, error)
 	RedriveMatching(ctx context.Context, f dlq.Filter, a dlq.Audit) ([]int64, error)
-	DeadOutbox(ctx context.Context, after int64, limit int) ([]outbox.DeadRow, error)
+	DeadOutbox(ctx context.Context, after int64, limit int) ([]dlq.DeadRow, error)
 	Requeue(ctx context.Context, ids []int64, a dlq.Audit) ([]int64, error)
 	RequeueAll(ctx context.Context, a dlq.Audit) ([]int64, error)
-	OutboxStatus(ctx context.Context, id int64) (outbox.RowStatus, time.Time, error)
+	OutboxStatus(ctx context.Context, id int64) (dlq.RowStatus, time.Time, error)
 	AuditLog(ctx context.Context, limit int) ([]dlq.AuditEntry, error)
 	Count(ctx context.Context) (dlq.Counts, error)
 }
@@ -323,11 +322,11 @@ func (s *Server) requeueOne(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err != nil:
 			s.failInternal(w, r, "read outbox row", err)
-		case status == outbox.RowGone:
+		case status == dlq.RowGone:
 			fail(w, http.StatusNotFound, "id", "no outbox row %d (never written, or published and deleted, or purged)", id)
-		case status == outbox.RowSent:
+		case status == dlq.RowSent:
 			fail(w, http.StatusConflict, "id", "outbox row %d is not dead: it was sent at %s", id, at.UTC().Format("2006-01-02T15:04:05Z"))
-		case status == outbox.RowLive:
+		case status == dlq.RowLive:
 			fail(w, http.StatusConflict, "id", "outbox row %d is not dead: it is live, waiting for the relay (requeued before, or never parked)", id)
 		default:
 			fail(w, http.StatusConflict, "id", "outbox row %d changed meanwhile; read it again", id)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
-	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // The dead-letter page:
@@ -21,7 +20,7 @@ type dlqData struct {
 	Filter  dlq.Filter
 	Letters []dlq.DeadLetter
 	Next    string
-	Outbox  []outbox.DeadRow
+	Outbox  []dlq.DeadRow
 	Audit   []dlq.AuditEntry
 	Counts  dlq.Counts
 	Done    string

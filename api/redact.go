@@ -7,7 +7,6 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox/dlq"
 	"github.com/sagaflow/sagaflow/message"
-	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // Command ids leave the read role's answers. A command's message id is
@@ -91,8 +90,8 @@ func redactDeadLetters(ds []dlq.DeadLetter) []dlq.DeadLetter {
 
 // redactDeadRows is rows as a caller who may not see command ids sees
 // them.
-func redactDeadRows(rows []outbox.DeadRow) []outbox.DeadRow {
-	out := make([]outbox.DeadRow, len(rows))
+func redactDeadRows(rows []dlq.DeadRow) []dlq.DeadRow {
+	out := make([]dlq.DeadRow, len(rows))
 	for i, r := range rows {
 		x := newRedactor(r.Headers)
 		r.Value = x.bytes(r.Value)

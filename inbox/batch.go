@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/sagaflow/sagaflow/internal/backoff"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -119,7 +120,7 @@ func (c *Consumer) runBatch(ctx context.Context, w *kafka.Writer, batch []kafka.
 			"err", err, "class", Classify(err).String(), "attempt", attempt, "retry_in", wait, "messages", len(batch),
 			"first_topic", batch[0].Topic, "first_partition", batch[0].Partition, "first_offset", batch[0].Offset,
 			"isolate_next", handlerFailures >= c.cfg.IsolateAfter)
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return errStopped
 		}
 	}

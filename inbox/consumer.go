@@ -148,7 +148,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return err
 		}
 		c.mRestarts.Inc()
-		if !sleep(ctx, c.backoff(min(restarts+1, 4))) {
+		if !backoff.Sleep(ctx, c.backoff(min(restarts+1, 4))) {
 			return nil
 		}
 	}
@@ -205,7 +205,7 @@ func (c *Consumer) session(ctx context.Context, w *kafka.Writer, closing *sync.W
 				break
 			}
 			c.log.Warn("inbox: joining the consumer group failed; retrying", "err", err, "failures", failures)
-			if !sleep(sctx, c.backoff(failures)) {
+			if !backoff.Sleep(sctx, c.backoff(failures)) {
 				break
 			}
 			continue
@@ -246,17 +246,6 @@ func (c *Consumer) session(ctx context.Context, w *kafka.Writer, closing *sync.W
 // BackoffInitial, capped at BackoffMax, with jitter in [d/2, d].
 func (c *Consumer) backoff(attempt int) time.Duration {
 	return backoff.Jitter(backoff.Exponential(c.cfg.BackoffInitial, c.cfg.BackoffMax, attempt))
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // state is what a session's lanes share with its watchdog.

@@ -2,11 +2,11 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sagaflow/sagaflow/internal/jsonlite"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -52,11 +52,7 @@ func (c *Consumer) recordDead(ctx context.Context, tx pgx.Tx, deads []dead) erro
 				ids[i] = cleanText(string(h.Value), 128)
 			}
 		}
-		b, err := json.Marshal(hs)
-		if err != nil {
-			return fmt.Errorf("inbox: dead letter from %s/%d/%d: encode headers: %w", d.m.Topic, d.m.Partition, d.m.Offset, err)
-		}
-		headers[i] = b
+		headers[i] = jsonlite.AppendStringMap(nil, hs)
 		reasons[i] = cleanText(d.reason, MaxReasonBytes)
 		stray[i] = d.stray
 	}

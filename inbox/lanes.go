@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/internal/backoff"
 )
 
 // A generation of the consumer group assigns partitions to this member.
@@ -229,7 +231,7 @@ func (c *Consumer) fetch(ctx context.Context, l *lane, q *partQueue, offset int6
 			}
 			failures++
 			c.log.Warn("inbox: fetch failed; retrying", "topic", q.topic, "partition", q.partition, "err", err, "failures", failures)
-			if !sleep(ctx, c.backoff(failures)) {
+			if !backoff.Sleep(ctx, c.backoff(failures)) {
 				return
 			}
 			continue

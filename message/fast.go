@@ -3,6 +3,7 @@ package message
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -16,17 +17,18 @@ import (
 
 // Every command and reply is encoded once and decoded at least once, on
 // every hop, so reflection there is paid on the hot path
-// (docs/perf/figures.md#message-envelope-json). The functions here do the common case
-// without reflection and give the same bytes and values as encoding/json:
+// (docs/perf/figures.md#message-envelope-json). The envelope has one codec,
+// here, without reflection, which gives the bytes and values encoding/json
+// gives:
 //
 //   - appendCommand and appendReply write what json.Marshal writes (the
-//     struct tags above are the wire contract; tests compare bytes);
-//   - decodeFast reads an envelope in the plain form every encoder writes:
-//     one object, member names spelled as in the contract, every known
-//     member of its JSON type and not null (but the payload). Anything else (a name in other
-//     case, which encoding/json would match; a null; a wrong type; any
-//     syntax error) makes it give up, and decode runs encoding/json, so
-//     errors and edge cases stay exactly what they were.
+//     struct tags above are the wire contract; golden tests compare bytes);
+//   - decodeEnvelope reads what encoding/json reads into the same struct
+//     (member names in any case, the last of repeated ones winning; a null
+//     leaving its field alone), with a strict reader (so strings and numbers
+//     are what Postgres stores, see Limits), and refuses the rest with an
+//     error naming the member and what was wrong, or the byte offset of a
+//     syntax error.
 
 // appendCommand appends c as JSON (c is already validated).
 func appendCommand(dst []byte, c *Command) []byte {
@@ -124,131 +126,196 @@ var envelopeFields = func() []string {
 	return names
 }()
 
-// decodeFast reads b into c or r (one of them nil) with a strict reader
-// (so its strings and numbers are what Postgres stores, see Limits). ok
-// false with a nil error means "let encoding/json do it", never
-// "invalid"; an error is a definite refusal, of text the strict reader
-// refused (NUL, invalid UTF-8, a lone surrogate, a number out of range).
-func decodeFast(b []byte, c *Command, r *Reply) (ok bool, err error) {
+// decodeEnvelope reads b, a JSON object, into c or r (one of them nil).
+func decodeEnvelope(b []byte, c *Command, r *Reply) error {
 	rd := jsonlite.NewStrictReader(b)
+	if t := jsonType(rd.Peek()); t != "object" && t != "null" && t != "" {
+		return fmt.Errorf("%w: value is a JSON %s, want an object", ErrInvalid, t)
+	}
+	if rd.Null() {
+		// encoding/json leaves the struct alone: what is missing is said
+		// by the validation.
+		if err := rd.End(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		return nil
+	}
 	var bad error
-	err = rd.Object(func(key []byte) error {
+	err := rd.Object(func(key []byte) error {
+		name := memberName(key)
 		next := rd.Peek()
-		if next == 'n' && string(key) != "payload" {
-			// A null (or worse): encoding/json leaves the field alone, or
-			// fails. A null payload is kept as the literal, as there.
-			return errGiveUp
+		if next == 'n' && name != "payload" {
+			// A null leaves the field as it is, as encoding/json does.
+			if rd.Null() {
+				return nil
+			}
 		}
 		start := rd.Offset()
 		var err error
 		if c != nil {
-			err = commandField(rd, c, key)
+			err = commandField(rd, c, name)
 		} else {
-			err = replyField(rd, r, key)
+			err = replyField(rd, r, name)
 		}
-		if err == nil {
+		var te *jsonlite.TextError
+		switch {
+		case err == nil:
 			return nil
+		case errors.As(err, &te):
+			bad = memberTextError(name, te, start, next == '"')
+		case errors.As(err, new(*FieldError)):
+			bad = err
 		}
-		if te, isText := err.(*jsonlite.TextError); isText {
-			bad = memberTextError(string(key), te, start, next == '"')
-		}
-		return errGiveUp
+		return err
 	})
 	if bad != nil {
-		return false, bad
+		return bad
 	}
-	if te, isText := err.(*jsonlite.TextError); isText {
-		return false, keyTextError(te) // in a member name of the envelope
+	var te *jsonlite.TextError
+	if errors.As(err, &te) {
+		return keyTextError(te) // in a member name of the envelope
 	}
-	return err == nil && rd.End() == nil, nil
+	if err == nil {
+		err = rd.End()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
 }
 
-// errGiveUp stops decodeFast's walk.
-var errGiveUp = errors.New("message: not the plain form")
+// jsonType names the JSON type of a value that starts with c ("" if none
+// does).
+func jsonType(c byte) string {
+	switch {
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == '"':
+		return "string"
+	case c == 't' || c == 'f':
+		return "bool"
+	case c == 'n':
+		return "null"
+	case c == '-' || c >= '0' && c <= '9':
+		return "number"
+	}
+	return ""
+}
 
-// commandField reads the value of member key into c: a nil error, a
-// *jsonlite.TextError or another error (give up).
-func commandField(rd *jsonlite.Reader, c *Command, key []byte) error {
-	switch string(key) {
+// typeError is encoding/json's refusal of a value of the wrong JSON type
+// for field, which is of Go type want.
+func typeError(field, got, want string) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf("has JSON type %s, want %s", got, want)}
+}
+
+// commandField reads the value of member name (an envelope field's, or
+// unknown) into c.
+func commandField(rd *jsonlite.Reader, c *Command, name string) error {
+	switch name {
 	case "message_id":
-		return uuidValue(rd, &c.MessageID)
+		return uuidValue(rd, name, &c.MessageID)
 	case "saga_id":
-		return uuidValue(rd, &c.SagaID)
+		return uuidValue(rd, name, &c.SagaID)
 	case "saga_type":
-		return stringValue(rd, &c.SagaType)
+		return stringValue(rd, name, "string", &c.SagaType)
 	case "aggregate_id":
-		return stringValue(rd, &c.AggregateID)
+		return stringValue(rd, name, "string", &c.AggregateID)
 	case "step":
-		return stringValue(rd, &c.Step)
+		return stringValue(rd, name, "string", &c.Step)
 	case "action":
-		return stringValue(rd, (*string)(&c.Action))
+		return stringValue(rd, name, "message.Action", (*string)(&c.Action))
 	case "attempt":
-		n, err := rd.Int()
-		c.Attempt = n
-		return err
+		return intValue(rd, name, &c.Attempt)
 	case "reply_to":
-		return stringValue(rd, &c.ReplyTo)
+		return stringValue(rd, name, "string", &c.ReplyTo)
 	case "sent_at":
 		raw, err := rd.Raw()
 		if err != nil {
 			return err
 		}
-		if c.SentAt.UnmarshalJSON(raw) != nil {
-			return errGiveUp
+		var t time.Time
+		if err := t.UnmarshalJSON(raw); err != nil {
+			return &FieldError{Field: name, Reason: fmt.Sprintf("is not valid: %v", err)}
 		}
+		c.SentAt = t
 		return nil
 	case "payload":
 		return payloadValue(rd, &c.Payload)
 	}
-	return unknownMember(rd, key)
+	return rd.Skip()
 }
 
-func replyField(rd *jsonlite.Reader, r *Reply, key []byte) error {
-	switch string(key) {
+func replyField(rd *jsonlite.Reader, r *Reply, name string) error {
+	switch name {
 	case "message_id":
-		return uuidValue(rd, &r.MessageID)
+		return uuidValue(rd, name, &r.MessageID)
 	case "in_reply_to":
-		return uuidValue(rd, &r.InReplyTo)
+		return uuidValue(rd, name, &r.InReplyTo)
 	case "saga_id":
-		return uuidValue(rd, &r.SagaID)
+		return uuidValue(rd, name, &r.SagaID)
 	case "step":
-		return stringValue(rd, &r.Step)
+		return stringValue(rd, name, "string", &r.Step)
 	case "action":
-		return stringValue(rd, (*string)(&r.Action))
+		return stringValue(rd, name, "message.Action", (*string)(&r.Action))
 	case "outcome":
-		return stringValue(rd, (*string)(&r.Outcome))
+		return stringValue(rd, name, "message.Outcome", (*string)(&r.Outcome))
 	case "reason":
-		return stringValue(rd, &r.Reason)
+		return stringValue(rd, name, "string", &r.Reason)
 	case "payload":
 		return payloadValue(rd, &r.Payload)
-	}
-	return unknownMember(rd, key)
-}
-
-// unknownMember skips the value of a member no field has, unless its name
-// matches one in another case: encoding/json would use it.
-func unknownMember(rd *jsonlite.Reader, key []byte) error {
-	for _, f := range envelopeFields {
-		if strings.EqualFold(string(key), f) {
-			return errGiveUp
-		}
 	}
 	return rd.Skip()
 }
 
-func stringValue(rd *jsonlite.Reader, s *string) error {
+// wrongType reads the value of field, not of the JSON type its Go type
+// want takes, and returns the error naming both (or the reader's own).
+func wrongType(rd *jsonlite.Reader, field, want string) error {
+	got := jsonType(rd.Peek())
+	if err := rd.Skip(); err != nil {
+		return err
+	}
+	return typeError(field, got, want)
+}
+
+func stringValue(rd *jsonlite.Reader, field, want string, s *string) error {
+	if rd.Peek() != '"' {
+		return wrongType(rd, field, want)
+	}
 	v, err := rd.String()
-	*s = v
+	if err == nil {
+		*s = v
+	}
 	return err
 }
 
-func uuidValue(rd *jsonlite.Reader, id *uuid.UUID) error {
+func intValue(rd *jsonlite.Reader, field string, n *int) error {
+	if jsonType(rd.Peek()) != "number" {
+		return wrongType(rd, field, "int")
+	}
+	raw, err := rd.Raw()
+	if err != nil {
+		return err
+	}
+	v, err := strconv.ParseInt(string(raw), 10, strconv.IntSize)
+	if err != nil {
+		return typeError(field, "number "+string(raw), "int")
+	}
+	*n = int(v)
+	return nil
+}
+
+func uuidValue(rd *jsonlite.Reader, field string, id *uuid.UUID) error {
+	if rd.Peek() != '"' {
+		return wrongType(rd, field, "uuid.UUID")
+	}
 	v, err := rd.String()
 	if err != nil {
 		return err
 	}
-	if id.UnmarshalText([]byte(v)) != nil {
-		return errGiveUp
+	if err := id.UnmarshalText([]byte(v)); err != nil {
+		return &FieldError{Field: field, Reason: fmt.Sprintf("is not valid: %v", err)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package message
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -93,11 +94,10 @@ func TestEnvelopesMatchEncodingJSON(t *testing.T) {
 	}
 }
 
-// fastTakes reports whether decodeFast read b (rather than giving up or
-// refusing it).
+// fastTakes reports whether decodeEnvelope read b (rather than refusing
+// it).
 func fastTakes(b []byte, c *Command, r *Reply) bool {
-	ok, _ := decodeFast(b, c, r)
-	return ok
+	return decodeEnvelope(b, c, r) == nil
 }
 
 // respace rewrites an object with its members in reverse order and spaces
@@ -144,35 +144,63 @@ func sameCommand(t *testing.T, in []byte, fast, std Command) {
 	}
 }
 
-// The fast decoder gives up on what encoding/json reads differently or
-// refuses: names in other case, nulls, wrong types, syntax errors.
-func TestDecodeFastGivesUp(t *testing.T) {
+// The decoder reads the forms other encoders may write as encoding/json
+// reads them (names in other case, the last of repeated ones winning,
+// nulls, unknown members), and refuses what encoding/json refuses with an
+// error naming the member and what was wrong.
+func TestDecodeEnvelopeAsEncodingJSON(t *testing.T) {
 	t.Parallel()
 	base := `"message_id":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","saga_id":"6ba7b811-9dad-11d1-80b4-00c04fd430c8","saga_type":"t","aggregate_id":"a","step":"s","action":"forward","reply_to":"r","sent_at":"2026-12-01T10:00:00Z"`
 	for _, in := range []string{
 		`{` + base + `,"attempt":1,"Step":"other"}`,
+		`{` + base + `,"attempt":1,"STEP":"other","step":"again"}`,
 		`{` + base + `,"attempt":null}`,
-		`{` + base + `,"attempt":"1"}`,
-		`{` + base + `,"attempt":1.0}`,
-		`{` + base + `,"attempt":1,"payload":{"a":}}`,
-		`{` + base + `,"attempt":1} trailing`,
-		`[` + base + `]`,
-		`{` + strings.Replace(base, `"6ba7b810-9dad-11d1-80b4-00c04fd430c8"`, `"nope"`, 1) + `,"attempt":1}`,
-		`{` + strings.Replace(base, `"2026-12-01T10:00:00Z"`, `"yesterday"`, 1) + `,"attempt":1}`,
+		`{` + base + `,"attempt":2,"step":null}`,
+		`{` + base + `,"attempt":1,"sent_at":null}`,
+		`{` + base + `,"attempt":1,"payload":null}`,
+		`{` + base + `,"attempt":-0}`,
+		`{` + base + `,"attempt":2,"future_member":{"x":[1]}}`,
+		`null`,
+	} {
+		var fast, std Command
+		if err := decodeEnvelope([]byte(in), &fast, nil); err != nil {
+			t.Errorf("decodeEnvelope(%s): %v", in, err)
+			continue
+		}
+		if err := json.Unmarshal([]byte(in), &std); err != nil {
+			t.Fatal(err)
+		}
+		sameCommand(t, []byte(in), fast, std)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{`{` + base + `,"attempt":"1"}`, `"attempt" has JSON type string, want int`},
+		{`{` + base + `,"attempt":1.0}`, `"attempt" has JSON type number 1.0, want int`},
+		{`{` + base + `,"attempt":1e2}`, `"attempt" has JSON type number 1e2, want int`},
+		{`{` + base + `,"attempt":1,"Step":7}`, `"step" has JSON type number, want string`},
+		{`{` + base + `,"attempt":1,"action":[]}`, `"action" has JSON type array, want message.Action`},
+		{`{` + base + `,"attempt":1,"saga_id":true}`, `"saga_id" has JSON type bool, want uuid.UUID`},
+		{`{` + base + `,"attempt":1,"payload":{"a":}}`, "offset"},
+		{`{` + base + `,"attempt":1} trailing`, "offset"},
+		{`[` + base + `]`, "value is a JSON array, want an object"},
+		{`"x"`, "value is a JSON string, want an object"},
+		{`{` + strings.Replace(base, `"6ba7b810-9dad-11d1-80b4-00c04fd430c8"`, `"nope"`, 1) + `,"attempt":1}`, `"message_id" is not valid: invalid UUID length: 4`},
+		{`{` + strings.Replace(base, `"2026-12-01T10:00:00Z"`, `"yesterday"`, 1) + `,"attempt":1}`, `"sent_at" is not valid`},
+		{`{` + strings.Replace(base, `"2026-12-01T10:00:00Z"`, `12`, 1) + `,"attempt":1}`, `"sent_at" is not valid`},
 	} {
 		var c Command
-		if fastTakes([]byte(in), &c, nil) {
-			t.Errorf("decodeFast took %s", in)
+		err := decodeEnvelope([]byte(tc.in), &c, nil)
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("decodeEnvelope(%s) = %v, want an ErrInvalid saying %q", tc.in, err, tc.want)
 		}
-	}
-	var c Command
-	if !fastTakes([]byte(`{`+base+`,"attempt":2,"future_member":{"x":[1]}}`), &c, nil) || c.Attempt != 2 || c.Step != "s" {
-		t.Errorf("decodeFast did not take an envelope with an unknown member: %+v", c)
+		if json.Unmarshal([]byte(tc.in), new(Command)) == nil {
+			t.Errorf("encoding/json takes %s, which decodeEnvelope refuses", tc.in)
+		}
 	}
 }
 
-// Whenever the fast decoder takes an input, encoding/json reads the same.
-func FuzzDecodeFast(f *testing.F) {
+// Whenever the decoder takes an input, encoding/json reads the same; what
+// encoding/json refuses, it refuses.
+func FuzzDecodeEnvelope(f *testing.F) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for range 10 {
 		b, _ := json.Marshal(randomCommand(rng))
@@ -180,23 +208,24 @@ func FuzzDecodeFast(f *testing.F) {
 		b, _ = json.Marshal(randomReply(rng))
 		f.Add(b)
 	}
+	f.Add([]byte(`{"Message_ID":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","attempt":null,"step":7}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var fc Command
-		if fastTakes(b, &fc, nil) {
-			var sc Command
-			if err := json.Unmarshal(b, &sc); err != nil {
-				t.Fatalf("decodeFast took %q, encoding/json refuses it: %v", b, err)
-			}
+		var fc, sc Command
+		ferr, serr := decodeEnvelope(b, &fc, nil), json.Unmarshal(b, &sc)
+		switch {
+		case ferr == nil && serr != nil:
+			t.Fatalf("decodeEnvelope took %q, encoding/json refuses it: %v", b, serr)
+		case ferr == nil:
 			sameCommand(t, b, fc, sc)
 		}
-		var fr Reply
-		if fastTakes(b, nil, &fr) {
-			var sr Reply
-			if err := json.Unmarshal(b, &sr); err != nil {
-				t.Fatalf("decodeFast took %q, encoding/json refuses it: %v", b, err)
-			}
+		var fr, sr Reply
+		ferr, serr = decodeEnvelope(b, nil, &fr), json.Unmarshal(b, &sr)
+		switch {
+		case ferr == nil && serr != nil:
+			t.Fatalf("decodeEnvelope took %q, encoding/json refuses it: %v", b, serr)
+		case ferr == nil:
 			if fb, sb := mustJSON(t, fr), mustJSON(t, sr); !bytes.Equal(fb, sb) || !bytes.Equal(fr.Payload, sr.Payload) {
-				t.Fatalf("%q: fast %s, encoding/json %s", b, fb, sb)
+				t.Fatalf("%q: decodeEnvelope %s, encoding/json %s", b, fb, sb)
 			}
 		}
 	})

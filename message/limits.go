@@ -250,37 +250,8 @@ func keyTextError(te *jsonlite.TextError) error {
 	return fmt.Errorf("%w: a member name of the value contains %s at byte %d", ErrInvalid, what, te.Offset)
 }
 
-// checkText runs a strict reader over a value the fast reader gave up on,
-// before encoding/json decodes it, and returns what it refuses; other
-// errors (not an object, a syntax error) are left to encoding/json to
-// report.
-func checkText(b []byte) error {
-	rd := jsonlite.NewStrictReader(b)
-	if rd.Null() {
-		return nil
-	}
-	var bad error
-	err := rd.Object(func(key []byte) error {
-		next := rd.Peek()
-		start := rd.Offset()
-		err := rd.Skip()
-		var te *jsonlite.TextError
-		if errors.As(err, &te) {
-			bad = memberTextError(memberName(key), te, start, next == '"')
-		}
-		return err
-	})
-	if bad != nil {
-		return bad
-	}
-	var te *jsonlite.TextError
-	if errors.As(err, &te) {
-		return keyTextError(te)
-	}
-	return nil
-}
-
-// memberName is the envelope field encoding/json matches key with, or key.
+// memberName is the envelope field encoding/json matches key with (names
+// are matched in any case), or key.
 func memberName(key []byte) string {
 	for _, f := range envelopeFields {
 		if strings.EqualFold(string(key), f) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
@@ -265,18 +264,8 @@ func (l Limits) decodeCommand(b []byte) (Command, error) {
 		return Command{}, err
 	}
 	var c Command
-	ok, err := decodeFast(b, &c, nil)
-	if err != nil {
+	if err := decodeEnvelope(b, &c, nil); err != nil {
 		return Command{}, err
-	}
-	if !ok {
-		c = Command{}
-		if err := checkText(b); err != nil {
-			return Command{}, err
-		}
-		if err := decode(b, &c); err != nil {
-			return Command{}, err
-		}
 	}
 	if err := l.command(&c, true); err != nil {
 		return Command{}, err
@@ -301,18 +290,8 @@ func (l Limits) decodeReply(b []byte) (Reply, error) {
 		return Reply{}, err
 	}
 	var r Reply
-	ok, err := decodeFast(b, nil, &r)
-	if err != nil {
+	if err := decodeEnvelope(b, nil, &r); err != nil {
 		return Reply{}, err
-	}
-	if !ok {
-		r = Reply{}
-		if err := checkText(b); err != nil {
-			return Reply{}, err
-		}
-		if err := decode(b, &r); err != nil {
-			return Reply{}, err
-		}
 	}
 	if err := l.reply(&r, true); err != nil {
 		return Reply{}, err
@@ -328,60 +307,6 @@ func (l Limits) valueSize(b []byte) error {
 		return fmt.Errorf("%w: empty value", ErrInvalid)
 	}
 	return nil
-}
-
-// decode reads b (within the size bounds) with encoding/json.
-func decode(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			if te.Field == "" {
-				return fmt.Errorf("%w: value is a JSON %s, want an object", ErrInvalid, te.Value)
-			}
-			return &FieldError{Field: te.Field, Reason: fmt.Sprintf("has JSON type %s, want %s", te.Value, te.Type)}
-		}
-		var se *json.SyntaxError
-		if !errors.As(err, &se) {
-			// A value's own decoder (UUID, time) failed: encoding/json does
-			// not say which field it was, so find it.
-			if field := failingField(b, v); field != "" {
-				return &FieldError{Field: field, Reason: fmt.Sprintf("is not valid: %v", err)}
-			}
-		}
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	return nil
-}
-
-// failingField returns the JSON name of the first field of the struct v
-// points to whose value in the object b does not decode on its own.
-func failingField(b []byte, v any) string {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(b, &obj) != nil {
-		return ""
-	}
-	t := reflect.TypeOf(v).Elem()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		// encoding/json matches keys case-insensitively; the last one wins.
-		var raw json.RawMessage
-		for k, r := range obj {
-			if strings.EqualFold(k, name) {
-				raw = r
-			}
-		}
-		if raw == nil {
-			continue
-		}
-		if json.Unmarshal(raw, reflect.New(f.Type).Interface()) != nil {
-			return name
-		}
-	}
-	return ""
 }
 
 // Headers returns the headers every produced record carries.

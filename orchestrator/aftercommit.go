@@ -5,15 +5,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sagaflow/sagaflow/outbox"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
 // Dispatcher publishes outbox rows right after the commit of the
-// transaction that enqueued them (relay.Dispatcher implements it).
+// transaction that enqueued them (relay.Relay implements it).
 type Dispatcher interface {
 	// Send hands over rows whose transaction committed; it must not block.
-	Send(*outbox.Pending)
+	Send(*outboxdb.Pending)
 	// Lease is how long the rows are left to the dispatcher before the
 	// relay may publish them.
 	Lease() time.Duration
@@ -26,7 +26,7 @@ type Dispatcher interface {
 // postCommit is what a transaction of the engine's must do once it
 // commits: dispatch its commands, report the sagas it finished.
 type postCommit struct {
-	pend []*outbox.Pending
+	pend []*outboxdb.Pending
 	ds   []saga.Decision
 }
 

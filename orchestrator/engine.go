@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -80,7 +81,7 @@ type EngineConfig struct {
 	OnFinished func(id uuid.UUID, state saga.State)
 	// Dispatcher, if set, publishes the commands of the engine's own and
 	// the reply consumer's transactions right after their commit
-	// (relay.Dispatcher); the relay publishes them only if it did not,
+	// (relay.Relay); the relay publishes them only if it did not,
 	// after Dispatcher.Lease. Nil: every command waits for the relay.
 	Dispatcher Dispatcher
 	// SingleLiveTypes are the saga types that allow at most one live
@@ -416,12 +417,12 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []saga.Decision, pc *postCommit) e
 	if pc != nil {
 		pc.ds = append(pc.ds, ds...)
 		if e.cfg.Dispatcher != nil && len(msgs) > 0 && e.cfg.Dispatcher.Active() {
-			p, err := e.ob.QueueEnqueueDirect(b, e.cfg.Dispatcher.Lease(), msgs...)
+			p, err := outboxdb.For(e.ob.Schema()).QueueEnqueueDirect(b, e.cfg.Dispatcher.Lease(), msgs...)
 			pc.pend = append(pc.pend, p)
 			return err
 		}
 	}
-	return e.ob.QueueEnqueue(b, msgs...)
+	return outboxdb.For(e.ob.Schema()).QueueEnqueue(b, msgs...)
 }
 
 // apply runs ev through the door for saga id inside tx: load, decide,

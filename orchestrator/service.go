@@ -136,9 +136,9 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 
-	replies  *inbox.Consumer   // nil unless Run.Replies
-	relay    *relay.Relay      // nil unless Run.Relay
-	dispatch *relay.Dispatcher // nil unless Run.Relay and not Relay.NoDispatch
+	replies  *inbox.Consumer // nil unless Run.Replies
+	relay    *relay.Relay    // nil unless Run.Relay
+	dispatch *relay.Relay    // the relay, when it dispatches the engine's commands
 }
 
 // New builds the engine over reg, and the reply consumer and the relay it
@@ -154,26 +154,30 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		return nil, err
 	}
 	c := cfg.WithDefaults()
-	var d *relay.Dispatcher
-	if c.Run.Relay && !c.Relay.NoDispatch && c.Engine.Dispatcher == nil {
-		// The engine's commands go out right after its commits; the relay
-		// publishes what a crash (or Kafka) left behind, after the lease.
+	var rl, d *relay.Relay
+	if c.Run.Relay {
+		// The relay is built first: unless Relay.NoDispatch the engine's
+		// commands go out through it right after their commits, and it
+		// publishes what a crash (or Kafka) left behind after the lease.
 		ob, err := outbox.New(cmp.Or(c.Engine.Schema, SchemaDefault))
 		if err != nil {
 			return nil, fmt.Errorf("orchestrator: %w", err)
 		}
 		rc := c.Relay
 		rc.Brokers, rc.Dialer = c.Brokers, c.Dialer
-		if d, err = relay.NewDispatcher(pool, ob, &rc); err != nil {
-			return nil, fmt.Errorf("orchestrator: dispatcher: %w", err)
+		if rl, err = relay.New(pool, ob, &rc); err != nil {
+			return nil, fmt.Errorf("orchestrator: relay: %w", err)
 		}
-		c.Engine.Dispatcher = d
+		if !c.Relay.NoDispatch && c.Engine.Dispatcher == nil {
+			d = rl
+			c.Engine.Dispatcher = d
+		}
 	}
 	eng, err := NewEngine(pool, reg, &c.Engine)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger, dispatch: d}
+	s := &Service{pool: pool, engine: eng, cfg: c, log: c.Logger, relay: rl, dispatch: d}
 	if c.Run.Replies {
 		ic := c.Inbox
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
@@ -184,20 +188,13 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
 	}
-	if c.Run.Relay {
-		rc := c.Relay
-		rc.Brokers, rc.Dialer = c.Brokers, c.Dialer
-		if s.relay, err = relay.New(pool, eng.Outbox(), &rc); err != nil {
-			return nil, fmt.Errorf("orchestrator: relay: %w", err)
-		}
-	}
 	return s, nil
 }
 
 // Dispatcher publishes the engine's commands right after their commits (nil
 // with Relay.NoDispatch or without the relay); another engine of the
 // process over the same schema (the HTTP API's) may share it.
-func (s *Service) Dispatcher() *relay.Dispatcher { return s.dispatch }
+func (s *Service) Dispatcher() *relay.Relay { return s.dispatch }
 
 // Engine is the service's saga engine (start, status, operator actions).
 func (s *Service) Engine() *Engine { return s.engine }
@@ -349,9 +346,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.relay != nil {
 		comps = append(comps, s.relay.Run)
-	}
-	if s.dispatch != nil {
-		comps = append(comps, s.dispatch.Run)
 	}
 	if s.cfg.Run.Timers {
 		comps = append(comps, s.engine.RunTimers)

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sagaflow/sagaflow/outbox"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -264,8 +264,8 @@ type Stats struct {
 	// saga; zero when none is.
 	OldestInFlight time.Duration `json:"-"`
 	// Outbox is the orchestrator outbox: depth, oldest unsent, dead rows.
-	Outbox outbox.Stats `json:"-"`
-	At     time.Time    `json:"at"`
+	Outbox outboxdb.Stats `json:"-"`
+	At     time.Time      `json:"at"`
 }
 
 // StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
@@ -311,7 +311,7 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	if oldest != nil {
 		st.OldestInFlight = max(now.Sub(*oldest), 0)
 	}
-	if st.Outbox, err = e.ob.Stats(ctx, e.pool); err != nil {
+	if st.Outbox, err = outboxdb.For(e.ob.Schema()).Stats(ctx, e.pool); err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	return st, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -65,10 +66,10 @@ func TestOutboxRefusesHeadersConsumersRefuse(t *testing.T) {
 			t.Errorf("%s: Enqueue error %q does not name the bound", name, err)
 		}
 		b := &pgx.Batch{}
-		if err := o.QueueEnqueue(b, msg); !errors.Is(err, message.ErrInvalid) {
+		if err := outboxdb.For("orch").QueueEnqueue(b, msg); !errors.Is(err, message.ErrInvalid) {
 			t.Errorf("%s: QueueEnqueue = %v; want ErrInvalid", name, err)
 		}
-		if _, err := o.QueueEnqueueDirect(b, time.Second, msg); !errors.Is(err, message.ErrInvalid) {
+		if _, err := outboxdb.For("orch").QueueEnqueueDirect(b, time.Second, msg); !errors.Is(err, message.ErrInvalid) {
 			t.Errorf("%s: QueueEnqueueDirect = %v; want ErrInvalid", name, err)
 		}
 		if b.Len() != 0 {

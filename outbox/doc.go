@@ -25,9 +25,9 @@
 // migration set (migrations.Participant and migrations.Orchestrator
 // include it).
 //
-// The other methods are the relay's and the operators' side: claiming due
-// rows, recording what was published, parking a row Kafka refuses
-// ([Outbox.MarkDead]) and requeueing it, and [Outbox.Stats] for the
-// pending depth, the age of the oldest unsent row and the dead rows. How
-// they work: docs/DESIGN.md, "Inside the packages", package outbox.
+// The relay's side of the table (claims, recording what was published,
+// parking a row Kafka refuses) is internal; the operators' side (dead rows,
+// requeue) is package inbox/dlq, and the outbox gauges are the relay's
+// metrics. How it works: docs/DESIGN.md, "Inside the packages", package
+// outbox.
 package outbox

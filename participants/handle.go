@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -95,9 +96,9 @@ func (p *Participant) enqueue(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mes
 func (p *Participant) queueEnqueue(ctx context.Context, b *pgx.Batch, msgs ...outbox.Message) (after func(), err error) {
 	d := p.dispatch.Load()
 	if d == nil || !d.Active() || !inbox.InHandler(ctx) {
-		return func() {}, p.outbox.QueueEnqueue(b, msgs...)
+		return func() {}, outboxdb.For(p.outbox.Schema()).QueueEnqueue(b, msgs...)
 	}
-	pend, err := p.outbox.QueueEnqueueDirect(b, d.Lease(), msgs...)
+	pend, err := outboxdb.For(p.outbox.Schema()).QueueEnqueueDirect(b, d.Lease(), msgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -42,16 +42,11 @@ func (p *Participant) Run(ctx context.Context) error {
 		Logger:   log.With(slog.String("component", "relay")),
 		Metrics:  p.cfg.RelayMetrics,
 		KeepSent: p.cfg.KeepSent,
+		Advanced: relay.Advanced{NoDispatch: p.cfg.NoDispatch},
 	}
 	rel, err := relay.New(p.pool, p.outbox, rc)
 	if err != nil {
 		return fmt.Errorf("participant %q: Run: reply relay: %w", p.cfg.Name, err)
-	}
-	var disp *relay.Dispatcher
-	if !p.cfg.NoDispatch {
-		if disp, err = relay.NewDispatcher(p.pool, p.outbox, rc); err != nil {
-			return fmt.Errorf("participant %q: Run: reply dispatcher: %w", p.cfg.Name, err)
-		}
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -61,12 +56,10 @@ func (p *Participant) Run(ctx context.Context) error {
 		err  error
 	}
 	n := 2
-	done := make(chan stopped, 3)
-	if disp != nil {
-		n++
-		p.dispatch.Store(disp)
+	done := make(chan stopped, 2)
+	if !p.cfg.NoDispatch {
+		p.dispatch.Store(rel)
 		defer p.dispatch.Store(nil)
-		go func() { done <- stopped{"reply dispatcher", disp.Run(runCtx)} }()
 	}
 	go func() { done <- stopped{"command consumer", cons.Run(runCtx)} }()
 	go func() { done <- stopped{"reply relay", rel.Run(runCtx)} }()

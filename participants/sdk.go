@@ -61,9 +61,9 @@ type Config struct {
 	// metrics; nil: see inbox.Config.Metrics and relay.Config.Metrics.
 	InboxMetrics *inbox.Metrics
 	RelayMetrics *relay.Metrics
-	// NoDispatch leaves every reply to the relay (woken by NOTIFY) instead
-	// of publishing it right after the inbox transaction commits (see
-	// relay.Dispatcher); default false: dispatch.
+	// NoDispatch leaves every reply to the relay's sweep (woken by NOTIFY)
+	// instead of publishing it right after the inbox transaction commits
+	// (relay.Config.NoDispatch); default false: dispatch.
 	NoDispatch bool
 	// CommandKeys are the orchestrator's keys (message.Key: id and
 	// secret) the participant verifies each command's signature with:
@@ -132,7 +132,7 @@ type Participant struct {
 	signing signing
 	// dispatch publishes replies right after their inbox transaction
 	// commits, while Run runs (nil otherwise, or with Config.NoDispatch).
-	dispatch atomic.Pointer[relay.Dispatcher]
+	dispatch atomic.Pointer[relay.Relay]
 
 	mu       sync.RWMutex
 	handlers map[string]stepHandlers

@@ -12,25 +12,25 @@ import (
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 )
 
-// direct is the dispatcher's producer: one kafka-go Conn per partition
-// leader it writes to, each produce request written and its answer read by
-// the calling goroutine. kafka-go's Writer hands a message through its
-// batching goroutine and its transport's connection goroutine and back, a
-// cost paid on every lone publish, and a lone saga publishes six times
-// (docs/perf/figures.md#relay-dispatcher-conn).
+// direct is the relay's producer, in both of its modes: one kafka-go Conn
+// per partition leader it writes to, each produce request written and its
+// answer read by the calling goroutine. kafka-go's Writer hands a message
+// through its batching goroutine and its transport's connection goroutine
+// and back, a cost paid on every lone publish, and a lone saga publishes
+// six times (docs/perf/figures.md#relay-dispatcher-conn).
 //
-// Partitions are chosen as the relay's Writer chooses them
-// (kafkaclient.Balancer over partitions 0..n-1), so a key's rows reach the
-// same partition whichever of the two publishes them. The partition count of
-// a topic is read from the cluster's metadata and re-read after metadataTTL
-// or an error.
+// Partitions are chosen by kafkaclient.Balancer over partitions 0..n-1 (the
+// Java client's murmur2), so a key's rows reach the same partition
+// whichever mode publishes them. The partition count of a topic is read from
+// the cluster's metadata and re-read after metadataTTL or an error.
 //
-// A failed write closes its connection and is retried once on a fresh one
-// (the leader may have moved, an idle connection may have been closed by
-// the broker); a second failure is returned and the dispatcher leaves the
-// rows to the relay. A retried write that the broker had taken after all
-// is a duplicate, which the receivers dedupe; the order of distinct
-// messages of a partition is kept, as each write waits for the one before.
+// A write that fails for the connection's sake (network, timeout, a leader
+// that moved) closes it and is retried once on a fresh one, from the first
+// message not acknowledged; a second failure, or a refusal by the broker,
+// fails that message and the ones after it on its partition. A retried
+// write that the broker had taken after all is a duplicate, which the
+// receivers dedupe; the order of distinct messages of a partition is kept,
+// as each write waits for the one before.
 type direct struct {
 	dialer   *kafka.Dialer
 	timeout  time.Duration
@@ -94,19 +94,38 @@ func (p *direct) close() {
 
 // write publishes msgs (each with its Topic set, Partition unset): grouped
 // by topic and partition, in their order within each partition, the
-// partitions of one call written concurrently. It returns nil only if every
-// message was acknowledged (acks=all).
-func (p *direct) write(ctx context.Context, msgs []kafka.Message) error {
+// partitions of one call written concurrently. It returns nil if every
+// message was acknowledged (acks=all), else the error of each message (nil
+// for those acknowledged).
+func (p *direct) write(ctx context.Context, msgs []kafka.Message) []error {
 	type group struct {
 		tp   topicPartition
+		idx  []int
 		msgs []kafka.Message
+		conn *kafka.Conn
+		sent int
+		err  error
+	}
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		errs[i] = err
 	}
 	var groups []*group
 	index := map[topicPartition]*group{}
-	for _, m := range msgs {
+	metaErr := map[string]error{}
+	for i, m := range msgs {
+		if err := metaErr[m.Topic]; err != nil {
+			fail(i, err)
+			continue
+		}
 		parts, err := p.partitions(ctx, m.Topic)
 		if err != nil {
-			return err
+			metaErr[m.Topic] = err
+			fail(i, err)
+			continue
 		}
 		tp := topicPartition{m.Topic, p.balancer.Balance(m, parts...)}
 		g := index[tp]
@@ -115,66 +134,83 @@ func (p *direct) write(ctx context.Context, msgs []kafka.Message) error {
 			index[tp] = g
 			groups = append(groups, g)
 		}
+		g.idx = append(g.idx, i)
 		g.msgs = append(g.msgs, m)
 	}
 	if len(groups) == 1 {
-		return p.writePartition(ctx, groups[0].tp, groups[0].msgs)
-	}
-	// Connections are looked up (and dialled) here, one goroutine at a
-	// time; the writes then run side by side, one per partition.
-	conns := make([]*kafka.Conn, len(groups))
-	for i, g := range groups {
-		c, err := p.conn(ctx, g.tp)
-		if err != nil {
-			return err
+		g := groups[0]
+		g.sent, g.err = p.writePartition(ctx, g.tp, g.msgs, 0)
+	} else if len(groups) > 1 {
+		// Connections are looked up (and dialled) here, one goroutine at a
+		// time; the writes then run side by side, one per partition, and
+		// the failed ones are retried after the others are done.
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			if g.conn, g.err = p.conn(ctx, g.tp); g.err != nil {
+				continue
+			}
+			wg.Go(func() { g.sent, g.err = writeChunks(g.conn, p.timeout, g.msgs) })
 		}
-		conns[i] = c
-	}
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Go(func() { errs[i] = writeChunks(conns[i], p.timeout, g.msgs) })
-	}
-	wg.Wait()
-	var failed error
-	for i, g := range groups {
-		if errs[i] == nil {
-			continue
-		}
-		// One retry on a fresh connection, after the others are done.
-		p.drop(g.tp)
-		if err := p.writePartition(ctx, g.tp, g.msgs); err != nil {
-			failed = errors.Join(failed, err)
+		wg.Wait()
+		for _, g := range groups {
+			if g.err != nil {
+				p.drop(g.tp)
+				g.sent, g.err = p.writePartition(ctx, g.tp, g.msgs, g.sent)
+			}
 		}
 	}
-	return failed
+	for _, g := range groups {
+		if g.err != nil {
+			for _, i := range g.idx[g.sent:] {
+				fail(i, g.err)
+			}
+		}
+	}
+	return errs
 }
 
-// writePartition writes msgs to tp, retrying once on a fresh connection.
-func (p *direct) writePartition(ctx context.Context, tp topicPartition, msgs []kafka.Message) error {
+// writePartition writes msgs[sent:] to tp, and once more on a fresh
+// connection after a failure a new connection may cure. It returns how many
+// of msgs are acknowledged.
+func (p *direct) writePartition(ctx context.Context, tp topicPartition, msgs []kafka.Message, sent int) (int, error) {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var c *kafka.Conn
 		if c, err = p.conn(ctx, tp); err != nil {
 			continue
 		}
-		if err = writeChunks(c, p.timeout, msgs); err == nil {
-			return nil
+		var n int
+		n, err = writeChunks(c, p.timeout, msgs[sent:])
+		sent += n
+		if err == nil {
+			return sent, nil
 		}
 		p.drop(tp)
+		if !retriable(err) {
+			break
+		}
 	}
-	return fmt.Errorf("produce to %s[%d]: %w", tp.topic, tp.partition, err)
+	return sent, fmt.Errorf("produce to %s[%d]: %w", tp.topic, tp.partition, err)
 }
 
-// writeChunks writes msgs on c in requests of at most maxRequestBytes.
-func writeChunks(c *kafka.Conn, timeout time.Duration, msgs []kafka.Message) error {
-	for len(msgs) > 0 {
+// retriable: a fresh connection (to the partition's leader as the metadata
+// now names it) may take what this one did not.
+func retriable(err error) bool {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		return kerr.Temporary()
+	}
+	return isTransport(err)
+}
+
+// writeChunks writes msgs on c in requests of at most maxRequestBytes and
+// returns how many were acknowledged.
+func writeChunks(c *kafka.Conn, timeout time.Duration, msgs []kafka.Message) (int, error) {
+	sent := 0
+	for sent < len(msgs) {
 		n, size := 0, 0
-		for n < len(msgs) {
-			s := len(msgs[n].Key) + len(msgs[n].Value)
-			for _, h := range msgs[n].Headers {
-				s += len(h.Key) + len(h.Value)
-			}
+		for sent+n < len(msgs) {
+			s := messageSize(msgs[sent+n])
 			if n > 0 && size+s > maxRequestBytes {
 				break
 			}
@@ -182,21 +218,30 @@ func writeChunks(c *kafka.Conn, timeout time.Duration, msgs []kafka.Message) err
 			n++
 		}
 		if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-			return err
+			return sent, err
 		}
 		// The Conn writes to its own topic and partition: a message must
 		// not name another, and names none here.
 		chunk := make([]kafka.Message, n)
-		for i, m := range msgs[:n] {
+		for i, m := range msgs[sent : sent+n] {
 			m.Topic, m.Partition = "", 0
 			chunk[i] = m
 		}
 		if _, err := c.WriteMessages(chunk...); err != nil {
-			return err
+			return sent, err
 		}
-		msgs = msgs[n:]
+		sent += n
 	}
-	return nil
+	return sent, nil
+}
+
+// messageSize is the key, value and header bytes of m.
+func messageSize(m kafka.Message) int {
+	s := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		s += len(h.Key) + len(h.Value)
+	}
+	return s
 }
 
 // conn is the open connection to tp's leader, dialled if there is none.

@@ -57,11 +57,11 @@ func readAll(t *testing.T, brokers []string, topic string, parts, n int) (map[st
 	return where, order
 }
 
-// The dispatcher's producer puts every key on the partition the relay's
-// Writer puts it on (so a row of a key lands on one partition whichever of
-// the two publishes it), and keeps the order of a key's messages, in calls
-// that span several partitions and topics.
-func TestDirectPartitionsAsTheRelaysWriter(t *testing.T) {
+// The relay's producer puts every key on the partition a kafka-go Writer
+// with the shared balancer puts it on (so a key lands on one partition
+// whichever Go client of sagaflow publishes it), and keeps the order of a
+// key's messages, in calls that span several partitions and topics.
+func TestDirectPartitionsAsAWriter(t *testing.T) {
 	t.Parallel()
 	brokers := testkit.Brokers(t)
 	const parts = 5
@@ -78,12 +78,14 @@ func TestDirectPartitionsAsTheRelaysWriter(t *testing.T) {
 				msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, "key-%d", k), Value: fmt.Appendf(nil, "%d", r)})
 			}
 		}
-		if err := p.write(ctx, msgs); err != nil {
-			t.Fatalf("round %d: %v", r, err)
+		if errs := p.write(ctx, msgs); errs != nil {
+			t.Fatalf("round %d: %v", r, errs)
 		}
 	}
-	w, closeWriter := openWriter(cfg, "test-writer", cfg.Logger)
-	defer closeWriter()
+	tr := kafkaclient.Transport(nil, "test-writer")
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: kafkaclient.Balancer(), Transport: tr, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer func() { _ = w.Close() }()
 	topicW := testkit.Topic(t, brokers, "direct-w", parts)
 	var wm []kafka.Message
 	for k := range keys {
@@ -129,8 +131,8 @@ func TestDirectReconnectsAndNeverCreatesTopics(t *testing.T) {
 	defer p.close()
 	ctx := testkit.Context(t, 30*time.Second)
 	for i := range 3 {
-		if err := p.write(ctx, []kafka.Message{{Topic: topic, Key: []byte("k"), Value: fmt.Appendf(nil, "%d", i)}}); err != nil {
-			t.Fatalf("write %d: %v", i, err)
+		if errs := p.write(ctx, []kafka.Message{{Topic: topic, Key: []byte("k"), Value: fmt.Appendf(nil, "%d", i)}}); errs != nil {
+			t.Fatalf("write %d: %v", i, errs)
 		}
 		// Close the connection under the producer, as an idle broker
 		// connection is closed.
@@ -144,8 +146,8 @@ func TestDirectReconnectsAndNeverCreatesTopics(t *testing.T) {
 	}
 
 	missing := "direct-missing-" + testkit.RandomSuffix(6)
-	err := p.write(ctx, []kafka.Message{{Topic: missing, Key: []byte("k"), Value: []byte("v")}})
-	if err == nil {
+	errs := p.write(ctx, []kafka.Message{{Topic: missing, Key: []byte("k"), Value: []byte("v")}})
+	if len(errs) != 1 || errs[0] == nil {
 		t.Fatalf("write to the missing topic %s succeeded", missing)
 	}
 	tr := kafkaclient.Transport(nil, "test")
@@ -184,8 +186,8 @@ func TestDirectSplitsLargeWrites(t *testing.T) {
 		v := append(fmt.Appendf(nil, "%d:", i), big...)
 		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte("k"), Value: v})
 	}
-	if err := p.write(ctx, msgs); err != nil {
-		t.Fatal(err)
+	if errs := p.write(ctx, msgs); errs != nil {
+		t.Fatal(errs)
 	}
 	_, order := readAll(t, brokers, topic, 1, n)
 	for i, v := range order["k"] {

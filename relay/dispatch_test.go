@@ -1,19 +1,19 @@
 package relay_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/relay"
 )
 
 // enqueueDirect commits msgs leased for lease and returns their Pending.
-func (f *fixture) enqueueDirect(t testing.TB, lease time.Duration, msgs ...outbox.Message) *outbox.Pending {
+func (f *fixture) enqueueDirect(t testing.TB, lease time.Duration, msgs ...outbox.Message) *outboxdb.Pending {
 	t.Helper()
 	ctx := testkit.Context(t, 30*time.Second)
 	tx, err := f.pool.Begin(ctx)
@@ -21,7 +21,7 @@ func (f *fixture) enqueueDirect(t testing.TB, lease time.Duration, msgs ...outbo
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	p, err := f.ob.EnqueueDirect(ctx, tx, lease, msgs...)
+	p, err := outboxdb.For(f.ob.Schema()).EnqueueDirect(ctx, tx, lease, msgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,37 +34,27 @@ func (f *fixture) enqueueDirect(t testing.TB, lease time.Duration, msgs ...outbo
 	return p
 }
 
-func runDispatcher(t *testing.T, d *relay.Dispatcher) {
+// runDispatching runs r and waits for its dispatch mode to be active.
+func runDispatching(t *testing.T, r *relay.Relay) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	testkit.Eventually(t, 10*time.Second, "dispatcher running", func() (bool, error) { return d.Active(), nil })
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dispatcher Run: %v", err)
-		}
-	})
+	if r.Active() {
+		t.Fatal("a relay that does not run reports its dispatch active")
+	}
+	start(t, r)
+	testkit.Eventually(t, 10*time.Second, "dispatch running", func() (bool, error) { return r.Active(), nil })
 }
 
-// Committed rows handed to the dispatcher reach Kafka at once, in order per
-// key, and are deleted; the relay, with a lease of an hour, has nothing to
+// Committed rows handed to the dispatch reach Kafka at once, in order per
+// key, and are deleted; the sweep, with a lease of an hour, has nothing to
 // do. Rows not handed over (the process died after its commit) wait for
-// their lease and then the relay publishes them.
-func TestDispatcherPublishesAtOnceAndTheRelayCatchesTheRest(t *testing.T) {
+// their lease and then the sweep publishes them.
+func TestDispatchPublishesAtOnceAndTheSweepCatchesTheRest(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
-	d, err := relay.NewDispatcher(f.pool, f.ob, &relay.Config{Brokers: f.brokers, Metrics: f.metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Active() {
-		t.Fatal("a dispatcher that does not run reports active")
-	}
-	runDispatcher(t, d)
-	var sent []*outbox.Pending
+	d := f.newRelay(t, relay.Config{})
+	runDispatching(t, d)
+	var sent []*outboxdb.Pending
 	for i := range 10 {
 		sent = append(sent, f.enqueueDirect(t, time.Hour, msg(f.topic, "k", fmt.Sprintf(`{"n":%d}`, i))))
 	}
@@ -83,34 +73,27 @@ func TestDispatcherPublishesAtOnceAndTheRelayCatchesTheRest(t *testing.T) {
 
 	// Left behind: committed, never handed over, lease short.
 	f.enqueueDirect(t, 200*time.Millisecond, msg(f.topic, "orphan", `{"n":"orphan"}`))
-	r := f.newRelay(t, relay.Config{})
-	start(t, r)
-	testkit.Eventually(t, 30*time.Second, "the relay published the orphan after its lease", func() (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the sweep published the orphan after its lease", func() (bool, error) {
 		return c.count() == 11 && f.scalar(t, `SELECT count(*) FROM orch.outbox`) == 0, nil
 	})
 }
 
 // Published, then the process died before the delete: the row stays, and
-// the relay publishes it again after the lease (receivers dedupe by
+// the sweep publishes it again after the lease (receivers dedupe by
 // message-id).
-func TestDispatcherCrashAfterPublishBeforeDelete(t *testing.T) {
+func TestDispatchCrashAfterPublishBeforeDelete(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := consume(t, f.brokers, f.topic)
-	d, err := relay.NewDispatcher(f.pool, f.ob, &relay.Config{Brokers: f.brokers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay.SetDispatchAfterPublish(d, func() error { return errors.New("crash") })
-	runDispatcher(t, d)
-	d.Send(f.enqueueDirect(t, 300*time.Millisecond, msg(f.topic, "k", `{"n":1}`)))
-	testkit.Eventually(t, 30*time.Second, "published by the dispatcher", func() (bool, error) { return c.count() == 1, nil })
+	d := f.newRelay(t, relay.Config{})
+	relay.SetAfterDispatch(d, func() error { return errors.New("crash") })
+	runDispatching(t, d)
+	d.Send(f.enqueueDirect(t, 3*time.Second, msg(f.topic, "k", `{"n":1}`)))
+	testkit.Eventually(t, 30*time.Second, "published by the dispatch", func() (bool, error) { return c.count() == 1, nil })
 	if n := f.scalar(t, `SELECT count(*) FROM orch.outbox`); n != 1 {
 		t.Fatalf("%d rows after the crash before the delete, want 1", n)
 	}
-	r := f.newRelay(t, relay.Config{})
-	start(t, r)
-	testkit.Eventually(t, 30*time.Second, "published again by the relay after the lease", func() (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "published again by the sweep after the lease", func() (bool, error) {
 		return c.count() == 2 && f.scalar(t, `SELECT count(*) FROM orch.outbox`) == 0, nil
 	})
 	s := c.snapshot()
@@ -119,18 +102,21 @@ func TestDispatcherCrashAfterPublishBeforeDelete(t *testing.T) {
 	}
 }
 
-// A row the dispatcher cannot publish (here: a topic that does not exist)
-// is released to the relay at once, not left for its lease of an hour.
-func TestDispatcherReleasesWhatItCannotPublish(t *testing.T) {
+// A row the dispatch cannot publish (here: a topic that does not exist) is
+// released to the sweep at once, not left for its lease of an hour (due
+// now, or already tried by the sweep, which claims only due rows); a row
+// of the same batch that Kafka took is published and deleted.
+func TestDispatchReleasesWhatItCannotPublish(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	d, err := relay.NewDispatcher(f.pool, f.ob, &relay.Config{Brokers: f.brokers, WriteTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runDispatcher(t, d)
-	d.Send(f.enqueueDirect(t, time.Hour, msg("no-such-topic-"+testkit.RandomSuffix(4), "k", `{"n":1}`)))
-	testkit.Eventually(t, 30*time.Second, "the row released to the relay", func() (bool, error) {
-		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE available_at <= now()`) == 1, nil
+	c := consume(t, f.brokers, f.topic)
+	d := f.newRelay(t, relay.Config{WriteTimeout: 2 * time.Second})
+	runDispatching(t, d)
+	d.Send(f.enqueueDirect(t, time.Hour, msg("no-such-topic-"+testkit.RandomSuffix(4), "k", `{"n":1}`), msg(f.topic, "k", `{"n":2}`)))
+	testkit.Eventually(t, 30*time.Second, "the row released to the sweep", func() (bool, error) {
+		return f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE available_at <= now() OR attempts > 0`) == 1, nil
+	})
+	testkit.Eventually(t, 30*time.Second, "the other row published and deleted", func() (bool, error) {
+		return c.count() == 1 && f.scalar(t, `SELECT count(*) FROM orch.outbox WHERE topic = $1`, f.topic) == 0, nil
 	})
 }

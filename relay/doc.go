@@ -8,20 +8,15 @@
 //	rl, err := relay.New(pool, ob, &relay.Config{Brokers: brokers})
 //	go rl.Run(ctx) // until ctx ends; then finishes its batch and returns
 //
-// A process that commits outbox rows on its hot path can also publish them
-// right after its own commit instead of waiting for the relay to be woken:
-// it enqueues them leased ([outbox.Outbox.EnqueueDirect]) and hands them
-// to a [Dispatcher] after the commit:
-//
-//	d, err := relay.NewDispatcher(pool, ob, &relay.Config{Brokers: brokers})
-//	go d.Run(ctx)
-//	p, err := ob.EnqueueDirect(ctx, tx, d.Lease(), msgs...)
-//	err = tx.Commit(ctx)
-//	d.Send(p)
-//
-// The relay remains the safety net: what a dispatcher did not publish (a
-// crash, a refusal, a full queue) is due to the relay when its lease ends.
-// The saga engine and the participant SDK wire both for their own outboxes.
+// A relay works in two modes over one producer. It sweeps the table: it
+// claims due rows while it holds the outbox's publishing lock. And it
+// dispatches: a process that commits outbox rows on its hot path hands them
+// to its relay right after the commit ([Relay.Send]) instead of waiting for
+// the sweep to be woken. The saga engine and the participant SDK enqueue
+// such rows leased to the relay and hand them over for their own outboxes
+// (orchestrator and participants wire it; [Config] NoDispatch turns it
+// off). The sweep remains the safety net: what the dispatch did not publish
+// (a crash, a refusal, a full queue) is due to it when its lease ends.
 //
 // What the relay guarantees: at least once (a row is deleted, or with
 // Config.KeepSent marked sent, only after Kafka acknowledged it);
@@ -32,6 +27,6 @@
 // rows after it; a Kafka outage burns no attempts. [NewMetrics] registers
 // its counters and the outbox gauges.
 //
-// How it runs (the listen lock, claims, dispatch, the exceptions to
-// per-key order): docs/DESIGN.md, "Inside the packages", package relay.
+// How it runs (the listen lock, claims, the producer, dispatch, the
+// exceptions to per-key order): docs/DESIGN.md, "Inside the packages", package relay.
 package relay

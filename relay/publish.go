@@ -8,11 +8,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/sagaflow/sagaflow/outbox"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 )
 
 type failedRow struct {
-	row outbox.Row
+	row outboxdb.Row
 	err error
 }
 
@@ -20,7 +20,7 @@ type failedRow struct {
 type publishResult struct {
 	sent      []int64     // acknowledged by Kafka: mark sent
 	failed    []failedRow // refused (by us or by Kafka), or lost while others got through: mark failed
-	untouched []outbox.Row
+	untouched []outboxdb.Row
 	outage    error // why untouched rows were not published: Kafka unreachable
 }
 
@@ -32,16 +32,17 @@ type rowError struct {
 	transport bool
 }
 
-// publish hands rows to Kafka. Rows never attempted before go out in runs,
-// one WriteMessages call per run; a row that failed before goes out alone,
-// so a poison row cannot take its neighbours down with it again. Calls are
-// made in id order, so rows of one key reach Kafka in id order.
-func (r *Relay) publish(ctx context.Context, w *kafka.Writer, rows []outbox.Row) publishResult {
+// publish hands rows to Kafka, in either mode. Rows never attempted before
+// go out in runs, one write per run; a row that failed before goes out
+// alone, so a poison row cannot take its neighbours down with it again.
+// Writes are made in id order, so rows of one key reach Kafka in id order.
+// It counts the rows published and failed in the relay's metrics.
+func (r *Relay) publish(ctx context.Context, prod *direct, rows []outboxdb.Row) publishResult {
 	errs := make([]*rowError, len(rows))
 	var run []int
 	flush := func() {
 		if len(run) > 0 {
-			r.send(ctx, w, rows, run, errs)
+			r.send(ctx, prod, rows, run, errs)
 			run = nil
 		}
 	}
@@ -53,7 +54,7 @@ func (r *Relay) publish(ctx context.Context, w *kafka.Writer, rows []outbox.Row)
 		}
 		if row.Attempts > 0 {
 			flush()
-			r.send(ctx, w, rows, []int{i}, errs)
+			r.send(ctx, prod, rows, []int{i}, errs)
 			continue
 		}
 		run = append(run, i)
@@ -65,10 +66,6 @@ func (r *Relay) publish(ctx context.Context, w *kafka.Writer, rows []outbox.Row)
 		if errs[i] == nil {
 			res.sent = append(res.sent, row.ID)
 		}
-	}
-	if r.m != nil {
-		r.m.publishTime.Observe(time.Since(start).Seconds())
-		r.m.batchSize.Observe(float64(len(rows)))
 	}
 	for i, row := range rows {
 		e := errs[i]
@@ -83,13 +80,18 @@ func (r *Relay) publish(ctx context.Context, w *kafka.Writer, rows []outbox.Row)
 			res.failed = append(res.failed, failedRow{row: row, err: e.err})
 		}
 	}
+	if r.m != nil {
+		r.m.publishTime.Observe(time.Since(start).Seconds())
+		r.m.batchSize.Observe(float64(len(rows)))
+		r.m.published.Add(float64(len(res.sent)))
+		r.m.publishErrors.Add(float64(len(res.failed) + len(res.untouched)))
+	}
 	return res
 }
 
-// send publishes rows[idx] with one WriteMessages call and records each
-// row's error in errs. A call that Kafka refuses as a whole (for example a
-// topic it rejects) is split by topic so the refusal lands on the right rows.
-func (r *Relay) send(ctx context.Context, w *kafka.Writer, rows []outbox.Row, idx []int, errs []*rowError) {
+// send publishes rows[idx] with one write and records each row's error in
+// errs.
+func (r *Relay) send(ctx context.Context, prod *direct, rows []outboxdb.Row, idx []int, errs []*rowError) {
 	msgs := make([]kafka.Message, len(idx))
 	for k, i := range idx {
 		row := rows[i]
@@ -103,34 +105,16 @@ func (r *Relay) send(ctx context.Context, w *kafka.Writer, rows []outbox.Row, id
 		msgs[k] = m
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-	err := w.WriteMessages(wctx, msgs...)
+	werrs := prod.write(wctx, msgs)
 	cancel()
-	if err == nil {
-		return
-	}
-	var werrs kafka.WriteErrors
-	if errors.As(err, &werrs) && len(werrs) == len(idx) {
-		for k, i := range idx {
-			if werrs[k] != nil {
-				errs[i] = classify(rows[i], werrs[k])
-			}
+	for k, err := range werrs {
+		if err != nil {
+			errs[idx[k]] = classify(rows[idx[k]], err)
 		}
-		return
-	}
-	if !isTransport(err) {
-		if groups := byTopic(rows, idx); len(groups) > 1 {
-			for _, g := range groups {
-				r.send(ctx, w, rows, g, errs)
-			}
-			return
-		}
-	}
-	for _, i := range idx {
-		errs[i] = classify(rows[i], err)
 	}
 }
 
-func classify(row outbox.Row, err error) *rowError {
+func classify(row outboxdb.Row, err error) *rowError {
 	return &rowError{
 		err:       fmt.Errorf("publish row %d to topic %q: %w", row.ID, row.Topic, err),
 		transport: isTransport(err),
@@ -141,33 +125,12 @@ func classify(row outbox.Row, err error) *rowError {
 // Kafka (or the client, before sending) refusing the message.
 func isTransport(err error) bool {
 	var kerr kafka.Error
-	if errors.As(err, &kerr) {
-		return false
-	}
-	var tooLarge kafka.MessageTooLargeError
-	return !errors.As(err, &tooLarge)
-}
-
-// byTopic splits idx by topic, keeping id order inside each group and the
-// groups in the order of their first row.
-func byTopic(rows []outbox.Row, idx []int) [][]int {
-	pos := map[string]int{}
-	var groups [][]int
-	for _, i := range idx {
-		p, ok := pos[rows[i].Topic]
-		if !ok {
-			p = len(groups)
-			pos[rows[i].Topic] = p
-			groups = append(groups, nil)
-		}
-		groups[p] = append(groups[p], i)
-	}
-	return groups
+	return !errors.As(err, &kerr)
 }
 
 // checkRow refuses rows Kafka can never accept, so they never reach the
 // writer: a topic name outside Kafka's rules, or an oversized record.
-func checkRow(row outbox.Row) error {
+func checkRow(row outboxdb.Row) error {
 	if err := checkTopic(row.Topic); err != nil {
 		return fmt.Errorf("row %d: %w", row.ID, err)
 	}

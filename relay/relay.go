@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/backoff"
-	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -31,9 +31,6 @@ const (
 	RetryBackoffDefault  = time.Second
 	WriteTimeoutDefault  = 10 * time.Second
 )
-
-// batchTimeout is the kafka-go writer's BatchTimeout (see newWriter).
-const batchTimeout = 10 * time.Microsecond
 
 // MaxRetryBackoff caps the doubling delay of a failed row and of the pause
 // after a whole-batch failure.
@@ -79,9 +76,10 @@ type Advanced struct {
 	Linger        time.Duration // pause after a partial batch before claiming again; default LingerDefault, negative: none
 	StatsInterval time.Duration // refresh of the outbox gauges; default StatsIntervalDefault
 	RetryBackoff  time.Duration // first delay for a failed row; doubles per attempt, capped at MaxRetryBackoff; default RetryBackoffDefault
-	// NoDispatch: the processes that commit outbox rows leave every one to
-	// the relay (woken by NOTIFY) instead of publishing it right after
-	// their commit (Dispatcher); default false: dispatch.
+	// NoDispatch turns the dispatch mode off: the processes that commit
+	// outbox rows leave every one to the sweep (woken by NOTIFY) instead
+	// of handing it to Send right after their commit; default false:
+	// dispatch.
 	NoDispatch bool
 	// DispatchLease: how long a dispatched row is left to its process
 	// before the relay may publish it; default DispatchLeaseDefault.
@@ -135,11 +133,14 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Relay publishes the rows of one outbox to Kafka. See the package
+// Relay publishes the rows of one outbox to Kafka, in two modes over one
+// producer: it sweeps the table (while it holds the outbox's publishing
+// lock), and it dispatches the rows its own process hands it with Send
+// right after their commit (unless Config.NoDispatch). See the package
 // documentation for its guarantees.
 type Relay struct {
 	pool    *pgxpool.Pool
-	ob      *outbox.Outbox
+	ob      *outboxdb.Table
 	cfg     Config
 	log     *slog.Logger
 	m       *outboxMetrics
@@ -148,14 +149,23 @@ type Relay struct {
 	leader  atomic.Bool
 	running atomic.Bool
 
-	// afterPublish (tests only) runs after WriteMessages and before
-	// MarkSent; an error makes Run stop there as if the process crashed.
-	afterPublish func() error
+	// The dispatch mode: Send's queue, the published rows waiting for
+	// their delete, whether it runs.
+	queue       chan *outboxdb.Pending
+	done        chan []int64
+	dispatching atomic.Bool
+	dropped     sync.Once
+
+	// afterPublish (tests only) runs after a sweep's publish and before
+	// its rows are recorded; an error makes Run stop there as if the
+	// process crashed. afterDispatch (tests only) runs after a dispatch
+	// publish and before the delete; an error drops the delete.
+	afterPublish, afterDispatch func() error
 }
 
 // New returns a relay for ob. pool is used to open the relay's dedicated
-// lock connection (with the pool's connection settings) and to read the
-// outbox statistics.
+// lock connection (with the pool's connection settings), to read the
+// outbox statistics and to delete the rows it dispatched.
 func New(pool *pgxpool.Pool, ob *outbox.Outbox, cfg *Config) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("relay: New: pool is nil")
@@ -172,37 +182,50 @@ func New(pool *pgxpool.Pool, ob *outbox.Outbox, cfg *Config) (*Relay, error) {
 	c := cfg.WithDefaults()
 	return &Relay{
 		pool:    pool,
-		ob:      ob,
+		ob:      outboxdb.For(ob.Schema()),
 		cfg:     c,
 		log:     c.Logger.With("outbox", ob.Schema()),
 		m:       c.Metrics.forOutbox(ob.Schema()),
 		lockKey: "sagaflow.relay." + ob.Schema(),
+		queue:   make(chan *outboxdb.Pending, dispatchQueue),
+		done:    make(chan []int64, dispatchQueue),
 	}, nil
 }
 
 // Leader reports whether this relay currently holds the publishing lock of
-// its outbox.
+// its outboxdb.
 func (r *Relay) Leader() bool { return r.leader.Load() }
 
-// Run publishes until ctx is cancelled, then finishes the batch in flight,
-// releases the lock and returns nil. While another relay holds the lock it
-// waits as a standby. It returns an error only when called twice at once.
+// Run publishes until ctx is cancelled, then finishes the batch in flight
+// (and the dispatches queued), releases the lock and returns nil. While
+// another relay holds the lock it sweeps nothing and waits as a standby,
+// dispatching all the same. It returns an error only when called twice at
+// once.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("relay %s: Run: already running", r.ob.Schema())
 	}
 	defer r.running.Store(false)
 
-	w, closeWriter := openWriter(r.cfg, "sagaflow-relay", r.log)
-	defer closeWriter()
-
 	var wg sync.WaitGroup
-	statsCtx, stopStats := context.WithCancel(ctx)
+	sideCtx, stopSide := context.WithCancel(ctx)
 	defer wg.Wait()
-	defer stopStats()
+	defer stopSide()
 	if r.m != nil {
-		wg.Go(func() { r.statsLoop(statsCtx) })
+		wg.Go(func() { r.statsLoop(sideCtx) })
 	}
+	if !r.cfg.NoDispatch {
+		r.dispatching.Store(true)
+		wg.Go(func() { r.dispatch(sideCtx) })
+	}
+	return r.sweep(ctx)
+}
+
+// sweep is the sweeping mode: standby, or publishing the due rows while it
+// holds the publishing lock, until ctx ends (or the test hook crashes it).
+func (r *Relay) sweep(ctx context.Context) error {
+	prod := newDirect(r.cfg, "sagaflow-relay")
+	defer prod.close()
 
 	var conn *pgx.Conn
 	defer func() { r.closeConn(conn) }()
@@ -213,7 +236,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				if ctx.Err() == nil {
 					r.log.Error("relay: open lock connection; retrying", "error", err, "retry_in", r.cfg.PollInterval)
 				}
-				sleep(ctx, r.cfg.PollInterval)
+				backoff.Sleep(ctx, r.cfg.PollInterval)
 				continue
 			}
 			conn = c
@@ -225,14 +248,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			r.closeConn(conn)
 			conn = nil
-			sleep(ctx, r.cfg.PollInterval)
+			backoff.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		if !got {
-			sleep(ctx, r.cfg.PollInterval)
+			backoff.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
-		err = r.lead(ctx, conn, w)
+		err = r.lead(ctx, conn, prod)
 		r.leader.Store(false)
 		// The session lock dies with its connection: close it whatever the
 		// reason we stopped leading, so no half-dead session keeps it.
@@ -247,44 +270,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// openWriter is a writer of its own transport (client id name) for c, and
-// the func that closes both.
-func openWriter(c Config, name string, log *slog.Logger) (*kafka.Writer, func()) {
-	tr := kafkaclient.Transport(c.Dialer, name)
-	tr.DialTimeout = c.WriteTimeout
-	w := newWriter(c, tr)
-	return w, func() {
-		if err := w.Close(); err != nil {
-			log.Warn("close kafka writer", "client", name, "error", err)
-		}
-		tr.CloseIdleConnections()
-	}
-}
-
-func newWriter(c Config, tr *kafka.Transport) *kafka.Writer {
-	return &kafka.Writer{
-		Addr:        kafka.TCP(c.Brokers...),
-		Balancer:    kafkaclient.Balancer(),
-		MaxAttempts: 3,
-		BatchSize:   c.BatchSize,
-		BatchBytes:  MaxMessageBytes,
-		// The relay is the writer's only caller and hands it a whole claim
-		// per call: a partial batch has nothing more to wait for. kafka-go
-		// queues a batch when its timer fires, but only after the call
-		// that is filling it has added all of its messages (both hold the
-		// partition writer's lock), so a tiny timeout still sends one
-		// batch per partition per call, without the wait.
-		BatchTimeout: batchTimeout,
-		ReadTimeout:  c.WriteTimeout,
-		WriteTimeout: c.WriteTimeout,
-		RequiredAcks: kafka.RequireAll,
-		// Topics are created by the processes' Prepare (their configured
-		// set) or by an operator, never by publishing to a new name.
-		AllowAutoTopicCreation: false,
-		Transport:              tr,
-	}
 }
 
 func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -328,7 +313,7 @@ func (r *Relay) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
 
 // lead publishes while conn holds the lock. It returns nil when ctx is done,
 // a *crashError from the test hook, or the error that broke conn.
-func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error {
+func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, prod *direct) error {
 	listen := "LISTEN " + pgx.Identifier{r.ob.Channel()}.Sanitize()
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	_, err := conn.Exec(lctx, listen)
@@ -344,7 +329,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 	// notify. Otherwise they do not, and the relay polls every BusyPoll.
 	// The lock is taken and released in the round trip of a claim (op).
 	listening := false
-	op := outbox.ListenTry
+	op := outboxdb.ListenTry
 	outages := 0 // in a row, for the pause after each
 	// published: rows Kafka acknowledged that are not deleted (or marked)
 	// yet; the next claim records them in the same round trip. The empty
@@ -362,23 +347,23 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 		}
 	}()
 	for ctx.Err() == nil {
-		n, claimed, err := r.cycle(ctx, conn, w, &published, op)
+		n, claimed, err := r.cycle(ctx, conn, prod, &published, op)
 		if claimed {
 			switch op {
-			case outbox.ListenTry:
+			case outboxdb.ListenTry:
 				listening = n.listening
-			case outbox.ListenRelease:
+			case outboxdb.ListenRelease:
 				listening = false
 			}
 		}
 		var outage *outageError
 		switch {
 		case errors.As(err, &outage):
-			op = outbox.ListenKeep
+			op = outboxdb.ListenKeep
 			outages++
 			pause := backoff.Exponential(r.cfg.RetryBackoff, MaxRetryBackoff, outages)
 			r.log.Error("relay: publish failed for the whole batch; backing off", "error", err, "rows", outage.rows, "retry_in", pause)
-			sleep(ctx, pause)
+			backoff.Sleep(ctx, pause)
 			continue
 		case err != nil:
 			return err
@@ -388,34 +373,34 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn, w *kafka.Writer) error
 			switch {
 			case listening && rows > 1:
 				// Rows keep coming: stop the NOTIFYs, poll instead.
-				op = outbox.ListenRelease
+				op = outboxdb.ListenRelease
 			case !listening && rows < r.cfg.BatchSize:
 				// Maybe the last of them: be ready to wait.
-				op = outbox.ListenTry
+				op = outboxdb.ListenTry
 			default:
-				op = outbox.ListenKeep
+				op = outboxdb.ListenKeep
 			}
 			if rows < r.cfg.BatchSize && r.cfg.Linger > 0 {
 				// A partial batch: let more rows gather before the next
 				// claim, trading a little latency for fewer, fuller cycles.
-				sleep(ctx, r.cfg.Linger)
+				backoff.Sleep(ctx, r.cfg.Linger)
 			}
 			continue // drain before waiting
 		}
 		if !listening {
-			if op != outbox.ListenTry {
-				op = outbox.ListenTry
+			if op != outboxdb.ListenTry {
+				op = outboxdb.ListenTry
 				continue
 			}
 			// The listen lock was refused: a producer that did not
 			// notify is still in flight, and its rows come next.
-			sleep(ctx, r.cfg.BusyPoll)
+			backoff.Sleep(ctx, r.cfg.BusyPoll)
 			continue
 		}
 		// Nothing due and producers notify: wait for one (at most
 		// PollInterval, the poll fallback that also finds rows whose
 		// available_at has come), keeping the lock.
-		op = outbox.ListenKeep
+		op = outboxdb.ListenKeep
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 		_, err = conn.WaitForNotification(wctx)
 		timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
@@ -452,10 +437,7 @@ func (e *outageError) Unwrap() error { return e.err }
 
 // record deletes (or, with KeepSent, marks sent) published rows.
 func (r *Relay) record(ctx context.Context, conn *pgx.Conn, ids []int64) error {
-	if r.cfg.KeepSent {
-		return r.ob.MarkSent(ctx, conn, ids)
-	}
-	return r.ob.DeleteSent(ctx, conn, ids)
+	return r.ob.RecordPublished(ctx, conn, ids, r.cfg.KeepSent)
 }
 
 // cycleResult is what one cycle claimed.
@@ -469,12 +451,12 @@ type cycleResult struct {
 // all three), publishes them and leaves the acknowledged ones in
 // *published; failed rows are marked at once. claimed reports whether the
 // claim round trip succeeded (and so op took effect).
-func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, published *[]int64, op outbox.ListenOp) (res cycleResult, claimed bool, err error) {
+func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, prod *direct, published *[]int64, op outboxdb.ListenOp) (res cycleResult, claimed bool, err error) {
 	schema := r.ob.Schema()
 	// The claim runs on the lock connection: if that session (and so the
 	// lock) is gone, the claim fails and nothing is published.
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
-	got, err := r.ob.Claim(cctx, conn, outbox.Claim{Done: *published, KeepSent: r.cfg.KeepSent, Listen: op, Limit: r.cfg.BatchSize})
+	got, err := r.ob.Claim(cctx, conn, outboxdb.Claim{Done: *published, KeepSent: r.cfg.KeepSent, Listen: op, Limit: r.cfg.BatchSize})
 	cancel()
 	if err != nil {
 		// Whether the previous rows were recorded is unknown: they stay in
@@ -490,7 +472,7 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, publ
 	// From here the batch is in flight: finish it even if ctx is cancelled,
 	// so a shutdown does not cause re-publishing.
 	wctx := context.WithoutCancel(ctx)
-	pr := r.publish(wctx, w, rows)
+	pr := r.publish(wctx, prod, rows)
 	if r.afterPublish != nil {
 		if err := r.afterPublish(); err != nil {
 			return res, true, &crashError{err: err}
@@ -504,10 +486,6 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, publ
 			return res, true, err
 		}
 	}
-	if r.m != nil {
-		r.m.published.Add(float64(len(pr.sent)))
-		r.m.publishErrors.Add(float64(len(pr.failed) + len(pr.untouched)))
-	}
 	if len(pr.untouched) > 0 {
 		return res, true, &outageError{rows: len(pr.untouched), err: fmt.Errorf("relay %s: publish %d rows (first row id %d): %w",
 			schema, len(pr.untouched), pr.untouched[0].ID, pr.outage)}
@@ -515,7 +493,7 @@ func (r *Relay) cycle(ctx context.Context, conn *pgx.Conn, w *kafka.Writer, publ
 	return res, true, nil
 }
 
-func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outbox.Row, cause error) error {
+func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outboxdb.Row, cause error) error {
 	msg := cause.Error()
 	attrs := []any{"outbox_row_id", row.ID, "topic", row.Topic, "key", row.Key,
 		message.AttrMessageIDHash, message.IDTextHash(row.Headers[message.HeaderMessageID]), "attempt", row.Attempts + 1, "error", msg}
@@ -532,15 +510,6 @@ func (r *Relay) markFailed(ctx context.Context, conn *pgx.Conn, row outbox.Row, 
 	}
 	r.log.Warn("relay: publish of row failed; will retry", append(attrs, "retry_in", d)...)
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func (r *Relay) statsLoop(ctx context.Context) {

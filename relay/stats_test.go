@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -15,7 +16,7 @@ func TestOutboxStatsOnThePoolAndInACallersTransaction(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := testkit.Context(t, 30*time.Second)
-	before, err := f.ob.Stats(ctx, f.pool)
+	before, err := outboxdb.For(f.ob.Schema()).Stats(ctx, f.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestOutboxStatsOnThePoolAndInACallersTransaction(t *testing.T) {
 	if err := f.ob.Enqueue(ctx, tx, outbox.Message{Topic: f.topic, Key: "k", Value: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	in, err := f.ob.Stats(ctx, tx)
+	in, err := outboxdb.For(f.ob.Schema()).Stats(ctx, tx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestOutboxStatsOnThePoolAndInACallersTransaction(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatalf("rollback after Stats in the transaction: %v", err)
 	}
-	after, err := f.ob.Stats(ctx, f.pool)
+	after, err := outboxdb.For(f.ob.Schema()).Stats(ctx, f.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

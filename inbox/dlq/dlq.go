@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/internal/jsonlite"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/pgid"
 	"github.com/sagaflow/sagaflow/outbox"
 )
@@ -118,7 +120,7 @@ const (
 type Store struct {
 	pool     *pgxpool.Pool
 	schema   string
-	ob       *outbox.Outbox
+	ob       *outboxdb.Table
 	dl, au   string
 	consumes []string
 }
@@ -134,10 +136,7 @@ func New(pool *pgxpool.Pool, schema string, consumes ...string) (*Store, error) 
 	if !pgid.ValidIdentifier(schema) {
 		return nil, fmt.Errorf("dlq: schema %q must match %s", schema, pgid.IdentifierPattern)
 	}
-	ob, err := outbox.New(schema)
-	if err != nil {
-		return nil, err
-	}
+	ob := outboxdb.For(schema)
 	for i, t := range consumes {
 		if t == "" {
 			return nil, fmt.Errorf("dlq: New: consumed topic %d is empty", i)
@@ -181,7 +180,8 @@ func scan(row pgx.Row, withValue bool) (DeadLetter, error) {
 	if err := row.Scan(dest...); err != nil {
 		return d, err
 	}
-	if err := json.Unmarshal(h, &d.Headers); err != nil {
+	var err error
+	if d.Headers, err = jsonlite.ReadStringMap(h); err != nil {
 		return d, fmt.Errorf("dead letter %d: headers: %w", d.ID, err)
 	}
 	return d, nil
@@ -394,29 +394,29 @@ SELECT $1, $2, $3, t, d FROM unnest($4::text[], $5::jsonb[]) AS u(t, d)`, a.Acto
 
 // DeadOutbox returns up to limit dead outbox rows with ids above after, in
 // id order.
-func (s *Store) DeadOutbox(ctx context.Context, after int64, limit int) ([]outbox.DeadRow, error) {
+func (s *Store) DeadOutbox(ctx context.Context, after int64, limit int) ([]DeadRow, error) {
 	if limit <= 0 || limit > ListLimitMax {
 		limit = ListLimitDefault
 	}
-	rows, err := s.ob.ListDead(ctx, s.pool, after, limit)
+	rows, err := listDead(ctx, s.pool, s.ob, after, limit)
 	if rows == nil && err == nil {
-		rows = []outbox.DeadRow{}
+		rows = []DeadRow{}
 	}
 	return rows, err
 }
 
 // OutboxStatus returns where the outbox row id stands (dead, live, sent or
 // gone) and when it was sent or parked.
-func (s *Store) OutboxStatus(ctx context.Context, id int64) (outbox.RowStatus, time.Time, error) {
-	return s.ob.Status(ctx, s.pool, id)
+func (s *Store) OutboxStatus(ctx context.Context, id int64) (RowStatus, time.Time, error) {
+	return rowStatus(ctx, s.pool, s.ob, id)
 }
 
 // Requeue makes the dead outbox rows ids due again (see
-// outbox.Outbox.Requeue), audited, in one transaction, and returns the ids
+// requeue), audited, in one transaction, and returns the ids
 // it requeued; ids that are not dead rows are skipped.
 func (s *Store) Requeue(ctx context.Context, ids []int64, a Audit) ([]int64, error) {
 	done, err := s.repair(ctx, ids, a, func(tx pgx.Tx) ([]int64, error) {
-		done, err := s.ob.Requeue(ctx, tx, ids)
+		done, err := requeue(ctx, tx, s.ob, ids)
 		if err != nil || len(done) == 0 {
 			return done, err
 		}
@@ -440,7 +440,7 @@ func (s *Store) RequeueAll(ctx context.Context, a Audit) ([]int64, error) {
 	}
 	var all []int64
 	for {
-		rows, err := s.ob.ListDead(ctx, s.pool, 0, BatchSize)
+		rows, err := listDead(ctx, s.pool, s.ob, 0, BatchSize)
 		if err != nil || len(rows) == 0 {
 			return all, err
 		}

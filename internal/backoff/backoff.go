@@ -1,9 +1,10 @@
 // Package backoff computes the capped exponential delays between retries
 // that the inbox, the relay, the saga engine's timer loop and the CLI's
-// start-up share.
+// start-up share, and waits them out (Sleep).
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -29,4 +30,17 @@ func Jitter(d time.Duration) time.Duration {
 		return half + rand.N(half+1)
 	}
 	return d
+}
+
+// Sleep waits d, or until ctx is done: it reports whether it waited the
+// whole of d.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -50,5 +51,26 @@ func TestJitter(t *testing.T) {
 				t.Fatalf("Jitter(%d) = %d, want in [%d, %d]", d, got, d/2, d)
 			}
 		}
+	}
+}
+
+// Sleep waits the whole delay when nothing cancels it, and returns false at
+// once (well before its hour) when its context is done.
+func TestSleep(t *testing.T) {
+	t.Parallel()
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Fatal("Sleep of 1ms without a cancel reported it was cut short")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan bool, 1)
+	go func() { done <- Sleep(ctx, time.Hour) }()
+	cancel()
+	select {
+	case waited := <-done:
+		if waited {
+			t.Fatal("Sleep cut short by its context reported it waited")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sleep did not return within 10s of its context's cancel")
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/orchestrator"
-	"github.com/sagaflow/sagaflow/outbox"
 )
 
 // crashingDispatcher stands for an orchestrator process that dies right
@@ -32,7 +32,7 @@ type crashingDispatcher struct {
 func (d *crashingDispatcher) Lease() time.Duration { return d.lease }
 func (d *crashingDispatcher) Active() bool         { return true }
 
-func (d *crashingDispatcher) Send(p *outbox.Pending) {
+func (d *crashingDispatcher) Send(p *outboxdb.Pending) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ids = append(d.ids, p.IDs...)

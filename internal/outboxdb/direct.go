@@ -1,4 +1,4 @@
-package outbox
+package outboxdb
 
 import (
 	"context"
@@ -17,14 +17,14 @@ type Pending struct {
 	IDs  []int64
 }
 
-// directSQL inserts rows that the relay leaves alone for a lease: the
-// committing process publishes them itself right after its commit
-// (relay.Dispatcher) and deletes them; only if it does not (it crashed
+// directSQL inserts rows that the relay's sweep leaves alone for a lease:
+// the committing process publishes them itself right after its commit (the
+// relay's dispatch mode) and deletes them; only if it does not (it crashed
 // between commit and publish, or between publish and delete; Kafka refused)
-// are they due to the relay when the lease ends, which publishes them like
+// are they due to the sweep when the lease ends, which publishes them like
 // any row. No NOTIFY (the relay finds them by its poll) and no listen lock.
 // The lease is counted on the server's clock.
-func (o *Outbox) directSQL() string {
+func (o *Table) directSQL() string {
 	t := pgx.Identifier{o.schema, "outbox"}.Sanitize()
 	return `INSERT INTO ` + t + ` (topic, key, value, headers, available_at)
 SELECT u.topic, u.key, u.value, u.headers, now() + $5::bigint * interval '1 microsecond'
@@ -34,9 +34,9 @@ RETURNING id`
 
 // QueueEnqueueDirect adds to b the insert of msgs as rows leased to the
 // committing process for lease (see directSQL), and returns their Pending,
-// whose IDs are filled in when b runs. Hand it to the dispatcher after the
+// whose IDs are filled in when b runs. Hand it to the relay (Send) after the
 // transaction commits; if it rolls back, drop it.
-func (o *Outbox) QueueEnqueueDirect(b *pgx.Batch, lease time.Duration, msgs ...Message) (*Pending, error) {
+func (o *Table) QueueEnqueueDirect(b *pgx.Batch, lease time.Duration, msgs ...Message) (*Pending, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -67,7 +67,7 @@ func (o *Outbox) QueueEnqueueDirect(b *pgx.Batch, lease time.Duration, msgs ...M
 }
 
 // EnqueueDirect is QueueEnqueueDirect in a round trip of its own.
-func (o *Outbox) EnqueueDirect(ctx context.Context, tx DB, lease time.Duration, msgs ...Message) (*Pending, error) {
+func (o *Table) EnqueueDirect(ctx context.Context, tx DB, lease time.Duration, msgs ...Message) (*Pending, error) {
 	b := &pgx.Batch{}
 	p, err := o.QueueEnqueueDirect(b, lease, msgs...)
 	if err != nil || p == nil {
@@ -80,9 +80,9 @@ func (o *Outbox) EnqueueDirect(ctx context.Context, tx DB, lease time.Duration, 
 }
 
 // Release makes leased rows due to the relay now, instead of when their
-// lease ends: the dispatcher could not publish them (Kafka refused, or did
+// lease ends: the dispatch could not publish them (Kafka refused, or did
 // not answer), so there is nothing to wait for.
-func (o *Outbox) Release(ctx context.Context, db DB, ids []int64) error {
+func (o *Table) Release(ctx context.Context, db DB, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
