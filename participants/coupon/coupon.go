@@ -38,10 +38,7 @@ func Register(p *participants.Participant, opts Options) error {
 		return errors.New("coupon: Register: participant is nil")
 	}
 	h := newHandlers(p.Schema())
-	if err := p.Handle(orderapi.StepLockCoupon, h.lock, h.unlock); err != nil {
-		return fmt.Errorf("coupon: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepLockCoupon, h.lockBatch); err != nil {
+	if err := p.Handle(orderapi.StepLockCoupon, participants.WithBatch(h.lock, h.lockBatch), participants.One(h.unlock)); err != nil {
 		return fmt.Errorf("coupon: Register: %w", err)
 	}
 	return nil

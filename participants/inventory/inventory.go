@@ -46,10 +46,7 @@ func Register(p *participants.Participant, opts Options) error {
 		return errors.New("inventory: Register: participant is nil")
 	}
 	h := newHandlers(p.Schema())
-	if err := p.Handle(orderapi.StepReserveInventory, h.reserve, h.release); err != nil {
-		return fmt.Errorf("inventory: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepReserveInventory, h.reserveBatch); err != nil {
+	if err := p.Handle(orderapi.StepReserveInventory, participants.WithBatch(h.reserve, h.reserveBatch), participants.One(h.release)); err != nil {
 		return fmt.Errorf("inventory: Register: %w", err)
 	}
 	return nil

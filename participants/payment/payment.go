@@ -61,10 +61,7 @@ func Register(p *participants.Participant, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Handle(orderapi.StepChargePayment, h.charge, nil); err != nil {
-		return fmt.Errorf("payment: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepChargePayment, h.chargeBatch); err != nil {
+	if err := p.Handle(orderapi.StepChargePayment, participants.WithBatch(h.charge, h.chargeBatch), nil); err != nil {
 		return fmt.Errorf("payment: Register: %w", err)
 	}
 	return nil

@@ -39,10 +39,7 @@ func Register(p *participants.Participant, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Handle(orderapi.StepAwardPoints, h.award, nil); err != nil {
-		return fmt.Errorf("points: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepAwardPoints, h.awardBatch); err != nil {
+	if err := p.Handle(orderapi.StepAwardPoints, participants.WithBatch(h.award, h.awardBatch), nil); err != nil {
 		return fmt.Errorf("points: Register: %w", err)
 	}
 	return nil

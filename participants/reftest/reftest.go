@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
@@ -100,10 +101,13 @@ func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action,
 	}
 }
 
+// OneFunc is a step handler of one command (see participants.One).
+type OneFunc = func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error)
+
 // Exec runs fn for cmd in its own transaction on pool. The transaction is
 // committed when fn returns a success result and rolled back otherwise
 // (failure, retry, or error), which is what the SDK guarantees handlers.
-func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) (participants.Result, error) {
+func Exec(ctx context.Context, pool *pgxpool.Pool, fn OneFunc, cmd message.Command) (participants.Result, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return participants.Result{}, fmt.Errorf("reftest: begin: %w", err)
@@ -125,7 +129,7 @@ func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd mes
 // ExecBatch runs fn for cmds in one transaction on pool, committed only when
 // every result is a success (otherwise the SDK rolls the batch back and
 // handles its commands one by one), and returns the results.
-func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.BatchFunc, cmds ...message.Command) []participants.Result {
+func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.Handler, cmds ...message.Command) []participants.Result {
 	t.Helper()
 	ctx := testkit.Context(t, 30*time.Second)
 	tx, err := pool.Begin(ctx)
@@ -152,7 +156,7 @@ func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.BatchFunc, cmds
 }
 
 // MustExec is Exec failing the test on an error.
-func MustExec(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) participants.Result {
+func MustExec(t testing.TB, pool *pgxpool.Pool, fn OneFunc, cmd message.Command) participants.Result {
 	t.Helper()
 	res, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
 	if err != nil {
@@ -171,7 +175,7 @@ func WantOutcome(t testing.TB, res participants.Result, outcome message.Outcome,
 
 // WantInvalid runs fn for cmd and fails the test unless it returns an error
 // wrapping message.ErrInvalid whose text mentions field.
-func WantInvalid(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command, field string) {
+func WantInvalid(t testing.TB, pool *pgxpool.Pool, fn OneFunc, cmd message.Command, field string) {
 	t.Helper()
 	_, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
 	if !errors.Is(err, message.ErrInvalid) {

@@ -39,10 +39,7 @@ func Register(p *participants.Participant, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Handle(orderapi.StepCreateShipment, h.create, nil); err != nil {
-		return fmt.Errorf("shipping: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepCreateShipment, h.createBatch); err != nil {
+	if err := p.Handle(orderapi.StepCreateShipment, participants.WithBatch(h.create, h.createBatch), nil); err != nil {
 		return fmt.Errorf("shipping: Register: %w", err)
 	}
 	return nil

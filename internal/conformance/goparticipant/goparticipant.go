@@ -52,7 +52,7 @@ func Register(p *participants.Participant) error {
 		return errors.New("goparticipant: Register: participant is nil")
 	}
 	h := handlers{effects: pgx.Identifier{p.Schema(), "conformance_effects"}.Sanitize()}
-	if err := p.Handle(conformance.StepName, h.forward, h.compensate); err != nil {
+	if err := p.Handle(conformance.StepName, participants.One(h.forward), participants.One(h.compensate)); err != nil {
 		return fmt.Errorf("goparticipant: Register: %w", err)
 	}
 	return nil
