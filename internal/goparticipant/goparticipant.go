@@ -1,5 +1,5 @@
 // Package goparticipant is the Go participant of the conformance step
-// (internal/conformance, docs/DESIGN.md "The conformance step"), built on
+// (participants/conformance, docs/DESIGN.md "The conformance step"), built on
 // the participants SDK: the SDK does the wire contract (barrier, inbox,
 // outbox and relay, dead letters, queries), this package only the step's
 // handlers and its effect table. `orchestrator conformance go-participant`
@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/conformance"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sagaflow/sagaflow/internal/conformance"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 )
 
