@@ -1,12 +1,4 @@
-// Package reftest holds the test helpers shared by the reference
-// participants (participants/inventory, coupon, payment, shipping, points):
-// a fresh Postgres database with the SDK and business migrations applied,
-// hand-built commands, and a runner that executes one handler in its own
-// transaction the way the SDK does (commit on success, roll back on a
-// failure or retry result, roll back on an error).
-//
-// It is imported by tests only; it needs a real Postgres (see testkit).
-package reftest
+package participanttest
 
 import (
 	"context"
@@ -51,7 +43,7 @@ func NewFixture[H any](t testing.TB, schema string, business func(schema string)
 	t.Helper()
 	h, err := newH(schema)
 	if err != nil {
-		t.Fatalf("reftest: new handlers for schema %q: %v", schema, err)
+		t.Fatalf("participanttest: new handlers for schema %q: %v", schema, err)
 	}
 	return Fixture[H]{Pool: Setup(t, schema, business), H: h}
 }
@@ -63,7 +55,7 @@ func Read[T any](t testing.TB, pool *pgxpool.Pool, schema string, read func(ctx 
 	t.Helper()
 	v, err := read(testkit.Context(t, 30*time.Second), pool, schema)
 	if err != nil {
-		t.Fatalf("reftest: read schema %q: %v", schema, err)
+		t.Fatalf("participanttest: read schema %q: %v", schema, err)
 	}
 	return v
 }
@@ -83,7 +75,7 @@ func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action,
 	default:
 		b, err := json.Marshal(p)
 		if err != nil {
-			t.Fatalf("reftest: encode payload: %v", err)
+			t.Fatalf("participanttest: encode payload: %v", err)
 		}
 		raw = b
 	}
@@ -95,7 +87,7 @@ func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action,
 		Step:        step,
 		Action:      action,
 		Attempt:     attempt,
-		ReplyTo:     "saga.replies",
+		ReplyTo:     message.ReplyTopicDefault,
 		SentAt:      time.Now().UTC(),
 		Payload:     raw,
 	}
@@ -110,7 +102,7 @@ type OneFunc = func(ctx context.Context, tx pgx.Tx, cmd message.Command) (partic
 func Exec(ctx context.Context, pool *pgxpool.Pool, fn OneFunc, cmd message.Command) (participants.Result, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return participants.Result{}, fmt.Errorf("reftest: begin: %w", err)
+		return participants.Result{}, fmt.Errorf("participanttest: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	res, err := fn(ctx, tx, cmd)
@@ -121,7 +113,7 @@ func Exec(ctx context.Context, pool *pgxpool.Pool, fn OneFunc, cmd message.Comma
 		return res, nil
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("reftest: commit: %w", err)
+		return res, fmt.Errorf("participanttest: commit: %w", err)
 	}
 	return res, nil
 }
@@ -134,15 +126,15 @@ func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.Handler, cmds .
 	ctx := testkit.Context(t, 30*time.Second)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		t.Fatalf("reftest: begin: %v", err)
+		t.Fatalf("participanttest: begin: %v", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	res, err := fn(ctx, tx, cmds)
 	if err != nil {
-		t.Fatalf("reftest: batch of %d: unexpected error: %v", len(cmds), err)
+		t.Fatalf("participanttest: batch of %d: unexpected error: %v", len(cmds), err)
 	}
 	if len(res) != len(cmds) {
-		t.Fatalf("reftest: batch of %d: %d results", len(cmds), len(res))
+		t.Fatalf("participanttest: batch of %d: %d results", len(cmds), len(res))
 	}
 	for _, r := range res {
 		if r.Outcome != message.Success {
@@ -150,7 +142,7 @@ func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.Handler, cmds .
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("reftest: commit: %v", err)
+		t.Fatalf("participanttest: commit: %v", err)
 	}
 	return res
 }
@@ -160,7 +152,7 @@ func MustExec(t testing.TB, pool *pgxpool.Pool, fn OneFunc, cmd message.Command)
 	t.Helper()
 	res, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
 	if err != nil {
-		t.Fatalf("reftest: step %q %s saga %s: unexpected error: %v", cmd.Step, cmd.Action, cmd.SagaID, err)
+		t.Fatalf("participanttest: step %q %s saga %s: unexpected error: %v", cmd.Step, cmd.Action, cmd.SagaID, err)
 	}
 	return res
 }
@@ -192,10 +184,10 @@ func Payload[T any](t testing.TB, res participants.Result) T {
 	var v T
 	b, err := json.Marshal(res.Payload)
 	if err != nil {
-		t.Fatalf("reftest: encode result payload: %v", err)
+		t.Fatalf("participanttest: encode result payload: %v", err)
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("reftest: result payload %s does not fit %T: %v", b, v, err)
+		t.Fatalf("participanttest: result payload %s does not fit %T: %v", b, v, err)
 	}
 	return v
 }
