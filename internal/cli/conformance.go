@@ -5,9 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sagaflow/sagaflow/participants/conformance"
-	"github.com/sagaflow/sagaflow/internal/goparticipant"
 	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/goparticipant"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // conformanceCmd runs the wire-contract conformance kit against a

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sagaflow/sagaflow/internal/cli"
-	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // goRelayPartitioner is the partitioner the Go SDK's relay and dispatcher

@@ -25,10 +25,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // These tests drive the Node.js participant as a process of its own. They
