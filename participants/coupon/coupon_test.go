@@ -10,17 +10,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "coupon"
 
-type fixture = participanttest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, codes ...string) fixture {
 	t.Helper()
-	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema)) })
 	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, codes...); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
@@ -37,32 +38,32 @@ func TestLockIsExclusiveUntilCompensated(t *testing.T) {
 	f := setup(t, "SAVE5")
 	a, b := uuid.New(), uuid.New()
 
-	res := participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5"))
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, message.Forward, "SAVE5"))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got := participanttest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != DiscountCentsDefault {
 		t.Fatalf("discount = %d, want %d", got, DiscountCentsDefault)
 	}
 	// The same saga taking it again is a no-op success.
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
 
 	// Another saga is refused while a holds it.
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
 	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 1 || got["SAVE5"] != a {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, a)
 	}
 
 	// Compensating b (which never held it) leaves a's lock.
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.unlock, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
 	if got := participanttest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != a {
 		t.Fatalf("after compensating another saga: locks = %v, want SAVE5 still held by %s", got, a)
 	}
 
 	// Compensating a frees it, and b can take it.
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.unlock, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
 	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("after compensation: locks = %v, want none", got)
 	}
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
 	if got := participanttest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != b {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, b)
 	}
@@ -72,14 +73,14 @@ func TestNoCodeAndUnknownCode(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	saga := uuid.New()
-	res := participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, ""))
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, ""))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got := participanttest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != 0 {
 		t.Fatalf("discount without a code = %d, want 0", got)
 	}
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.unlock, cmd(t, saga, message.Compensate, "")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "")), message.Success, "")
 
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
 	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("locks = %v, want none", got)
 	}
@@ -104,7 +105,7 @@ func TestConcurrentLocksHaveOneWinner(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.lock, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -136,9 +137,9 @@ func TestInvalidPayloads(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	for _, action := range []message.Action{message.Forward, message.Compensate} {
-		fn := f.H.lock
+		fn := f.H.Forward
 		if action == message.Compensate {
-			fn = f.H.unlock
+			fn = f.H.Compensate
 		}
 		for name, c := range map[string]struct {
 			field   string
@@ -179,10 +180,10 @@ func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "A", "B", "C")
 	held := uuid.New()
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.lock, cmd(t, held, message.Forward, "C")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, held, message.Forward, "C")), message.Success, "")
 
 	a, none, b := uuid.New(), uuid.New(), uuid.New()
-	res := participanttest.ExecBatch(t, f.Pool, f.H.lockBatch, cmd(t, a, message.Forward, "A"), cmd(t, none, message.Forward, ""), cmd(t, b, message.Forward, "B"))
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, a, message.Forward, "A"), cmd(t, none, message.Forward, ""), cmd(t, b, message.Forward, "B"))
 	for i, want := range []int64{DiscountCentsDefault, 0, DiscountCentsDefault} {
 		participanttest.WantOutcome(t, res[i], message.Success, "")
 		if got := participanttest.Payload[orderapi.LockCouponResult](t, res[i]).DiscountCents; got != want {
@@ -205,7 +206,7 @@ func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res := participanttest.ExecBatch(t, f.Pool, f.H.lockBatch, cs...)
+		res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cs...)
 		all := true
 		for _, r := range res {
 			all = all && r.Outcome == message.Success

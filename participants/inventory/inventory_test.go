@@ -11,17 +11,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "inventory"
 
-type fixture = participanttest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, stock map[string]int) fixture {
 	t.Helper()
-	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema)) })
 	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, stock); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
@@ -38,7 +39,7 @@ func TestReserveAndReleaseConserveStock(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 5})
 	saga := uuid.New()
 
-	res := participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got := participanttest.Payload[orderapi.ReserveInventoryResult](t, res).ReservationID; got != saga.String() {
 		t.Fatalf("reservation id = %q, want the saga id %s", got, saga)
@@ -52,13 +53,13 @@ func TestReserveAndReleaseConserveStock(t *testing.T) {
 
 	// A second forward for the same saga (defence in depth beside the
 	// barrier) answers the same result and does not reserve again.
-	res = participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
 		t.Fatalf("after duplicate reserve: stock = %+v, want %+v", got, want)
 	}
 
-	res = participanttest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after release: stock = %+v, want %+v", got, want)
@@ -68,13 +69,13 @@ func TestReserveAndReleaseConserveStock(t *testing.T) {
 	}
 
 	// Releasing twice gives back nothing more.
-	res = participanttest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after second release: stock = %+v, want %+v", got, want)
 	}
 	// A forward after the release is refused and changes nothing.
-	res = participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
 	if res.Outcome != message.Failure {
 		t.Fatalf("forward after release: outcome = %s, want failure", res.Outcome)
 	}
@@ -88,11 +89,11 @@ func TestReserveFailuresChangeNothing(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 2})
 
 	saga := uuid.New()
-	res := participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Failure, orderapi.ReasonInsufficientStock)
 
 	unknown := uuid.New()
-	res = participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, unknown, message.Forward, "no-such-sku", 1))
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, unknown, message.Forward, "no-such-sku", 1))
 	participanttest.WantOutcome(t, res, message.Failure, orderapi.ReasonUnknownSKU)
 
 	if got, want := participanttest.Read(t, f.Pool, schema, Stock), (map[string]Item{"sku-a": {Available: 2}}); len(got) != 1 || got["sku-a"] != want["sku-a"] {
@@ -103,7 +104,7 @@ func TestReserveFailuresChangeNothing(t *testing.T) {
 	}
 
 	// Compensating a saga that reserved nothing is an empty compensation.
-	res = participanttest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	if got := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 2}) {
 		t.Fatalf("after empty compensation: stock = %+v, want 2 available", got)
@@ -125,7 +126,7 @@ func TestConcurrentReservationsNeverOversell(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.reserve, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			if err != nil {
 				errs <- err
 				return
@@ -186,9 +187,9 @@ func TestInvalidPayloads(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, action := range []message.Action{message.Forward, message.Compensate} {
-			fn := f.H.reserve
+			fn := f.H.Forward
 			if action == message.Compensate {
-				fn = f.H.release
+				fn = f.H.Compensate
 			}
 			t.Run(c.name+"/"+string(action), func(t *testing.T) {
 				participanttest.WantInvalid(t, f.Pool, fn, participanttest.Command(t, saga, orderapi.StepReserveInventory, action, 1, c.payload), c.field)
@@ -203,7 +204,7 @@ func TestInvalidPayloads(t *testing.T) {
 func TestSeedResetsAndValidates(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"a": 3, "b": 4})
-	participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, uuid.New(), message.Forward, "a", 2))
+	participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, uuid.New(), message.Forward, "a", 2))
 	ctx := testkit.Context(t, 30*time.Second)
 	if err := Seed(ctx, f.Pool, schema, map[string]int{"a": 7}); err != nil {
 		t.Fatalf("reseed: %v", err)
@@ -240,7 +241,7 @@ func TestReserveBatchTakesEachSKUsTotalOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"sku-a": 5, "sku-b": 3})
 	s1, s2, s3 := uuid.New(), uuid.New(), uuid.New()
-	res := participanttest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, s1, message.Forward, "sku-a", 2), cmd(t, s2, message.Forward, "sku-b", 3), cmd(t, s3, message.Forward, "sku-a", 1))
 	for i, saga := range []uuid.UUID{s1, s2, s3} {
 		participanttest.WantOutcome(t, res[i], message.Success, "")
@@ -262,7 +263,7 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"sku-a": 5, "sku-c": 2})
 	prior := uuid.New()
-	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.reserve, cmd(t, prior, message.Forward, "sku-a", 1)), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, prior, message.Forward, "sku-a", 1)), message.Success, "")
 	before := participanttest.Read(t, f.Pool, schema, Stock)
 
 	// Each of the sku-c orders alone fits, both together do not; the saga
@@ -270,7 +271,7 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 	// reserved by the batch, the plain order is, and the batch (not all
 	// Success) is not committed: the SDK runs reserve for each instead.
 	plain, c1, c2, unknown := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	res := participanttest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, plain, message.Forward, "sku-a", 1), cmd(t, c1, message.Forward, "sku-c", 2), cmd(t, c2, message.Forward, "sku-c", 1),
 		cmd(t, prior, message.Forward, "sku-a", 1), cmd(t, unknown, message.Forward, "sku-x", 1))
 	participanttest.WantOutcome(t, res[0], message.Success, "")
@@ -291,7 +292,7 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
-	if _, err := f.H.reserveBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
+	if _, err := f.H.ForwardMany(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
 		t.Fatalf("batch with qty 0 = %v, want an error naming qty", err)
 	}
 }

@@ -12,17 +12,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "points"
 
-type fixture = participanttest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
+	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema, opts)) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, order, customer string, points int64, attempt int) message.Command {
@@ -32,7 +33,7 @@ func cmd(t *testing.T, saga uuid.UUID, order, customer string, points int64, att
 
 func award(t *testing.T, f fixture, c message.Command) int64 {
 	t.Helper()
-	res := participanttest.MustExec(t, f.Pool, f.H.award, c)
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, c)
 	participanttest.WantOutcome(t, res, message.Success, "")
 	return participanttest.Payload[orderapi.AwardPointsResult](t, res).Balance
 }
@@ -81,7 +82,7 @@ func TestConcurrentAwardsCountEachOrderOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.award, c)
+				res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 				if err == nil && res.Outcome != message.Success {
 					err = fmt.Errorf("outcome %s %s", res.Outcome, res.Reason)
 				}
@@ -111,7 +112,7 @@ func TestFailRate(t *testing.T) {
 	always := setup(t, Options{FailRate: 1, Seed: 3})
 	saga := uuid.New()
 	for attempt := 1; attempt <= 5; attempt++ {
-		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.award, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
+		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.Forward, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
 	}
 	if got := participanttest.Read(t, always.Pool, schema, Entries); len(got) != 0 {
 		t.Fatalf("FailRate 1: entries = %v, want none", got)
@@ -135,7 +136,7 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		"negative points": {"points", orderapi.AwardPoints{OrderID: "o1", Customer: "ann", Points: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			participanttest.WantInvalid(t, f.Pool, f.H.award, participanttest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
+			participanttest.WantInvalid(t, f.Pool, f.H.Forward, participanttest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
 		})
 	}
 	if got := participanttest.Read(t, f.Pool, schema, Entries); len(got) != 0 {
@@ -161,7 +162,7 @@ func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
 		t.Fatalf("balance before the batch = %d, want 10", got)
 	}
 	a1, b1, a2 := uuid.New(), uuid.New(), uuid.New()
-	res := participanttest.ExecBatch(t, f.Pool, f.H.awardBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, a1, "o1", "ann", 100, 1), cmd(t, b1, "o2", "bob", 7, 1), cmd(t, a2, "o3", "ann", 25, 1))
 	for i, want := range []int64{110, 7, 135} {
 		participanttest.WantOutcome(t, res[i], message.Success, "")
@@ -175,7 +176,7 @@ func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
 
 	// An order that has its entry is left to award; so is a batch holding
 	// one saga twice (an error: the SDK declines it).
-	res = participanttest.ExecBatch(t, f.Pool, f.H.awardBatch, cmd(t, uuid.New(), "o4", "ann", 1, 1), cmd(t, uuid.New(), "o1", "ann", 100, 1))
+	res = participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, uuid.New(), "o4", "ann", 1, 1), cmd(t, uuid.New(), "o1", "ann", 100, 1))
 	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
 		t.Fatalf("batch with an existing order: outcomes %s, %s; want success, then left to award", res[0].Outcome, res[1].Outcome)
 	}
@@ -188,7 +189,7 @@ func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
 	twice := uuid.New()
-	if _, err := f.H.awardBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{cmd(t, twice, "o5", "ann", 1, 1), cmd(t, twice, "o5", "ann", 1, 2)}); err == nil {
+	if _, err := f.H.ForwardMany(testkit.Context(t, 30*time.Second), tx, []message.Command{cmd(t, twice, "o5", "ann", 1, 1), cmd(t, twice, "o5", "ann", 1, 2)}); err == nil {
 		t.Fatal("batch with one saga twice = nil error, want it declined")
 	}
 }

@@ -12,17 +12,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "shipping"
 
-type fixture = participanttest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
+	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema, opts)) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, order string, attempt int) message.Command {
@@ -35,7 +36,7 @@ func TestAtMostOneShipmentPerOrder(t *testing.T) {
 	f := setup(t, Options{})
 	a, b := uuid.New(), uuid.New()
 
-	res := participanttest.MustExec(t, f.Pool, f.H.create, cmd(t, a, "o1", 1))
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, "o1", 1))
 	participanttest.WantOutcome(t, res, message.Success, "")
 	first := participanttest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID
 	if _, err := uuid.Parse(first); err != nil {
@@ -44,7 +45,7 @@ func TestAtMostOneShipmentPerOrder(t *testing.T) {
 	// The same saga again, and another saga for the same order: same
 	// shipment, no new row.
 	for _, saga := range []uuid.UUID{a, b} {
-		res := participanttest.MustExec(t, f.Pool, f.H.create, cmd(t, saga, "o1", 2))
+		res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, "o1", 2))
 		participanttest.WantOutcome(t, res, message.Success, "")
 		if got := participanttest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID; got != first {
 			t.Fatalf("saga %s: shipment id = %q, want the existing %q", saga, got, first)
@@ -72,7 +73,7 @@ func TestConcurrentSagasOfOneOrderShipOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.create, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -104,7 +105,7 @@ func TestFailRateExtremes(t *testing.T) {
 	always := setup(t, Options{FailRate: 1, Seed: 7})
 	saga := uuid.New()
 	for attempt := 1; attempt <= 5; attempt++ {
-		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.create, cmd(t, saga, "o1", attempt)), message.Retry, orderapi.ReasonTransient)
+		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.Forward, cmd(t, saga, "o1", attempt)), message.Retry, orderapi.ReasonTransient)
 	}
 	if got := participanttest.Read(t, always.Pool, schema, Shipments); len(got) != 0 {
 		t.Fatalf("FailRate 1: shipments = %v, want none", got)
@@ -124,7 +125,7 @@ func TestHandlerFollowsTheDraw(t *testing.T) {
 	succeeded := false
 	for attempt := 1; attempt <= 20 && !succeeded; attempt++ {
 		c := cmd(t, saga, "o-retry", attempt)
-		res := participanttest.MustExec(t, f.Pool, f.H.create, c)
+		res := participanttest.MustExec(t, f.Pool, f.H.Forward, c)
 		if want := opts.Fails(c); want != (res.Outcome == message.Retry) {
 			t.Fatalf("attempt %d: outcome %s, but the draw says fail=%v", attempt, res.Outcome, want)
 		}
@@ -153,7 +154,7 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		"zero qty":    {"qty", orderapi.CreateShipment{OrderID: "o1", Customer: "ann", SKU: "a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			participanttest.WantInvalid(t, f.Pool, f.H.create, participanttest.Command(t, uuid.New(), orderapi.StepCreateShipment, message.Forward, 1, c.payload), c.field)
+			participanttest.WantInvalid(t, f.Pool, f.H.Forward, participanttest.Command(t, uuid.New(), orderapi.StepCreateShipment, message.Forward, 1, c.payload), c.field)
 		})
 	}
 	if got := participanttest.Read(t, f.Pool, schema, Shipments); len(got) != 0 {
@@ -178,10 +179,10 @@ func TestCreateBatchShipsEachOrderOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{})
 	prior := uuid.New()
-	first := participanttest.Payload[orderapi.CreateShipmentResult](t, participanttest.MustExec(t, f.Pool, f.H.create, cmd(t, prior, "o1", 1))).ShipmentID
+	first := participanttest.Payload[orderapi.CreateShipmentResult](t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, prior, "o1", 1))).ShipmentID
 
 	a, b := uuid.New(), uuid.New()
-	res := participanttest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, a, "o2", 1), cmd(t, b, "o3", 1))
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, a, "o2", 1), cmd(t, b, "o3", 1))
 	ids := map[string]bool{first: true}
 	for i := range res {
 		participanttest.WantOutcome(t, res[i], message.Success, "")
@@ -192,7 +193,7 @@ func TestCreateBatchShipsEachOrderOnce(t *testing.T) {
 	}
 	// Another saga of a shipped order is left to create (which answers the
 	// order's shipment); nothing of the batch is committed.
-	res = participanttest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, uuid.New(), "o4", 1), cmd(t, uuid.New(), "o1", 1))
+	res = participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, uuid.New(), "o4", 1), cmd(t, uuid.New(), "o1", 1))
 	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
 		t.Fatalf("batch with a shipped order: outcomes %s, %s; want success, then left to create", res[0].Outcome, res[1].Outcome)
 	}
@@ -201,6 +202,6 @@ func TestCreateBatchShipsEachOrderOnce(t *testing.T) {
 	}
 	// The fault option fails in the batch what it fails alone.
 	ff := setup(t, Options{FailRate: 1})
-	res = participanttest.ExecBatch(t, ff.Pool, ff.H.createBatch, cmd(t, uuid.New(), "o9", 1))
+	res = participanttest.ExecBatch(t, ff.Pool, ff.H.ForwardMany, cmd(t, uuid.New(), "o9", 1))
 	participanttest.WantOutcome(t, res[0], message.Retry, orderapi.ReasonTransient)
 }
