@@ -38,15 +38,8 @@
 // [Success] (its payload is merged into the saga's data), [Fail] (a
 // definite business "no": its writes are rolled back) or [RetryLater]
 // (transient: nothing is recorded and the orchestrator sends again). A
-// returned error is an infrastructure problem: the batch's transaction
-// rolls back and the command is processed again.
-//
-// The SDK takes care of the rest of the wire contract: each (saga, step,
-// action) executes at most once and every copy gets the recorded answer;
-// a compensation that finds no forward is empty; a forward arriving after
-// its compensation is refused; the query action is answered from the
-// barrier; a record that cannot be decoded, or names a step never
-// registered, is dead-lettered.
+// returned error is an infrastructure problem: the transaction rolls back
+// and the command is processed again.
 //
 // A [Handler] gets all the first-time forwards of its step in a consumed
 // batch at once, so it can do them with one set-based statement; it only
@@ -55,10 +48,20 @@
 // [WithBatch] pairs a function of one command with such a set-based form;
 // [AnswerBatch] builds its results.
 //
-// The reference participants in the subfolders (inventory, coupon,
-// payment, shipping, points) are complete examples.
+// Test a participant's handlers behind the real barrier with package
+// participanttest, and check a participant (in any language) against the
+// wire contract with package conformance.
 //
-// How it works (the tables it owns, the barrier protocol, the batch path,
-// the failure windows it covers): docs/DESIGN.md, "Inside the packages",
-// package participants.
+// The SDK takes care of the rest of the wire contract: each (saga, step,
+// action) executes at most once and every copy gets the recorded answer;
+// a compensation that finds no forward is empty; a forward arriving after
+// its compensation is refused; the query action is answered from the
+// barrier; a record that cannot be decoded, or names a step never
+// registered, is dead-lettered. The reference participants in the
+// subfolders (inventory, coupon, payment, shipping, points) are complete
+// examples.
+//
+// How it works (the tables it owns, the barrier protocol, the failure
+// windows it covers): docs/DESIGN.md, "Inside the packages", package
+// participants.
 package participants

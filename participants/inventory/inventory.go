@@ -165,7 +165,7 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 	return participants.Fail(orderapi.ReasonInsufficientStock), nil
 }
 
-// reserveBatch is the batch form of reserve (participants.BatchFunc): one
+// reserveBatch is the set-based form of reserve: one
 // round trip for a whole batch of reservations. Under the stock lock, one
 // statement takes the units of every saga without a reservation yet, one
 // stock update per SKU for the batch's total, and records the
