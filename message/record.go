@@ -34,3 +34,8 @@ const CommandSuffix = ".commands"
 // CommandTopic is the command topic of participant under prefix:
 // "<prefix><participant>.commands".
 func CommandTopic(prefix, participant string) string { return prefix + participant + CommandSuffix }
+
+// ReplyTopicDefault is the reply topic when none is configured: where an
+// orchestrator's commands ask to be answered (their reply_to), and the one
+// reply topic a participant accepts.
+const ReplyTopicDefault = "saga.replies"

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -43,12 +42,10 @@ type barrier struct {
 	insertPending, insertClosed, record, read string
 	// closeByQuery closes a forward nothing was recorded for (a query).
 	closeByQuery string
-	// insertSuccess records successful forwards of a batch (HandleBatch).
-	// A plain INSERT, not ON CONFLICT: a row already there fails it (and
-	// the batch goes one by one), which spares Postgres the speculative
-	// insertion (an index probe and a confirm record per row) in the
-	// common case.
-	insertSuccess string
+	// claimForwards, recordForwards and releaseForwards are the forward
+	// rows of a run of forwards: claimed (pending) before the handlers,
+	// then recorded, or removed for a retry.
+	claimForwards, recordForwards, releaseForwards string
 }
 
 func newBarrier(schema string) barrier {
@@ -62,8 +59,15 @@ ON CONFLICT DO NOTHING`,
 		record: `UPDATE ` + t + ` SET outcome = $4, reason = $5, payload = $6::text::jsonb
 WHERE saga_id = $1 AND step = $2 AND action = $3
 RETURNING payload::text`,
-		insertSuccess: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, payload)
-SELECT u.saga_id, u.step, 'forward', 'success', u.payload::jsonb FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(saga_id, step, payload)`,
+		claimForwards: `INSERT INTO ` + t + ` (saga_id, step, action, outcome)
+SELECT u.saga_id, u.step, 'forward', 'pending' FROM unnest($1::uuid[], $2::text[]) AS u(saga_id, step)
+ON CONFLICT DO NOTHING
+RETURNING saga_id, step`,
+		recordForwards: `UPDATE ` + t + ` AS b SET outcome = u.outcome, reason = u.reason, payload = u.payload::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(saga_id, step, outcome, reason, payload)
+WHERE b.saga_id = u.saga_id AND b.step = u.step AND b.action = 'forward'`,
+		releaseForwards: `DELETE FROM ` + t + ` AS b USING unnest($1::uuid[], $2::text[]) AS u(saga_id, step)
+WHERE b.saga_id = u.saga_id AND b.step = u.step AND b.action = 'forward' AND b.outcome = 'pending'`,
 		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
 VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
 ON CONFLICT DO NOTHING`,
@@ -80,31 +84,19 @@ type recorded struct {
 	closed  bool
 }
 
-// Execute runs cmd behind the barrier inside the caller's transaction tx and
-// returns the reply to send. The caller commits tx (together with the reply
-// in its outbox, see HandleMessage) or rolls it back on error.
-//
-// A returned error means the transaction must be rolled back: an
-// infrastructure failure, a handler error, a programming error (an invalid
-// Result), or, wrapping message.ErrInvalid, a command for a step this
-// participant does not know (route it to the dead-letter topic). tx must be
-// at READ COMMITTED isolation (Postgres' default), so that a copy waiting on
-// a concurrent copy's barrier row reads that row once it commits.
-func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Command) (message.Reply, error) {
-	p.mu.RLock()
-	h, ok := p.handlers[cmd.Step]
-	p.mu.RUnlock()
-	if !ok {
-		return message.Reply{}, fmt.Errorf("participant %q: saga %s message-id hash %s: %w: unknown step %q",
-			p.cfg.Name, cmd.SagaID, message.IDHash(cmd.MessageID), message.ErrInvalid, cmd.Step)
-	}
+// execute runs a compensation or a query behind the barrier inside tx
+// and returns the reply to send (forwards run in runs: see call.forwards).
+// A returned error means tx must be rolled back: an infrastructure
+// failure, a handler error or a programming error (an invalid Result).
+// tx must be at READ COMMITTED isolation (Postgres' default), so that a
+// copy waiting on a concurrent copy's barrier row reads that row once it
+// commits.
+func (p *Participant) execute(ctx context.Context, tx pgx.Tx, cmd message.Command, h stepHandlers) (message.Reply, error) {
 	var (
 		res recorded
 		err error
 	)
 	switch cmd.Action {
-	case message.Forward:
-		res, err = p.forward(ctx, tx, cmd, h.forward)
 	case message.Compensate:
 		if h.compensate == nil {
 			res = recorded{outcome: string(message.Failure), reason: ReasonNoCompensation}
@@ -121,19 +113,7 @@ func (p *Participant) Execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 	if err != nil {
 		return message.Reply{}, err
 	}
-	reply := message.Reply{
-		MessageID: uuid.New(),
-		InReplyTo: cmd.MessageID,
-		SagaID:    cmd.SagaID,
-		Step:      cmd.Step,
-		Action:    cmd.Action,
-		Outcome:   message.Outcome(res.outcome),
-		Reason:    res.reason,
-	}
-	if res.payload != nil && *res.payload != "null" {
-		reply.Payload = json.RawMessage(*res.payload)
-	}
-	return reply, nil
+	return replyTo(cmd, res), nil
 }
 
 func (p *Participant) log(ctx context.Context, cmd message.Command) *slog.Logger {
@@ -167,79 +147,10 @@ func traceIDOf(ctx context.Context) string {
 	return id
 }
 
-// forward: claim the forward row, then run the handler in a nested
-// savepoint; see docs/DESIGN.md#the-barrier-protocol for the protocol.
-func (p *Participant) forward(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
-	op := p.opName(cmd)
-	claim, err := tx.Begin(ctx) // savepoint before the barrier row
-	if err != nil {
-		return recorded{}, fmt.Errorf("%s: savepoint: %w", op, err)
-	}
-	tag, err := claim.Exec(ctx, p.barrier.insertPending, cmd.SagaID, cmd.Step, string(message.Forward))
-	if err != nil {
-		return recorded{}, fmt.Errorf("%s: insert barrier row: %w", op, err)
-	}
-	if tag.RowsAffected() == 0 {
-		// Another copy (committed before us) or the compensation decided.
-		if err := claim.Commit(ctx); err != nil {
-			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
-		}
-		rec, err := p.read(ctx, tx, cmd, message.Forward)
-		if err != nil {
-			return recorded{}, err
-		}
-		if rec.closed {
-			// Closed by its compensation (reason compensated) or by a
-			// query (closed_by_query): never executed.
-			p.log(ctx, cmd).InfoContext(ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
-			reason := rec.reason
-			if reason == "" {
-				reason = ReasonCompensated
-			}
-			return recorded{outcome: string(message.Failure), reason: reason}, nil
-		}
-		p.log(ctx, cmd).DebugContext(ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
-		return rec, nil
-	}
-
-	res, handled, err := p.runHandler(ctx, claim, cmd, fn)
-	if err != nil {
-		return recorded{}, err
-	}
-	switch res.Outcome {
-	case message.Retry:
-		// Nothing is recorded: the next copy runs afresh.
-		if err := claim.Rollback(ctx); err != nil {
-			return recorded{}, fmt.Errorf("%s: roll back barrier row for retry: %w", op, err)
-		}
-		p.log(ctx, cmd).DebugContext(ctx, "forward answered retry", slog.String("reason", res.Reason))
-		return recorded{outcome: string(message.Retry), reason: res.Reason}, nil
-	case message.Success, message.Failure:
-		var payload *string
-		if res.Outcome == message.Success {
-			if payload, err = encodePayload(res.Payload); err != nil {
-				return recorded{}, fmt.Errorf("%s: %w", op, err)
-			}
-		}
-		rec, err := p.record(ctx, claim, cmd, message.Forward, res.Outcome, res.Reason, payload)
-		if err != nil {
-			return recorded{}, err
-		}
-		if err := claim.Commit(ctx); err != nil {
-			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
-		}
-		if handled {
-			p.log(ctx, cmd).DebugContext(ctx, "forward executed", slog.String("outcome", rec.outcome), slog.String("reason", rec.reason))
-		}
-		return rec, nil
-	}
-	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
-}
-
 // compensate: claim the compensate row, close the forward if it never ran,
 // and otherwise undo a successful forward; see
 // docs/DESIGN.md#the-barrier-protocol for the protocol.
-func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Func) (recorded, error) {
+func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Command, fn Handler) (recorded, error) {
 	op := p.opName(cmd)
 	claim, err := tx.Begin(ctx)
 	if err != nil {
@@ -327,27 +238,32 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
 }
 
-// runHandler runs fn in a savepoint nested in claim. A Success keeps its
-// writes; any other outcome rolls them back. A handler error wrapping
-// message.ErrInvalid becomes a Failure with an invalid_payload reason
-// (handled=false); any other handler error is returned.
-func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.Command, fn Func) (res Result, handled bool, err error) {
+// runHandler runs fn for cmd alone in a savepoint nested in claim. A
+// Success keeps its writes; any other outcome, or an error, rolls them
+// back. A handler error wrapping message.ErrInvalid becomes a Failure with
+// an invalid_payload reason (handled=false); any other handler error is
+// returned.
+func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.Command, fn Handler) (res Result, handled bool, err error) {
 	op := p.opName(cmd)
 	sp, err := claim.Begin(ctx)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("%s: handler savepoint: %w", op, err)
 	}
-	res, herr := fn(ctx, sp, cmd)
+	rs, herr := callHandler(ctx, sp, fn, []message.Command{cmd})
+	if herr == nil && len(rs) != 1 {
+		herr = fmt.Errorf("returned %d results for 1 command", len(rs))
+	}
 	if herr != nil {
+		if err := sp.Rollback(ctx); err != nil {
+			return Result{}, false, fmt.Errorf("%s: roll back handler savepoint after %v: %w", op, herr, err)
+		}
 		if !errors.Is(herr, message.ErrInvalid) {
 			return Result{}, false, fmt.Errorf("%s: handler: %w", op, herr)
-		}
-		if err := sp.Rollback(ctx); err != nil {
-			return Result{}, false, fmt.Errorf("%s: roll back handler savepoint: %w", op, err)
 		}
 		p.log(ctx, cmd).WarnContext(ctx, "command payload rejected by the handler", slog.String("error", herr.Error()))
 		return Result{Outcome: message.Failure, Reason: message.Truncate(ReasonInvalidPayloadPrefix+herr.Error(), message.MaxReasonBytesDefault)}, false, nil
 	}
+	res = rs[0]
 	// A reason is text of at most 1 KiB on the wire: a handler's longer or
 	// unclean reason is cut and cleaned rather than making the reply, and
 	// so the command, invalid.

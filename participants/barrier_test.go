@@ -45,7 +45,12 @@ func setup(t *testing.T) *fixture {
 }
 
 // effect is a handler that writes one effects row and answers res.
-func effect(res participants.Result, calls *atomic.Int32) participants.Func {
+func effect(res participants.Result, calls *atomic.Int32) participants.Handler {
+	return participants.One(effectOne(res, calls))
+}
+
+// effectOne is effect as a function of one command.
+func effectOne(res participants.Result, calls *atomic.Int32) func(context.Context, pgx.Tx, message.Command) (participants.Result, error) {
 	return func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 		if calls != nil {
 			calls.Add(1)
@@ -196,15 +201,15 @@ func TestForwardRetryRecordsNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	var calls atomic.Int32
-	retry := effect(participants.RetryLater("warehouse busy"), nil)
-	succeed := effect(participants.Success(map[string]any{"ok": true}), nil)
+	retry := effectOne(participants.RetryLater("warehouse busy"), nil)
+	succeed := effectOne(participants.Success(map[string]any{"ok": true}), nil)
 	fwd := func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 		if calls.Add(1) == 1 {
 			return retry(ctx, tx, cmd)
 		}
 		return succeed(ctx, tx, cmd)
 	}
-	if err := f.p.Handle("reserve", fwd, nil); err != nil {
+	if err := f.p.Handle("reserve", participants.One(fwd), nil); err != nil {
 		t.Fatal(err)
 	}
 	saga := uuid.New()
@@ -297,9 +302,9 @@ func TestCompensationRetryRecordsNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	var comps atomic.Int32
-	retry := effect(participants.RetryLater("ledger locked"), nil)
-	fail := effect(participants.Fail("cannot undo yet"), nil)
-	ok := effect(participants.Success(nil), nil)
+	retry := effectOne(participants.RetryLater("ledger locked"), nil)
+	fail := effectOne(participants.Fail("cannot undo yet"), nil)
+	ok := effectOne(participants.Success(nil), nil)
 	compFn := func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 		switch comps.Add(1) {
 		case 1:
@@ -309,7 +314,7 @@ func TestCompensationRetryRecordsNothing(t *testing.T) {
 		}
 		return ok(ctx, tx, cmd)
 	}
-	if err := f.p.Handle("reserve", effect(participants.Success(nil), nil), compFn); err != nil {
+	if err := f.p.Handle("reserve", effect(participants.Success(nil), nil), participants.One(compFn)); err != nil {
 		t.Fatal(err)
 	}
 	saga := uuid.New()
@@ -362,7 +367,7 @@ func TestInvalidPayloadAnswersFailure(t *testing.T) {
 		}
 		return participants.Success(v), nil
 	}
-	if err := f.p.Handle("reserve", fwd, nil); err != nil {
+	if err := f.p.Handle("reserve", participants.One(fwd), nil); err != nil {
 		t.Fatal(err)
 	}
 	saga := uuid.New()
@@ -391,9 +396,9 @@ func TestHandlerErrorRollsBack(t *testing.T) {
 		if calls.Add(1) == 1 {
 			return participants.Result{}, boom
 		}
-		return effect(participants.Success(nil), nil)(ctx, tx, cmd)
+		return effectOne(participants.Success(nil), nil)(ctx, tx, cmd)
 	}
-	if err := f.p.Handle("reserve", fwd, nil); err != nil {
+	if err := f.p.Handle("reserve", participants.One(fwd), nil); err != nil {
 		t.Fatal(err)
 	}
 	saga := uuid.New()

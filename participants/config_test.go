@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
 )
 
@@ -14,7 +15,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	d := participants.Config{Name: "hotel"}.WithDefaults()
 	if d.Schema != "hotel" || d.GroupID != "hotel" || d.CommandTopic != "hotel.commands" ||
-		len(d.ReplyTopics) != 1 || d.ReplyTopics[0] != participants.ReplyTopicDefault || d.Logger == nil {
+		len(d.ReplyTopics) != 1 || d.ReplyTopics[0] != message.ReplyTopicDefault || d.Logger == nil {
 		t.Errorf("zero fields not set to their defaults: %+v", d)
 	}
 	set := participants.Config{Name: "hotel", Schema: "h", GroupID: "g", CommandTopic: "c", ReplyTopics: []string{"r"}}.WithDefaults()

@@ -28,7 +28,8 @@
 //		_, err := tx.Exec(ctx, `UPDATE hotel.rooms SET held_by = NULL WHERE held_by = $1`, cmd.SagaID)
 //		return participants.Success(nil), err
 //	}
-//	err = p.Handle("book-room", book, cancel) // nil compensate for the pivot and later steps
+//	// A handler takes a batch of commands; One adapts a function of one.
+//	err = p.Handle("book-room", participants.One(book), participants.One(cancel)) // nil compensate: pivot and later steps
 //	sets, err := p.Migrations()               // outbox, inbox, barrier
 //	_, err = migrations.Migrate(ctx, pool, sets...)
 //	err = p.Run(ctx) // until ctx ends, then finishes the work in flight
@@ -37,23 +38,30 @@
 // [Success] (its payload is merged into the saga's data), [Fail] (a
 // definite business "no": its writes are rolled back) or [RetryLater]
 // (transient: nothing is recorded and the orchestrator sends again). A
-// returned error is an infrastructure problem: the batch's transaction
-// rolls back and the command is processed again.
+// returned error is an infrastructure problem: the transaction rolls back
+// and the command is processed again.
+//
+// A [Handler] gets all the first-time forwards of its step in a consumed
+// batch at once, so it can do them with one set-based statement; it only
+// has to get the plain case right: unless every [Result] is a Success, the
+// SDK undoes the batch's writes and runs each command alone.
+// [WithBatch] pairs a function of one command with such a set-based form;
+// [AnswerBatch] builds its results.
+//
+// Test a participant's handlers behind the real barrier with package
+// participanttest, and check a participant (in any language) against the
+// wire contract with package conformance.
 //
 // The SDK takes care of the rest of the wire contract: each (saga, step,
 // action) executes at most once and every copy gets the recorded answer;
 // a compensation that finds no forward is empty; a forward arriving after
 // its compensation is refused; the query action is answered from the
 // barrier; a record that cannot be decoded, or names a step never
-// registered, is dead-lettered. [Participant.HandleForwardBatch]
-// registers a batch form of a forward handler, one call for all of a
-// batch's first-time forwards of the step; [AnswerBatch] builds its
-// results.
+// registered, is dead-lettered. The reference participants in the
+// subfolders (inventory, coupon, payment, shipping, points) are complete
+// examples.
 //
-// The reference participants in the subfolders (inventory, coupon,
-// payment, shipping, points) are complete examples.
-//
-// How it works (the tables it owns, the barrier protocol, the batch path,
-// the failure windows it covers): docs/DESIGN.md, "Inside the packages",
-// package participants.
+// How it works (the tables it owns, the barrier protocol, the failure
+// windows it covers): docs/DESIGN.md, "Inside the packages", package
+// participants.
 package participants

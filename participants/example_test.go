@@ -59,13 +59,10 @@ func Example_hotel() {
 		_, err := tx.Exec(ctx, `UPDATE hotel.rooms SET held_by = NULL WHERE held_by = $1`, cmd.SagaID)
 		return participants.Success(nil), err
 	}
-	if err := p.Handle("book-room", book, cancel); err != nil {
-		log.Fatal(err)
-	}
 	// Optional: the same forward for a whole batch of first-time bookings,
 	// one statement instead of one per command. Only the plain case: a
-	// command it does not answer Success (a room taken, or wanted twice in
-	// the batch) sends the batch back to book, one command at a time.
+	// command it does not answer Success (a room taken) sends the batch
+	// back to book, one command at a time.
 	bookMany := func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
 		sagas, rooms := make([]uuid.UUID, len(cmds)), make([]string, len(cmds))
 		for i, cmd := range cmds {
@@ -84,7 +81,9 @@ WHERE r.room = u.room AND r.held_by IS NULL RETURNING u.saga, r.room`, sagas, ro
 		// Success for the sagas that got their room; the rest go one by one.
 		return participants.AnswerBatch(cmds, held, func(room string) any { return map[string]string{"room": room} }), nil
 	}
-	if err := p.HandleForwardBatch("book-room", bookMany); err != nil {
+	// A handler takes a batch; One adapts a function of one command, and
+	// WithBatch pairs one with its set-based form.
+	if err := p.Handle("book-room", participants.WithBatch(book, bookMany), participants.One(cancel)); err != nil {
 		log.Fatal(err)
 	}
 	sets, err := p.Migrations() // outbox, inbox, barrier; add your own business sets

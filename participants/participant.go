@@ -32,34 +32,64 @@ func Fail(reason string) Result { return Result{Outcome: message.Failure, Reason
 // writes are rolled back, and the next copy of the command runs afresh.
 func RetryLater(reason string) Result { return Result{Outcome: message.Retry, Reason: reason} }
 
-// Func runs one action of one step inside the participant's local
-// transaction. A returned error is an infrastructure problem (the database
-// went away): the whole transaction is rolled back and the command is
-// processed again later. Business outcomes are Results, never errors.
-type Func func(ctx context.Context, tx pgx.Tx, cmd message.Command) (Result, error)
-
-// BatchFunc is the batch form of a step's forward handler, for the fast
-// path of a batch of commands (HandleBatch): it runs the forward action of
-// every command in cmds (all of the step, each of a different saga, in
-// arrival order) inside the participant's transaction, typically with a
-// set-based statement where the Func would run one per command, and returns
-// one Result per command, in the same order.
+// Handler runs one action (forward or compensate) of one step for a batch
+// of commands inside the participant's transaction and returns one Result
+// per command, in the same order. The commands are all of the step and the
+// action, each of a different saga, in arrival order; a compensation always
+// comes alone, and so does a command run again on its own.
 //
-// Its effect must be what the step's Func would have done for each command.
-// It only has to get the common case right: any error, a result count that
-// does not match, or any Result other than Success sends the whole batch to
-// the one-by-one path, where the SDK rolls the batch's writes back and runs
-// the step's Func for each command behind the full barrier protocol. So a
-// BatchFunc answers a non-Success Result (or an error) whenever a command is
-// not the plain case: short stock, an earlier effect for the saga, a payload
-// it does not like. It never sees compensations, duplicates or copies
-// already answered; the barrier keeps those on the one-by-one path.
-type BatchFunc func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error)
+// A batch counts only when every Result is a Success: any other Result, a
+// result count that does not match or an error rolls back the handler's
+// writes for the whole batch and the SDK runs it again one command at a
+// time, so each failure or retry undoes its own writes alone. A batch
+// handler therefore gets only the common case right (typically one
+// set-based statement) and answers anything else, say [RetryLater], for a
+// command that is not the plain case: the run alone decides.
+//
+// A returned error is an infrastructure problem (the database went away):
+// the transaction rolls back and the command is processed again. An error
+// wrapping message.ErrInvalid (see [Decode] and [InvalidField]) is the
+// sender's: the command is answered failure "invalid_payload: ...". Business
+// outcomes are Results, never errors.
+type Handler func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error)
 
-// AnswerBatch is a BatchFunc's results for cmds from what its statement did
+// One makes a Handler of a function that takes one command at a time: it
+// calls f for each command of a batch in turn, and stops at the first
+// result that is not a Success (the SDK then runs the commands alone).
+func One(f func(ctx context.Context, tx pgx.Tx, cmd message.Command) (Result, error)) Handler {
+	return func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error) {
+		out := make([]Result, 0, len(cmds))
+		for _, cmd := range cmds {
+			res, err := f(ctx, tx, cmd)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res)
+			if res.Outcome != message.Success {
+				break
+			}
+		}
+		return out, nil
+	}
+}
+
+// WithBatch makes a Handler of one, for a command that comes alone, and
+// many, a set-based form for a batch of several, which needs to get only
+// the plain case right (see Handler).
+func WithBatch(one func(ctx context.Context, tx pgx.Tx, cmd message.Command) (Result, error), many Handler) Handler {
+	single := One(one)
+	return func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]Result, error) {
+		if len(cmds) == 1 {
+			return single(ctx, tx, cmds)
+		}
+		return many(ctx, tx, cmds)
+	}
+}
+
+// AnswerBatch is a batch Handler's results for cmds from what its statement did
 // per saga (done, keyed by saga id): Success(payload(v)) for a command whose
 // saga is in done, and for any other a result that is not Success, so the
-// batch goes to the one-by-one path, where the step's Func says why.
+// command is run again alone, where the handler says why.
 func AnswerBatch[V any](cmds []message.Command, done map[uuid.UUID]V, payload func(V) any) []Result {
 	out := make([]Result, len(cmds))
 	for i, cmd := range cmds {
@@ -72,7 +102,7 @@ func AnswerBatch[V any](cmds []message.Command, done map[uuid.UUID]V, payload fu
 	return out
 }
 
-// Decode unmarshals cmd.Payload into T, for use at the top of a Func. A
+// Decode unmarshals cmd.Payload into T, for use in a handler. A
 // payload that does not fit T is the sender's bug: the error names the step
 // and the field, and the SDK routes the command to the dead-letter topic.
 func Decode[T any](cmd message.Command) (T, error) {

@@ -40,7 +40,7 @@ type Config struct {
 	// orchestrators' reply topics); a command naming any other is
 	// dead-lettered unexecuted, so nobody who can write a command makes
 	// the participant write to a topic of their choosing. Default
-	// [ReplyTopicDefault].
+	// message.ReplyTopicDefault.
 	ReplyTopics []string
 	// GroupID is the consumer group of the command consumer; default Name.
 	GroupID string
@@ -87,7 +87,7 @@ func (c Config) WithDefaults() Config {
 	c.CommandTopic = cmp.Or(c.CommandTopic, message.CommandTopic("", c.Name))
 	c.GroupID = cmp.Or(c.GroupID, c.Name)
 	if len(c.ReplyTopics) == 0 {
-		c.ReplyTopics = []string{ReplyTopicDefault}
+		c.ReplyTopics = []string{message.ReplyTopicDefault}
 	}
 	c.ReplyTopics = append([]string(nil), c.ReplyTopics...)
 	c.Brokers = append([]string(nil), c.Brokers...)
@@ -139,14 +139,8 @@ type Participant struct {
 }
 
 type stepHandlers struct {
-	forward, compensate Func
-	// forwardBatch, if set, is the batch form of forward (HandleForwardBatch).
-	forwardBatch BatchFunc
+	forward, compensate Handler
 }
-
-// ReplyTopicDefault is the reply topic a participant accepts in reply_to
-// when Config.ReplyTopics is empty (the orchestrator's default).
-const ReplyTopicDefault = "saga.replies"
 
 // replyTopicAllowed checks a command's reply_to against Config.ReplyTopics.
 func (p *Participant) replyTopicAllowed(cmd message.Command) error {
@@ -180,9 +174,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Participant, error) {
 	return &Participant{pool: pool, cfg: c, barrier: newBarrier(c.Schema), outbox: ob, signing: sg, handlers: map[string]stepHandlers{}}, nil
 }
 
-// Handle registers the handlers of step. compensate may be nil for a step
-// that is never compensated (the pivot, or a retryable step after it).
-func (p *Participant) Handle(step string, forward, compensate Func) error {
+// Handle registers the handlers of step (wrap a function of one command
+// with [One]). compensate may be nil for a step that is never compensated
+// (the pivot, or a retryable step after it).
+func (p *Participant) Handle(step string, forward, compensate Handler) error {
 	if step == "" {
 		return fmt.Errorf("participant %q: Handle: empty step name", p.cfg.Name)
 	}
@@ -195,28 +190,6 @@ func (p *Participant) Handle(step string, forward, compensate Func) error {
 		return fmt.Errorf("participant %q: Handle step %q: already registered", p.cfg.Name, step)
 	}
 	p.handlers[step] = stepHandlers{forward: forward, compensate: compensate}
-	return nil
-}
-
-// HandleForwardBatch registers f as the batch form of step's forward
-// handler, used for the commands of the step in a batch whose commands all
-// take the fast path (see BatchFunc). Handle must have registered the step:
-// its forward handler stays the one-by-one path.
-func (p *Participant) HandleForwardBatch(step string, f BatchFunc) error {
-	if f == nil {
-		return fmt.Errorf("participant %q: HandleForwardBatch step %q: handler is nil", p.cfg.Name, step)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h, ok := p.handlers[step]
-	switch {
-	case !ok:
-		return fmt.Errorf("participant %q: HandleForwardBatch step %q: register the step with Handle first", p.cfg.Name, step)
-	case h.forwardBatch != nil:
-		return fmt.Errorf("participant %q: HandleForwardBatch step %q: already registered", p.cfg.Name, step)
-	}
-	h.forwardBatch = f
-	p.handlers[step] = h
 	return nil
 }
 

@@ -7,9 +7,9 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 )
 
-// OrchestratorKeyOwner owns the orchestrator's keys in a participant's
+// orchestratorKeyOwner owns the orchestrator's keys in a participant's
 // keyring (the name errors give the signer of a command).
-const OrchestratorKeyOwner = "orchestrator"
+const orchestratorKeyOwner = "orchestrator"
 
 // signing is a participant's part of the record signatures (the wire
 // contract: docs/DESIGN.md, "Signed records"): the orchestrator's keys it
@@ -25,7 +25,7 @@ func newSigning(c *Config) (signing, error) {
 	if len(c.CommandKeys) > 0 {
 		s.commands = &message.Keyring{}
 		for i, k := range c.CommandKeys {
-			if err := s.commands.Add(OrchestratorKeyOwner, k); err != nil {
+			if err := s.commands.Add(orchestratorKeyOwner, k); err != nil {
 				return signing{}, fmt.Errorf("Config.CommandKeys[%d]: %w", i, err)
 			}
 		}

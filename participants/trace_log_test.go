@@ -26,9 +26,9 @@ func TestParticipantLogLinesCarryTheTraceID(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Migrate(t, pool, testkit.MustSets(t)(p.Migrations()))
-	if err := p.Handle("reserve", func(_ context.Context, _ pgx.Tx, _ message.Command) (participants.Result, error) {
+	if err := p.Handle("reserve", participants.One(func(_ context.Context, _ pgx.Tx, _ message.Command) (participants.Result, error) {
 		return participants.Success(nil), nil
-	}, nil); err != nil {
+	}), nil); err != nil {
 		t.Fatal(err)
 	}
 	ctx := testkit.Context(t, 30*time.Second)
@@ -58,9 +58,9 @@ func TestParticipantLogLinesCarryTheCommandIDHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Migrate(t, pool, testkit.MustSets(t)(p.Migrations()))
-	if err := p.Handle("reserve", func(_ context.Context, _ pgx.Tx, _ message.Command) (participants.Result, error) {
+	if err := p.Handle("reserve", participants.One(func(_ context.Context, _ pgx.Tx, _ message.Command) (participants.Result, error) {
 		return participants.Success(nil), nil
-	}, nil); err != nil {
+	}), nil); err != nil {
 		t.Fatal(err)
 	}
 	ctx := testkit.Context(t, 30*time.Second)

@@ -80,7 +80,7 @@ type Config struct {
 	// Partitions of every topic the run creates; default PartitionsDefault.
 	Partitions int
 	// BatchForward gives the generic participants a batch form of their
-	// forward handler (participants.BatchFunc): one INSERT for the effects
+	// forward handler (participants.WithBatch): one INSERT for the effects
 	// of a batch's commands instead of one per command. Off by default, so
 	// the generic saga keeps the shape it is compared in (one statement per
 	// step in its participant); the place-order participants always batch.

@@ -113,9 +113,7 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 			}
 			return participants.Success(nil), nil
 		}
-		if err := p.Handle(GenericStep(i), fwd, comp); err != nil {
-			return nil, err
-		}
+		forward := participants.One(fwd)
 		if o.BatchForward {
 			insertMany := `INSERT INTO ` + pgx.Identifier{genericSchema(i), "effects"}.Sanitize() + ` (saga_id, step) SELECT * FROM unnest($1::uuid[], $2::text[])`
 			fwdMany := func(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
@@ -129,9 +127,10 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 				}
 				return out, nil
 			}
-			if err := p.HandleForwardBatch(GenericStep(i), fwdMany); err != nil {
-				return nil, err
-			}
+			forward = participants.WithBatch(fwd, fwdMany)
+		}
+		if err := p.Handle(GenericStep(i), forward, participants.One(comp)); err != nil {
+			return nil, err
 		}
 		s.parts = append(s.parts, p)
 	}

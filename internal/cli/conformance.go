@@ -5,13 +5,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sagaflow/sagaflow/internal/conformance"
-	"github.com/sagaflow/sagaflow/internal/conformance/goparticipant"
 	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/goparticipant"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // conformanceCmd runs the wire-contract conformance kit against a
-// participant (internal/conformance; docs/conformance.md).
+// participant (participants/conformance; docs/conformance.md).
 func conformanceCmd(c *Config) *cobra.Command {
 	var (
 		cfg              conformance.Config
@@ -40,7 +40,7 @@ func conformanceCmd(c *Config) *cobra.Command {
 			}
 			defer func() { err = errors.Join(err, stop()) }()
 			cfg.DatabaseURL = url
-			rep, err := conformance.Run(ctx, cfg)
+			rep, err := conformance.Verify(ctx, cfg)
 			if err != nil {
 				return err
 			}

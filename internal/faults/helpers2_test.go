@@ -196,7 +196,7 @@ func startOrders(ctx context.Context, e *env, from, to int) ([]uuid.UUID, error)
 // command topic and consumer group) whose step handlers answer as given,
 // e.g. always RetryLater: it never records an effect, so the real
 // participant can take over afterwards.
-func (e *env) flaky(name, step string, forward, compensate participants.Func) *participants.Participant {
+func (e *env) flaky(name, step string, forward, compensate oneFunc) *participants.Participant {
 	e.t.Helper()
 	schema := ""
 	for _, s := range []struct{ n, s string }{{orderapi.Inventory, e.schemas.Inventory}, {orderapi.Coupon, e.schemas.Coupon},
@@ -212,14 +212,21 @@ func (e *env) flaky(name, step string, forward, compensate participants.Func) *p
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := p.Handle(step, forward, compensate); err != nil {
+	var comp participants.Handler
+	if compensate != nil {
+		comp = participants.One(compensate)
+	}
+	if err := p.Handle(step, participants.One(forward), comp); err != nil {
 		e.t.Fatal(err)
 	}
 	return p
 }
 
+// oneFunc is a step handler of one command (participants.One).
+type oneFunc = func(context.Context, pgx.Tx, message.Command) (participants.Result, error)
+
 // busy answers every command with a transient failure and counts them.
-func busy(n *atomic.Int64) participants.Func {
+func busy(n *atomic.Int64) oneFunc {
 	return func(context.Context, pgx.Tx, message.Command) (participants.Result, error) {
 		n.Add(1)
 		return participants.RetryLater("busy (test)"), nil

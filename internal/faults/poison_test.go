@@ -651,7 +651,7 @@ func TestPoisonPostgresRefusal(t *testing.T) {
 		if p.Name() != orderapi.Shipping {
 			continue
 		}
-		err := p.Handle(noteStep, func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+		err := p.Handle(noteStep, participants.One(func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
 			in, err := participants.Decode[struct {
 				Note string `json:"note_pct"`
 			}](cmd)
@@ -666,7 +666,7 @@ func TestPoisonPostgresRefusal(t *testing.T) {
 				return participants.Result{}, err
 			}
 			return participants.Success(nil), nil
-		}, nil)
+		}), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

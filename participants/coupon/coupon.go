@@ -12,6 +12,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -34,52 +35,36 @@ type Options struct{}
 // Register adds the lock-coupon forward and compensate handlers to p. Its
 // tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	if p == nil {
-		return errors.New("coupon: Register: participant is nil")
-	}
-	h := newHandlers(p.Schema())
-	if err := p.Handle(orderapi.StepLockCoupon, h.lock, h.unlock); err != nil {
-		return fmt.Errorf("coupon: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepLockCoupon, h.lockBatch); err != nil {
-		return fmt.Errorf("coupon: Register: %w", err)
-	}
-	return nil
+	return refstep.Register(p, orderapi.Coupon, step)
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
 type DB = participants.DB
 
+// step is the lock-coupon step in schema.
+func step(schema string) refstep.Step[orderapi.LockCoupon] {
+	h := &handlers{coupons: refstep.Table(schema, "coupons")}
+	return refstep.Step[orderapi.LockCoupon]{Name: orderapi.StepLockCoupon, Check: check, Forward: h.lock, ForwardMany: h.lockBatch, Compensate: h.unlock}
+}
+
 type handlers struct {
 	coupons string // qualified table name
 }
 
-func newHandlers(schema string) *handlers {
-	return &handlers{coupons: pgx.Identifier{schema, "coupons"}.Sanitize()}
-}
-
-func decode(cmd message.Command) (orderapi.LockCoupon, error) {
-	in, err := participants.Decode[orderapi.LockCoupon](cmd)
-	if err != nil {
-		return in, err
-	}
+func check(in orderapi.LockCoupon) (field, why string) {
 	if in.OrderID == "" {
-		return in, participants.InvalidField(cmd, "order_id", "is empty")
+		return "order_id", "is empty"
 	}
-	return in, nil
+	return "", ""
 }
 
 // lock is the forward action: take the coupon for this saga.
-func (h *handlers) lock(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decode(cmd)
-	if err != nil {
-		return participants.Result{}, err
-	}
+func (h *handlers) lock(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.LockCoupon) (participants.Result, error) {
 	if in.Code == "" {
 		return participants.Success(orderapi.LockCouponResult{}), nil
 	}
 	var discount int64
-	err = tx.QueryRow(ctx, `UPDATE `+h.coupons+`
+	err := tx.QueryRow(ctx, `UPDATE `+h.coupons+`
 SET locked_by = $2, locked_at = COALESCE(locked_at, now())
 WHERE code = $1 AND (locked_by IS NULL OR locked_by = $2)
 RETURNING discount_cents`, in.Code, cmd.SagaID).Scan(&discount)
@@ -99,21 +84,18 @@ RETURNING discount_cents`, in.Code, cmd.SagaID).Scan(&discount)
 	return participants.Fail(orderapi.ReasonCouponTaken), nil
 }
 
-// lockBatch is the batch form of lock (participants.BatchFunc): the
+// lockBatch is the set-based form of lock: the
 // coupons of a batch's orders taken in one statement (orders without a code
 // need none). A code that is unknown, held by another saga, or wanted by
 // two sagas of the batch is left to lock (a non-Success result sends the
 // batch one by one, where the first saga takes it and the other is told).
-func (h *handlers) lockBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+func (h *handlers) lockBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command, ins []orderapi.LockCoupon) ([]participants.Result, error) {
 	var (
 		sagas, none []uuid.UUID
 		codes       []string
 	)
-	for _, cmd := range cmds {
-		in, err := decode(cmd)
-		if err != nil {
-			return nil, err
-		}
+	for i, cmd := range cmds {
+		in := ins[i]
 		if in.Code == "" {
 			none = append(none, cmd.SagaID)
 			continue
@@ -140,11 +122,7 @@ RETURNING u.saga, c.discount_cents`, sagas, codes)
 
 // unlock is the compensation: free the coupon if, and only if, this saga
 // holds it.
-func (h *handlers) unlock(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decode(cmd)
-	if err != nil {
-		return participants.Result{}, err
-	}
+func (h *handlers) unlock(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.LockCoupon) (participants.Result, error) {
 	if in.Code == "" {
 		return participants.Success(nil), nil
 	}
@@ -174,9 +152,5 @@ ON CONFLICT (code) DO NOTHING`, code, DiscountCentsDefault); err != nil {
 
 // Locks returns every locked coupon's code and the saga holding it.
 func Locks(ctx context.Context, db DB, schema string) (map[string]uuid.UUID, error) {
-	out, err := participants.QueryMap[string, uuid.UUID](ctx, db, `SELECT code, locked_by FROM `+pgx.Identifier{schema, "coupons"}.Sanitize()+` WHERE locked_by IS NOT NULL`)
-	if err != nil {
-		return nil, fmt.Errorf("coupon locks: %w", err)
-	}
-	return out, nil
+	return refstep.Read[string, uuid.UUID](ctx, db, "coupon locks", `SELECT code, locked_by FROM `+refstep.Table(schema, "coupons")+` WHERE locked_by IS NOT NULL`)
 }

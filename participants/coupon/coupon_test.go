@@ -10,17 +10,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
+	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "coupon"
 
-type fixture = reftest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, codes ...string) fixture {
 	t.Helper()
-	f := reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema)) })
 	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, codes...); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
@@ -28,7 +29,7 @@ func setup(t *testing.T, codes ...string) fixture {
 }
 
 func cmd(t *testing.T, saga uuid.UUID, action message.Action, code string) message.Command {
-	return reftest.Command(t, saga, orderapi.StepLockCoupon, action, 1,
+	return participanttest.Command(t, saga, orderapi.StepLockCoupon, action, 1,
 		orderapi.LockCoupon{OrderID: "order-" + saga.String()[:8], Code: code})
 }
 
@@ -37,33 +38,33 @@ func TestLockIsExclusiveUntilCompensated(t *testing.T) {
 	f := setup(t, "SAVE5")
 	a, b := uuid.New(), uuid.New()
 
-	res := reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5"))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got := reftest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != DiscountCentsDefault {
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, message.Forward, "SAVE5"))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got := participanttest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != DiscountCentsDefault {
 		t.Fatalf("discount = %d, want %d", got, DiscountCentsDefault)
 	}
 	// The same saga taking it again is a no-op success.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, message.Forward, "SAVE5")), message.Success, "")
 
 	// Another saga is refused while a holds it.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
-	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 1 || got["SAVE5"] != a {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, b, message.Forward, "SAVE5")), message.Failure, orderapi.ReasonCouponTaken)
+	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 1 || got["SAVE5"] != a {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, a)
 	}
 
 	// Compensating b (which never held it) leaves a's lock.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
-	if got := reftest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != a {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, b, message.Compensate, "SAVE5")), message.Success, "")
+	if got := participanttest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != a {
 		t.Fatalf("after compensating another saga: locks = %v, want SAVE5 still held by %s", got, a)
 	}
 
 	// Compensating a frees it, and b can take it.
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
-	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, a, message.Compensate, "SAVE5")), message.Success, "")
+	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("after compensation: locks = %v, want none", got)
 	}
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
-	if got := reftest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != b {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, b, message.Forward, "SAVE5")), message.Success, "")
+	if got := participanttest.Read(t, f.Pool, schema, Locks); got["SAVE5"] != b {
 		t.Fatalf("locks = %v, want SAVE5 held by %s", got, b)
 	}
 }
@@ -72,15 +73,15 @@ func TestNoCodeAndUnknownCode(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	saga := uuid.New()
-	res := reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, ""))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got := reftest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != 0 {
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, ""))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got := participanttest.Payload[orderapi.LockCouponResult](t, res).DiscountCents; got != 0 {
 		t.Fatalf("discount without a code = %d, want 0", got)
 	}
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.unlock, cmd(t, saga, message.Compensate, "")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "")), message.Success, "")
 
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
-	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "NOPE")), message.Failure, orderapi.ReasonUnknownCoupon)
+	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("locks = %v, want none", got)
 	}
 }
@@ -104,7 +105,7 @@ func TestConcurrentLocksHaveOneWinner(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.lock, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -127,7 +128,7 @@ func TestConcurrentLocksHaveOneWinner(t *testing.T) {
 	if len(winners) != 1 || refusals != sagas-1 {
 		t.Fatalf("%d winners and %d refusals, want 1 and %d", len(winners), refusals, sagas-1)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Locks); got["HOT"] != winners[0] {
+	if got := participanttest.Read(t, f.Pool, schema, Locks); got["HOT"] != winners[0] {
 		t.Fatalf("locks = %v, want HOT held by the winner %s", got, winners[0])
 	}
 }
@@ -136,9 +137,9 @@ func TestInvalidPayloads(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "SAVE5")
 	for _, action := range []message.Action{message.Forward, message.Compensate} {
-		fn := f.H.lock
+		fn := f.H.Forward
 		if action == message.Compensate {
-			fn = f.H.unlock
+			fn = f.H.Compensate
 		}
 		for name, c := range map[string]struct {
 			field   string
@@ -149,11 +150,11 @@ func TestInvalidPayloads(t *testing.T) {
 			"no order": {"order_id", orderapi.LockCoupon{Code: "SAVE5"}},
 		} {
 			t.Run(name+"/"+string(action), func(t *testing.T) {
-				reftest.WantInvalid(t, f.Pool, fn, reftest.Command(t, uuid.New(), orderapi.StepLockCoupon, action, 1, c.payload), c.field)
+				participanttest.WantInvalid(t, f.Pool, fn, participanttest.Command(t, uuid.New(), orderapi.StepLockCoupon, action, 1, c.payload), c.field)
 			})
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
+	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 0 {
 		t.Fatalf("locks after invalid commands = %v, want none", got)
 	}
 }
@@ -179,17 +180,17 @@ func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "A", "B", "C")
 	held := uuid.New()
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.lock, cmd(t, held, message.Forward, "C")), message.Success, "")
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, held, message.Forward, "C")), message.Success, "")
 
 	a, none, b := uuid.New(), uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.lockBatch, cmd(t, a, message.Forward, "A"), cmd(t, none, message.Forward, ""), cmd(t, b, message.Forward, "B"))
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, a, message.Forward, "A"), cmd(t, none, message.Forward, ""), cmd(t, b, message.Forward, "B"))
 	for i, want := range []int64{DiscountCentsDefault, 0, DiscountCentsDefault} {
-		reftest.WantOutcome(t, res[i], message.Success, "")
-		if got := reftest.Payload[orderapi.LockCouponResult](t, res[i]).DiscountCents; got != want {
+		participanttest.WantOutcome(t, res[i], message.Success, "")
+		if got := participanttest.Payload[orderapi.LockCouponResult](t, res[i]).DiscountCents; got != want {
 			t.Fatalf("result %d: discount %d, want %d", i, got, want)
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Locks); got["A"] != a || got["B"] != b || got["C"] != held {
+	if got := participanttest.Read(t, f.Pool, schema, Locks); got["A"] != a || got["B"] != b || got["C"] != held {
 		t.Fatalf("locks = %v, want A by %s, B by %s, C by %s", got, a, b, held)
 	}
 
@@ -205,7 +206,7 @@ func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res := reftest.ExecBatch(t, f.Pool, f.H.lockBatch, cs...)
+		res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cs...)
 		all := true
 		for _, r := range res {
 			all = all && r.Outcome == message.Success
@@ -214,7 +215,7 @@ func TestLockBatchTakesFreeCodesAndLeavesTheRest(t *testing.T) {
 			t.Fatalf("%s: every result success, want the batch left to lock", name)
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Locks); len(got) != 3 {
+	if got := participanttest.Read(t, f.Pool, schema, Locks); len(got) != 3 {
 		t.Fatalf("locks after the declined batches = %v, want the three of before", got)
 	}
 }

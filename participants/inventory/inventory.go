@@ -12,6 +12,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -42,47 +43,32 @@ type Options struct{}
 // Register adds the reserve-inventory forward and compensate handlers to p.
 // Its tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	if p == nil {
-		return errors.New("inventory: Register: participant is nil")
-	}
-	h := newHandlers(p.Schema())
-	if err := p.Handle(orderapi.StepReserveInventory, h.reserve, h.release); err != nil {
-		return fmt.Errorf("inventory: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepReserveInventory, h.reserveBatch); err != nil {
-		return fmt.Errorf("inventory: Register: %w", err)
-	}
-	return nil
+	return refstep.Register(p, orderapi.Inventory, step)
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
 type DB = participants.DB
 
+// step is the reserve-inventory step in schema.
+func step(schema string) refstep.Step[orderapi.ReserveInventory] {
+	h := &handlers{items: refstep.Table(schema, "items"), reservations: refstep.Table(schema, "reservations")}
+	return refstep.Step[orderapi.ReserveInventory]{Name: orderapi.StepReserveInventory, Check: check, Forward: h.reserve, ForwardMany: h.reserveBatch, Compensate: h.release}
+}
+
 type handlers struct {
 	items, reservations string // qualified table names
 }
 
-func newHandlers(schema string) *handlers {
-	return &handlers{
-		items:        pgx.Identifier{schema, "items"}.Sanitize(),
-		reservations: pgx.Identifier{schema, "reservations"}.Sanitize(),
-	}
-}
-
-func decode(cmd message.Command) (orderapi.ReserveInventory, error) {
-	in, err := participants.Decode[orderapi.ReserveInventory](cmd)
-	if err != nil {
-		return in, err
-	}
+func check(in orderapi.ReserveInventory) (field, why string) {
 	switch {
 	case in.OrderID == "":
-		return in, participants.InvalidField(cmd, "order_id", "is empty")
+		return "order_id", "is empty"
 	case in.SKU == "":
-		return in, participants.InvalidField(cmd, "sku", "is empty")
+		return "sku", "is empty"
 	case in.Qty <= 0:
-		return in, participants.InvalidField(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+		return "qty", fmt.Sprintf("is %d, want > 0", in.Qty)
 	}
-	return in, nil
+	return "", ""
 }
 
 // reserve is the forward action: move qty units from available to reserved
@@ -109,11 +95,7 @@ func (h *handlers) queueLockStock(b *pgx.Batch) {
 
 const lockStockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
 
-func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decode(cmd)
-	if err != nil {
-		return participants.Result{}, err
-	}
+func (h *handlers) reserve(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.ReserveInventory) (participants.Result, error) {
 	ok := participants.Success(orderapi.ReserveInventoryResult{ReservationID: cmd.SagaID.String()})
 
 	// One round trip for the common case: read an earlier reservation of
@@ -183,7 +165,7 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 	return participants.Fail(orderapi.ReasonInsufficientStock), nil
 }
 
-// reserveBatch is the batch form of reserve (participants.BatchFunc): one
+// reserveBatch is the set-based form of reserve: one
 // round trip for a whole batch of reservations. Under the stock lock, one
 // statement takes the units of every saga without a reservation yet, one
 // stock update per SKU for the batch's total, and records the
@@ -191,20 +173,11 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 // enough units for all of the batch's orders (or unknown), leaves those
 // commands unreserved: they answer non-Success, the SDK rolls the batch back
 // and runs reserve for each command, which says why.
-func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
+func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command, ins []orderapi.ReserveInventory) ([]participants.Result, error) {
 	n := len(cmds)
 	ids, orders, skus, qtys := make([]uuid.UUID, n), make([]string, n), make([]string, n), make([]int32, n)
-	seen := make(map[uuid.UUID]bool, n)
-	for i, cmd := range cmds {
-		in, err := decode(cmd)
-		if err != nil {
-			return nil, err
-		}
-		if seen[cmd.SagaID] {
-			return nil, fmt.Errorf("inventory reserve: saga %s twice in one batch", cmd.SagaID)
-		}
-		seen[cmd.SagaID] = true
-		ids[i], orders[i], skus[i], qtys[i] = cmd.SagaID, in.OrderID, in.SKU, int32(in.Qty)
+	for i, in := range ins {
+		ids[i], orders[i], skus[i], qtys[i] = cmds[i].SagaID, in.OrderID, in.SKU, int32(in.Qty)
 	}
 	reserved := make(map[uuid.UUID]uuid.UUID, n) // saga id -> reservation id (the saga id)
 	b := &pgx.Batch{}
@@ -243,10 +216,7 @@ RETURNING saga_id`
 
 // release is the compensation: give back what the saga's reservation holds,
 // once. A saga without a held reservation has nothing to undo.
-func (h *handlers) release(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	if _, err := decode(cmd); err != nil {
-		return participants.Result{}, err
-	}
+func (h *handlers) release(ctx context.Context, tx pgx.Tx, cmd message.Command, _ orderapi.ReserveInventory) (participants.Result, error) {
 	var (
 		sku string
 		qty int

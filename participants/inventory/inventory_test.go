@@ -11,17 +11,18 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
+	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "inventory"
 
-type fixture = reftest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, stock map[string]int) fixture {
 	t.Helper()
-	f := reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema), nil })
+	f := participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema)) })
 	if err := Seed(testkit.Context(t, 30*time.Second), f.Pool, schema, stock); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
@@ -29,7 +30,7 @@ func setup(t *testing.T, stock map[string]int) fixture {
 }
 
 func cmd(t *testing.T, saga uuid.UUID, action message.Action, sku string, qty int) message.Command {
-	return reftest.Command(t, saga, orderapi.StepReserveInventory, action, 1,
+	return participanttest.Command(t, saga, orderapi.StepReserveInventory, action, 1,
 		orderapi.ReserveInventory{OrderID: "order-" + saga.String()[:8], SKU: sku, Qty: qty})
 }
 
@@ -38,47 +39,47 @@ func TestReserveAndReleaseConserveStock(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 5})
 	saga := uuid.New()
 
-	res := reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got := reftest.Payload[orderapi.ReserveInventoryResult](t, res).ReservationID; got != saga.String() {
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got := participanttest.Payload[orderapi.ReserveInventoryResult](t, res).ReservationID; got != saga.String() {
 		t.Fatalf("reservation id = %q, want the saga id %s", got, saga)
 	}
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
 		t.Fatalf("after reserve: stock = %+v, want %+v", got, want)
 	}
-	if r := reftest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReserved || r.Qty != 3 || r.SKU != "sku-a" {
+	if r := participanttest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReserved || r.Qty != 3 || r.SKU != "sku-a" {
 		t.Fatalf("after reserve: reservation = %+v, want 3 x sku-a reserved", r)
 	}
 
 	// A second forward for the same saga (defence in depth beside the
 	// barrier) answers the same result and does not reserve again.
-	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Reserved: 3}); got != want {
 		t.Fatalf("after duplicate reserve: stock = %+v, want %+v", got, want)
 	}
 
-	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after release: stock = %+v, want %+v", got, want)
 	}
-	if r := reftest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReleased {
+	if r := participanttest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateReleased {
 		t.Fatalf("after release: reservation state = %q, want %q", r.State, StateReleased)
 	}
 
 	// Releasing twice gives back nothing more.
-	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after second release: stock = %+v, want %+v", got, want)
 	}
 	// A forward after the release is refused and changes nothing.
-	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
 	if res.Outcome != message.Failure {
 		t.Fatalf("forward after release: outcome = %s, want failure", res.Outcome)
 	}
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 5}); got != want {
 		t.Fatalf("after forward-after-release: stock = %+v, want %+v", got, want)
 	}
 }
@@ -88,24 +89,24 @@ func TestReserveFailuresChangeNothing(t *testing.T) {
 	f := setup(t, map[string]int{"sku-a": 2})
 
 	saga := uuid.New()
-	res := reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, saga, message.Forward, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Failure, orderapi.ReasonInsufficientStock)
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Failure, orderapi.ReasonInsufficientStock)
 
 	unknown := uuid.New()
-	res = reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, unknown, message.Forward, "no-such-sku", 1))
-	reftest.WantOutcome(t, res, message.Failure, orderapi.ReasonUnknownSKU)
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, unknown, message.Forward, "no-such-sku", 1))
+	participanttest.WantOutcome(t, res, message.Failure, orderapi.ReasonUnknownSKU)
 
-	if got, want := reftest.Read(t, f.Pool, schema, Stock), (map[string]Item{"sku-a": {Available: 2}}); len(got) != 1 || got["sku-a"] != want["sku-a"] {
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock), (map[string]Item{"sku-a": {Available: 2}}); len(got) != 1 || got["sku-a"] != want["sku-a"] {
 		t.Fatalf("stock = %+v, want %+v", got, want)
 	}
-	if r := reftest.Read(t, f.Pool, schema, Reservations); len(r) != 0 {
+	if r := participanttest.Read(t, f.Pool, schema, Reservations); len(r) != 0 {
 		t.Fatalf("reservations = %+v, want none", r)
 	}
 
 	// Compensating a saga that reserved nothing is an empty compensation.
-	res = reftest.MustExec(t, f.Pool, f.H.release, cmd(t, saga, message.Compensate, "sku-a", 3))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if got := reftest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 2}) {
+	res = participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 3))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if got := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 2}) {
 		t.Fatalf("after empty compensation: stock = %+v, want 2 available", got)
 	}
 }
@@ -125,7 +126,7 @@ func TestConcurrentReservationsNeverOversell(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.reserve, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			if err != nil {
 				errs <- err
 				return
@@ -154,11 +155,11 @@ func TestConcurrentReservationsNeverOversell(t *testing.T) {
 	if ok != stock || short != sagas-stock {
 		t.Fatalf("%d succeeded and %d ran short, want %d and %d", ok, short, stock, sagas-stock)
 	}
-	if got, want := reftest.Read(t, f.Pool, schema, Stock)["hot"], (Item{Available: 0, Reserved: stock}); got != want {
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["hot"], (Item{Available: 0, Reserved: stock}); got != want {
 		t.Fatalf("stock = %+v, want %+v", got, want)
 	}
 	held := 0
-	for _, r := range reftest.Read(t, f.Pool, schema, Reservations) {
+	for _, r := range participanttest.Read(t, f.Pool, schema, Reservations) {
 		if r.State == StateReserved {
 			held += r.Qty
 		}
@@ -186,16 +187,16 @@ func TestInvalidPayloads(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, action := range []message.Action{message.Forward, message.Compensate} {
-			fn := f.H.reserve
+			fn := f.H.Forward
 			if action == message.Compensate {
-				fn = f.H.release
+				fn = f.H.Compensate
 			}
 			t.Run(c.name+"/"+string(action), func(t *testing.T) {
-				reftest.WantInvalid(t, f.Pool, fn, reftest.Command(t, saga, orderapi.StepReserveInventory, action, 1, c.payload), c.field)
+				participanttest.WantInvalid(t, f.Pool, fn, participanttest.Command(t, saga, orderapi.StepReserveInventory, action, 1, c.payload), c.field)
 			})
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 1}) {
+	if got := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 1}) {
 		t.Fatalf("stock after invalid commands = %+v, want 1 available", got)
 	}
 }
@@ -203,12 +204,12 @@ func TestInvalidPayloads(t *testing.T) {
 func TestSeedResetsAndValidates(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"a": 3, "b": 4})
-	reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, uuid.New(), message.Forward, "a", 2))
+	participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, uuid.New(), message.Forward, "a", 2))
 	ctx := testkit.Context(t, 30*time.Second)
 	if err := Seed(ctx, f.Pool, schema, map[string]int{"a": 7}); err != nil {
 		t.Fatalf("reseed: %v", err)
 	}
-	s := reftest.Read(t, f.Pool, schema, Stock)
+	s := participanttest.Read(t, f.Pool, schema, Stock)
 	if s["a"] != (Item{Available: 7}) || s["b"] != (Item{Available: 4}) {
 		t.Fatalf("stock after reseed = %+v, want a=7 b=4 available", s)
 	}
@@ -240,19 +241,19 @@ func TestReserveBatchTakesEachSKUsTotalOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"sku-a": 5, "sku-b": 3})
 	s1, s2, s3 := uuid.New(), uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, s1, message.Forward, "sku-a", 2), cmd(t, s2, message.Forward, "sku-b", 3), cmd(t, s3, message.Forward, "sku-a", 1))
 	for i, saga := range []uuid.UUID{s1, s2, s3} {
-		reftest.WantOutcome(t, res[i], message.Success, "")
-		if got := reftest.Payload[orderapi.ReserveInventoryResult](t, res[i]).ReservationID; got != saga.String() {
+		participanttest.WantOutcome(t, res[i], message.Success, "")
+		if got := participanttest.Payload[orderapi.ReserveInventoryResult](t, res[i]).ReservationID; got != saga.String() {
 			t.Fatalf("result %d: reservation id %q, want saga %s", i, got, saga)
 		}
 	}
-	stock := reftest.Read(t, f.Pool, schema, Stock)
+	stock := participanttest.Read(t, f.Pool, schema, Stock)
 	if a, b := stock["sku-a"], stock["sku-b"]; a != (Item{Available: 2, Reserved: 3}) || b != (Item{Available: 0, Reserved: 3}) {
 		t.Fatalf("stock after the batch: sku-a %+v sku-b %+v; want 2/3 and 0/3 available/reserved", a, b)
 	}
-	rs := reftest.Read(t, f.Pool, schema, Reservations)
+	rs := participanttest.Read(t, f.Pool, schema, Reservations)
 	if len(rs) != 3 || rs[s1].Qty != 2 || rs[s2].SKU != "sku-b" || rs[s3].State != StateReserved {
 		t.Fatalf("reservations after the batch: %+v; want the three orders reserved", rs)
 	}
@@ -262,24 +263,24 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 	t.Parallel()
 	f := setup(t, map[string]int{"sku-a": 5, "sku-c": 2})
 	prior := uuid.New()
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.reserve, cmd(t, prior, message.Forward, "sku-a", 1)), message.Success, "")
-	before := reftest.Read(t, f.Pool, schema, Stock)
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, prior, message.Forward, "sku-a", 1)), message.Success, "")
+	before := participanttest.Read(t, f.Pool, schema, Stock)
 
 	// Each of the sku-c orders alone fits, both together do not; the saga
 	// with a reservation is a copy; sku-x is unknown. None of them is
 	// reserved by the batch, the plain order is, and the batch (not all
 	// Success) is not committed: the SDK runs reserve for each instead.
 	plain, c1, c2, unknown := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.reserveBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, plain, message.Forward, "sku-a", 1), cmd(t, c1, message.Forward, "sku-c", 2), cmd(t, c2, message.Forward, "sku-c", 1),
 		cmd(t, prior, message.Forward, "sku-a", 1), cmd(t, unknown, message.Forward, "sku-x", 1))
-	reftest.WantOutcome(t, res[0], message.Success, "")
+	participanttest.WantOutcome(t, res[0], message.Success, "")
 	for i := 1; i < len(res); i++ {
 		if res[i].Outcome == message.Success {
 			t.Fatalf("result %d = success, want it left to the one-by-one path", i)
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Stock); got["sku-a"] != before["sku-a"] || got["sku-c"] != before["sku-c"] {
+	if got := participanttest.Read(t, f.Pool, schema, Stock); got["sku-a"] != before["sku-a"] || got["sku-c"] != before["sku-c"] {
 		t.Fatalf("stock after the declined batch = %+v, want it untouched (%+v)", got, before)
 	}
 
@@ -291,7 +292,7 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
-	if _, err := f.H.reserveBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
+	if _, err := f.H.ForwardMany(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
 		t.Fatalf("batch with qty 0 = %v, want an error naming qty", err)
 	}
 }

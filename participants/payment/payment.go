@@ -13,6 +13,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -54,65 +55,45 @@ func (o Options) validate() error {
 // Register adds the charge-payment forward handler to p (no compensation:
 // it is the pivot). Its tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	if p == nil {
-		return errors.New("payment: Register: participant is nil")
-	}
-	h, err := newHandlers(p.Schema(), opts)
-	if err != nil {
+	if err := opts.validate(); err != nil {
 		return err
 	}
-	if err := p.Handle(orderapi.StepChargePayment, h.charge, nil); err != nil {
-		return fmt.Errorf("payment: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepChargePayment, h.chargeBatch); err != nil {
-		return fmt.Errorf("payment: Register: %w", err)
-	}
-	return nil
+	return refstep.Register(p, orderapi.Payment, func(schema string) refstep.Step[orderapi.ChargePayment] { return step(schema, opts) })
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
 type DB = participants.DB
 
+// step is the charge-payment step in schema: decline over the limit, else
+// record one charge for the saga.
+func step(schema string, opts Options) refstep.Step[orderapi.ChargePayment] {
+	h := &handlers{ledger: refstep.Table(schema, "ledger"), limit: opts.WithDefaults().LimitCents}
+	return refstep.Step[orderapi.ChargePayment]{Name: orderapi.StepChargePayment, Check: check, Forward: h.charge, ForwardMany: h.chargeBatch}
+}
+
 type handlers struct {
 	ledger string // qualified table name
-	opts   Options
+	limit  int64  // Options.LimitCents
 }
 
-func newHandlers(schema string, opts Options) (*handlers, error) {
-	if err := opts.validate(); err != nil {
-		return nil, err
+func check(in orderapi.ChargePayment) (field, why string) {
+	for _, f := range [...][2]string{{"order_id", in.OrderID}, {"customer", in.Customer}} {
+		if f[1] == "" {
+			return f[0], "is empty"
+		}
 	}
-	return &handlers{ledger: pgx.Identifier{schema, "ledger"}.Sanitize(), opts: opts.WithDefaults()}, nil
+	if in.AmountCents < 0 {
+		return "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents)
+	}
+	return "", ""
 }
 
-// charge is the forward action: decline over the limit, else record one
-// charge for the saga.
-func decodeCharge(cmd message.Command) (orderapi.ChargePayment, error) {
-	in, err := participants.Decode[orderapi.ChargePayment](cmd)
-	if err != nil {
-		return in, err
-	}
-	switch {
-	case in.OrderID == "":
-		return in, participants.InvalidField(cmd, "order_id", "is empty")
-	case in.Customer == "":
-		return in, participants.InvalidField(cmd, "customer", "is empty")
-	case in.AmountCents < 0:
-		return in, participants.InvalidField(cmd, "amount_cents", fmt.Sprintf("is %d, want >= 0", in.AmountCents))
-	}
-	return in, nil
-}
-
-func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decodeCharge(cmd)
-	if err != nil {
-		return participants.Result{}, err
-	}
-	if in.AmountCents > h.opts.LimitCents {
+func (h *handlers) charge(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.ChargePayment) (participants.Result, error) {
+	if in.AmountCents > h.limit {
 		return participants.Fail(orderapi.ReasonPaymentDeclined), nil
 	}
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
+	err := tx.QueryRow(ctx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
 VALUES ($1, $2, $3, $4, 'charge')
 ON CONFLICT (saga_id, kind) DO NOTHING
 RETURNING id`, cmd.SagaID, in.OrderID, in.Customer, in.AmountCents).Scan(&id)
@@ -126,27 +107,16 @@ RETURNING id`, cmd.SagaID, in.OrderID, in.Customer, in.AmountCents).Scan(&id)
 	return participants.Success(orderapi.ChargePaymentResult{PaymentID: strconv.FormatInt(id, 10)}), nil
 }
 
-// chargeBatch is the batch form of charge (participants.BatchFunc): the
-// charges of a batch in one statement. A charge over the limit, or one the
-// ledger already holds, is left to charge (a non-Success result sends the
-// batch one by one).
-func (h *handlers) chargeBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
-	out := make([]participants.Result, len(cmds))
-	var (
-		sagas             []uuid.UUID
-		orders, customers []string
-		amounts           []int64
-	)
-	for i, cmd := range cmds {
-		in, err := decodeCharge(cmd)
-		if err != nil {
-			return nil, err
+// chargeBatch is the set-based form of charge: the charges of a batch in
+// one statement. A charge over the limit, or one the ledger already holds,
+// is left to charge alone.
+func (h *handlers) chargeBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command, ins []orderapi.ChargePayment) ([]participants.Result, error) {
+	sagas, orders, customers, amounts := make([]uuid.UUID, len(cmds)), make([]string, len(cmds)), make([]string, len(cmds)), make([]int64, len(cmds))
+	for i, in := range ins {
+		if in.AmountCents > h.limit {
+			return refstep.Stop(len(cmds), i, participants.Fail(orderapi.ReasonPaymentDeclined)), nil
 		}
-		if in.AmountCents > h.opts.LimitCents {
-			out[i] = participants.Fail(orderapi.ReasonPaymentDeclined)
-			return out, nil
-		}
-		sagas, orders, customers, amounts = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(amounts, in.AmountCents)
+		sagas[i], orders[i], customers[i], amounts[i] = cmds[i].SagaID, in.OrderID, in.Customer, in.AmountCents
 	}
 	ids, err := participants.QueryMap[uuid.UUID, int64](ctx, tx, `INSERT INTO `+h.ledger+` (saga_id, order_id, customer, amount_cents, kind)
 SELECT s, o, c, a, 'charge' FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[]) AS u(s, o, c, a)
@@ -163,18 +133,10 @@ RETURNING saga_id, id`, sagas, orders, customers, amounts)
 // Charges returns, per saga, how many charge rows the ledger holds (1 for a
 // charged saga; more would break the at-most-once invariant).
 func Charges(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY saga_id`)
-	if err != nil {
-		return nil, fmt.Errorf("payment charges: %w", err)
-	}
-	return out, nil
+	return refstep.Read[uuid.UUID, int](ctx, db, "payment charges", `SELECT saga_id, count(*) FROM `+refstep.Table(schema, "ledger")+` WHERE kind = 'charge' GROUP BY saga_id`)
 }
 
 // Charged returns the total charged per customer.
 func Charged(ctx context.Context, db DB, schema string) (map[string]int64, error) {
-	out, err := participants.QueryMap[string, int64](ctx, db, `SELECT customer, sum(amount_cents)::bigint FROM `+pgx.Identifier{schema, "ledger"}.Sanitize()+` WHERE kind = 'charge' GROUP BY customer`)
-	if err != nil {
-		return nil, fmt.Errorf("payment charged: %w", err)
-	}
-	return out, nil
+	return refstep.Read[string, int64](ctx, db, "payment charged", `SELECT customer, sum(amount_cents)::bigint FROM `+refstep.Table(schema, "ledger")+` WHERE kind = 'charge' GROUP BY customer`)
 }

@@ -10,21 +10,22 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
+	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "payment"
 
-type fixture = reftest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	return reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
+	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema, opts)) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, customer string, cents int64) message.Command {
-	return reftest.Command(t, saga, orderapi.StepChargePayment, message.Forward, 1,
+	return participanttest.Command(t, saga, orderapi.StepChargePayment, message.Forward, 1,
 		orderapi.ChargePayment{OrderID: "order-" + saga.String()[:8], Customer: customer, AmountCents: cents})
 }
 
@@ -33,22 +34,22 @@ func TestChargeOnceAndDeclineOverLimit(t *testing.T) {
 	f := setup(t, Options{})
 	ok, big := uuid.New(), uuid.New()
 
-	res := reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, ok, "ann", LimitCentsDefault))
-	reftest.WantOutcome(t, res, message.Success, "")
-	first := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, ok, "ann", LimitCentsDefault))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	first := participanttest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID
 	if first == "" {
 		t.Fatal("payment id is empty")
 	}
 	// A repeated forward charges nothing more and answers the same payment.
-	res = reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, ok, "ann", LimitCentsDefault))
-	reftest.WantOutcome(t, res, message.Success, "")
-	if again := reftest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID; again != first {
+	res = participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, ok, "ann", LimitCentsDefault))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	if again := participanttest.Payload[orderapi.ChargePaymentResult](t, res).PaymentID; again != first {
 		t.Fatalf("repeated charge answered payment %q, want %q", again, first)
 	}
 
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, big, "bob", LimitCentsDefault+1)), message.Failure, orderapi.ReasonPaymentDeclined)
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, big, "bob", LimitCentsDefault+1)), message.Failure, orderapi.ReasonPaymentDeclined)
 
-	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[ok] != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[ok] != 1 {
 		t.Fatalf("charges = %v, want exactly one for %s", got, ok)
 	}
 	sums, err := Charged(testkit.Context(t, 30*time.Second), f.Pool, schema)
@@ -63,10 +64,10 @@ func TestChargeOnceAndDeclineOverLimit(t *testing.T) {
 func TestCustomLimitAndFreeOrder(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{LimitCents: 1000})
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, uuid.New(), "ann", 1001)), message.Failure, orderapi.ReasonPaymentDeclined)
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, uuid.New(), "ann", 1001)), message.Failure, orderapi.ReasonPaymentDeclined)
 	free := uuid.New()
-	reftest.WantOutcome(t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, free, "ann", 0)), message.Success, "")
-	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[free] != 1 {
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, free, "ann", 0)), message.Success, "")
+	if got := participanttest.Read(t, f.Pool, schema, Charges); len(got) != 1 || got[free] != 1 {
 		t.Fatalf("charges = %v, want one for the free order %s", got, free)
 	}
 }
@@ -85,10 +86,10 @@ func TestInvalidPayloads(t *testing.T) {
 		"negative amount": {"amount_cents", orderapi.ChargePayment{OrderID: "o1", Customer: "ann", AmountCents: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reftest.WantInvalid(t, f.Pool, f.H.charge, reftest.Command(t, uuid.New(), orderapi.StepChargePayment, message.Forward, 1, c.payload), c.field)
+			participanttest.WantInvalid(t, f.Pool, f.H.Forward, participanttest.Command(t, uuid.New(), orderapi.StepChargePayment, message.Forward, 1, c.payload), c.field)
 		})
 	}
-	if got := reftest.Read(t, f.Pool, schema, Charges); len(got) != 0 {
+	if got := participanttest.Read(t, f.Pool, schema, Charges); len(got) != 0 {
 		t.Fatalf("charges after invalid commands = %v, want none", got)
 	}
 }
@@ -98,7 +99,7 @@ func TestOptions(t *testing.T) {
 	if got := (Options{}).WithDefaults().LimitCents; got != LimitCentsDefault {
 		t.Fatalf("default limit = %d, want %d", got, LimitCentsDefault)
 	}
-	_, err := newHandlers(schema, Options{LimitCents: -1})
+	err := (Options{LimitCents: -1}).validate()
 	if err == nil || !strings.Contains(err.Error(), "LimitCents") {
 		t.Fatalf("negative limit: err = %v, want an error naming LimitCents", err)
 	}
@@ -121,20 +122,20 @@ func TestChargeBatchChargesOnceAndLeavesTheRestToCharge(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{})
 	prior := uuid.New()
-	first := reftest.Payload[orderapi.ChargePaymentResult](t, reftest.MustExec(t, f.Pool, f.H.charge, cmd(t, prior, "ann", 100))).PaymentID
+	first := participanttest.Payload[orderapi.ChargePaymentResult](t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, prior, "ann", 100))).PaymentID
 
 	a, b := uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.chargeBatch, cmd(t, a, "ann", 200), cmd(t, b, "bob", 300))
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, a, "ann", 200), cmd(t, b, "bob", 300))
 	for i := range res {
-		reftest.WantOutcome(t, res[i], message.Success, "")
-		if id := reftest.Payload[orderapi.ChargePaymentResult](t, res[i]).PaymentID; id == "" || id == first {
+		participanttest.WantOutcome(t, res[i], message.Success, "")
+		if id := participanttest.Payload[orderapi.ChargePaymentResult](t, res[i]).PaymentID; id == "" || id == first {
 			t.Fatalf("result %d: payment id %q, want a new one", i, id)
 		}
 	}
 	// A saga already charged, or an amount over the limit, is left to
 	// charge; nothing of such a batch is committed.
 	for name, c := range map[string]message.Command{"charged": cmd(t, prior, "ann", 100), "over the limit": cmd(t, uuid.New(), "cy", LimitCentsDefault+1)} {
-		res = reftest.ExecBatch(t, f.Pool, f.H.chargeBatch, cmd(t, uuid.New(), "dee", 1), c)
+		res = participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, uuid.New(), "dee", 1), c)
 		if res[1].Outcome == message.Success {
 			t.Fatalf("%s: outcome success, want it left to charge", name)
 		}

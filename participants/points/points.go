@@ -3,7 +3,6 @@ package points
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -13,6 +12,7 @@ import (
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/flaky"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -32,73 +32,42 @@ type Options = flaky.Options
 // Register adds the award-points forward handler to p (no compensation: the
 // step is retryable, after the pivot). Its tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	if p == nil {
-		return errors.New("points: Register: participant is nil")
-	}
-	h, err := newHandlers(p.Schema(), opts)
-	if err != nil {
-		return err
-	}
-	if err := p.Handle(orderapi.StepAwardPoints, h.award, nil); err != nil {
-		return fmt.Errorf("points: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepAwardPoints, h.awardBatch); err != nil {
-		return fmt.Errorf("points: Register: %w", err)
-	}
-	return nil
+	return refstep.Register(p, orderapi.Points, func(schema string) refstep.Step[orderapi.AwardPoints] { return step(schema, opts) })
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
 type DB = participants.DB
 
+// step is the award-points step in schema: one entry per order, added to
+// the balance only when it is new.
+func step(schema string, opts Options) refstep.Step[orderapi.AwardPoints] {
+	h := &handlers{entries: refstep.Table(schema, "entries"), balances: refstep.Table(schema, "balances")}
+	return refstep.Step[orderapi.AwardPoints]{Name: orderapi.StepAwardPoints, Check: check, Forward: h.award, ForwardMany: h.awardBatch, Flaky: opts}
+}
+
 type handlers struct {
 	entries, balances string // qualified table names
-	opts              Options
 }
 
-func newHandlers(schema string, opts Options) (*handlers, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("points: %w", err)
-	}
-	return &handlers{
-		entries:  pgx.Identifier{schema, "entries"}.Sanitize(),
-		balances: pgx.Identifier{schema, "balances"}.Sanitize(),
-		opts:     opts,
-	}, nil
-}
-
-// award is the forward action: one entry per order, added to the balance
-// only when it is new.
-func decodeAward(cmd message.Command) (orderapi.AwardPoints, error) {
-	in, err := participants.Decode[orderapi.AwardPoints](cmd)
-	if err != nil {
-		return in, err
-	}
+func check(in orderapi.AwardPoints) (field, why string) {
 	switch {
 	case in.OrderID == "":
-		return in, participants.InvalidField(cmd, "order_id", "is empty")
+		return "order_id", "is empty"
 	case in.Customer == "":
-		return in, participants.InvalidField(cmd, "customer", "is empty")
+		return "customer", "is empty"
 	case in.Points < 0:
-		return in, participants.InvalidField(cmd, "points", fmt.Sprintf("is %d, want >= 0", in.Points))
+		return "points", fmt.Sprintf("is %d, want >= 0", in.Points)
 	}
-	return in, nil
+	return "", ""
 }
 
-func (h *handlers) award(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decodeAward(cmd)
-	if err != nil {
-		return participants.Result{}, err
-	}
-	if h.opts.Fails(cmd) {
-		return participants.RetryLater(orderapi.ReasonTransient), nil
-	}
+func (h *handlers) award(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.AwardPoints) (participants.Result, error) {
 	// One statement: the entry, and the balance raised only when the entry
 	// is new; a repeat answers the balance as it is. The final SELECT reads
 	// balances as they were before the statement, so it is only the
 	// fallback when nothing was added.
 	var balance int64
-	err = tx.QueryRow(ctx, `WITH e AS (
+	err := tx.QueryRow(ctx, `WITH e AS (
   INSERT INTO `+h.entries+` (order_id, saga_id, customer, points) VALUES ($1, $2, $3, $4)
   ON CONFLICT DO NOTHING
   RETURNING customer, points),
@@ -114,35 +83,16 @@ SELECT COALESCE((SELECT points FROM b), (SELECT points FROM `+h.balances+` WHERE
 	return participants.Success(orderapi.AwardPointsResult{Balance: balance}), nil
 }
 
-// awardBatch is the batch form of award (participants.BatchFunc): the
-// entries of a batch and one balance update per customer in one statement.
-// Each command answers the balance award would have answered had the
-// batch's commands run one by one in order: the balance before the batch
-// plus the customer's points up to and including its own. An order that
-// already has its entry, and a command the fault option fails, are left to
-// award (a non-Success result sends the batch one by one).
-func (h *handlers) awardBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
-	out := make([]participants.Result, len(cmds))
-	var (
-		orders, customers []string
-		sagas             []uuid.UUID
-		pts               []int64
-	)
-	seen := make(map[uuid.UUID]bool, len(cmds))
-	for i, cmd := range cmds {
-		in, err := decodeAward(cmd)
-		if err != nil {
-			return nil, err
-		}
-		if seen[cmd.SagaID] {
-			return nil, fmt.Errorf("points award: saga %s twice in one batch", cmd.SagaID)
-		}
-		seen[cmd.SagaID] = true
-		if h.opts.Fails(cmd) {
-			out[i] = participants.RetryLater(orderapi.ReasonTransient)
-			return out, nil
-		}
-		orders, sagas, customers, pts = append(orders, in.OrderID), append(sagas, cmd.SagaID), append(customers, in.Customer), append(pts, in.Points)
+// awardBatch is the set-based form of award: the entries of a batch and
+// one balance update per customer in one statement. Each command answers
+// the balance award would have answered had the batch's commands run one
+// by one in order: the balance before the batch plus the customer's points
+// up to and including its own. An order that already has its entry is
+// left to award alone.
+func (h *handlers) awardBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command, ins []orderapi.AwardPoints) ([]participants.Result, error) {
+	orders, sagas, customers, pts := make([]string, len(cmds)), make([]uuid.UUID, len(cmds)), make([]string, len(cmds)), make([]int64, len(cmds))
+	for i, in := range ins {
+		orders[i], sagas[i], customers[i], pts[i] = in.OrderID, cmds[i].SagaID, in.Customer, in.Points
 	}
 	balances, err := participants.QueryMap[uuid.UUID, int64](ctx, tx, `WITH req AS (
   SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(order_id, saga_id, customer, points, ord)),
@@ -165,18 +115,10 @@ FROM req JOIN e USING (saga_id) JOIN tot USING (customer) JOIN b USING (customer
 
 // Entries returns, per saga, how many entries it created (0 or 1).
 func Entries(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "entries"}.Sanitize()+` GROUP BY saga_id`)
-	if err != nil {
-		return nil, fmt.Errorf("points entries: %w", err)
-	}
-	return out, nil
+	return refstep.Read[uuid.UUID, int](ctx, db, "points entries", `SELECT saga_id, count(*) FROM `+refstep.Table(schema, "entries")+` GROUP BY saga_id`)
 }
 
 // Balances returns every customer's balance.
 func Balances(ctx context.Context, db DB, schema string) (map[string]int64, error) {
-	out, err := participants.QueryMap[string, int64](ctx, db, `SELECT customer, points FROM `+pgx.Identifier{schema, "balances"}.Sanitize())
-	if err != nil {
-		return nil, fmt.Errorf("points balances: %w", err)
-	}
-	return out, nil
+	return refstep.Read[string, int64](ctx, db, "points balances", `SELECT customer, points FROM `+refstep.Table(schema, "balances"))
 }

@@ -12,29 +12,30 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
+	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "points"
 
-type fixture = reftest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	return reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
+	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema, opts)) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, order, customer string, points int64, attempt int) message.Command {
-	return reftest.Command(t, saga, orderapi.StepAwardPoints, message.Forward, attempt,
+	return participanttest.Command(t, saga, orderapi.StepAwardPoints, message.Forward, attempt,
 		orderapi.AwardPoints{OrderID: order, Customer: customer, Points: points})
 }
 
 func award(t *testing.T, f fixture, c message.Command) int64 {
 	t.Helper()
-	res := reftest.MustExec(t, f.Pool, f.H.award, c)
-	reftest.WantOutcome(t, res, message.Success, "")
-	return reftest.Payload[orderapi.AwardPointsResult](t, res).Balance
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, c)
+	participanttest.WantOutcome(t, res, message.Success, "")
+	return participanttest.Payload[orderapi.AwardPointsResult](t, res).Balance
 }
 
 func TestAwardOncePerOrderAndAddUp(t *testing.T) {
@@ -56,10 +57,10 @@ func TestAwardOncePerOrderAndAddUp(t *testing.T) {
 	if got := award(t, f, cmd(t, c, "o2", "ann", 25, 1)); got != 125 {
 		t.Fatalf("balance after o2 = %d, want 125", got)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != 2 || got[a] != 1 || got[c] != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Entries); len(got) != 2 || got[a] != 1 || got[c] != 1 {
 		t.Fatalf("entries = %v, want one for %s and one for %s", got, a, c)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Balances); len(got) != 1 || got["ann"] != 125 {
+	if got := participanttest.Read(t, f.Pool, schema, Balances); len(got) != 1 || got["ann"] != 125 {
 		t.Fatalf("balances = %v, want ann=125", got)
 	}
 }
@@ -81,7 +82,7 @@ func TestConcurrentAwardsCountEachOrderOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.award, c)
+				res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 				if err == nil && res.Outcome != message.Success {
 					err = fmt.Errorf("outcome %s %s", res.Outcome, res.Reason)
 				}
@@ -98,10 +99,10 @@ func TestConcurrentAwardsCountEachOrderOnce(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("concurrent awards: %v", errs)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != orders {
+	if got := participanttest.Read(t, f.Pool, schema, Entries); len(got) != orders {
 		t.Fatalf("%d entries, want one per order (%d)", len(got), orders)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Balances)["bob"]; got != orders*10 {
+	if got := participanttest.Read(t, f.Pool, schema, Balances)["bob"]; got != orders*10 {
 		t.Fatalf("balance = %d, want %d", got, orders*10)
 	}
 }
@@ -111,12 +112,12 @@ func TestFailRate(t *testing.T) {
 	always := setup(t, Options{FailRate: 1, Seed: 3})
 	saga := uuid.New()
 	for attempt := 1; attempt <= 5; attempt++ {
-		reftest.WantOutcome(t, reftest.MustExec(t, always.Pool, always.H.award, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
+		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.Forward, cmd(t, saga, "o1", "ann", 5, attempt)), message.Retry, orderapi.ReasonTransient)
 	}
-	if got := reftest.Read(t, always.Pool, schema, Entries); len(got) != 0 {
+	if got := participanttest.Read(t, always.Pool, schema, Entries); len(got) != 0 {
 		t.Fatalf("FailRate 1: entries = %v, want none", got)
 	}
-	if got := reftest.Read(t, always.Pool, schema, Balances); len(got) != 0 {
+	if got := participanttest.Read(t, always.Pool, schema, Balances); len(got) != 0 {
 		t.Fatalf("FailRate 1: balances = %v, want none", got)
 	}
 }
@@ -135,10 +136,10 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		"negative points": {"points", orderapi.AwardPoints{OrderID: "o1", Customer: "ann", Points: -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reftest.WantInvalid(t, f.Pool, f.H.award, reftest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
+			participanttest.WantInvalid(t, f.Pool, f.H.Forward, participanttest.Command(t, uuid.New(), orderapi.StepAwardPoints, message.Forward, 1, c.payload), c.field)
 		})
 	}
-	if got := reftest.Read(t, f.Pool, schema, Entries); len(got) != 0 {
+	if got := participanttest.Read(t, f.Pool, schema, Entries); len(got) != 0 {
 		t.Fatalf("entries after invalid commands = %v, want none", got)
 	}
 
@@ -161,25 +162,25 @@ func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
 		t.Fatalf("balance before the batch = %d, want 10", got)
 	}
 	a1, b1, a2 := uuid.New(), uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.awardBatch,
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany,
 		cmd(t, a1, "o1", "ann", 100, 1), cmd(t, b1, "o2", "bob", 7, 1), cmd(t, a2, "o3", "ann", 25, 1))
 	for i, want := range []int64{110, 7, 135} {
-		reftest.WantOutcome(t, res[i], message.Success, "")
-		if got := reftest.Payload[orderapi.AwardPointsResult](t, res[i]).Balance; got != want {
+		participanttest.WantOutcome(t, res[i], message.Success, "")
+		if got := participanttest.Payload[orderapi.AwardPointsResult](t, res[i]).Balance; got != want {
 			t.Fatalf("result %d: balance %d, want %d (the balance one by one)", i, got, want)
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Balances); len(got) != 2 || got["ann"] != 135 || got["bob"] != 7 {
+	if got := participanttest.Read(t, f.Pool, schema, Balances); len(got) != 2 || got["ann"] != 135 || got["bob"] != 7 {
 		t.Fatalf("balances = %v, want ann=135 bob=7", got)
 	}
 
 	// An order that has its entry is left to award; so is a batch holding
 	// one saga twice (an error: the SDK declines it).
-	res = reftest.ExecBatch(t, f.Pool, f.H.awardBatch, cmd(t, uuid.New(), "o4", "ann", 1, 1), cmd(t, uuid.New(), "o1", "ann", 100, 1))
+	res = participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, uuid.New(), "o4", "ann", 1, 1), cmd(t, uuid.New(), "o1", "ann", 100, 1))
 	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
 		t.Fatalf("batch with an existing order: outcomes %s, %s; want success, then left to award", res[0].Outcome, res[1].Outcome)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Balances)["ann"]; got != 135 {
+	if got := participanttest.Read(t, f.Pool, schema, Balances)["ann"]; got != 135 {
 		t.Fatalf("ann after the declined batch = %d, want 135 (not committed)", got)
 	}
 	tx, err := f.Pool.Begin(testkit.Context(t, 30*time.Second))
@@ -188,7 +189,7 @@ func TestAwardBatchAnswersWhatAwardWouldInOrder(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
 	twice := uuid.New()
-	if _, err := f.H.awardBatch(testkit.Context(t, 30*time.Second), tx, []message.Command{cmd(t, twice, "o5", "ann", 1, 1), cmd(t, twice, "o5", "ann", 1, 2)}); err == nil {
+	if _, err := f.H.ForwardMany(testkit.Context(t, 30*time.Second), tx, []message.Command{cmd(t, twice, "o5", "ann", 1, 1), cmd(t, twice, "o5", "ann", 1, 2)}); err == nil {
 		t.Fatal("batch with one saga twice = nil error, want it declined")
 	}
 }

@@ -159,7 +159,7 @@ func (s *Set) Migrations() ([]migrations.Set, error) {
 func (s *Set) Topics() []string {
 	t := append([]string(nil), s.opts.ReplyTopics...)
 	if len(t) == 0 {
-		t = append(t, participants.ReplyTopicDefault)
+		t = append(t, message.ReplyTopicDefault)
 	}
 	for _, name := range Names {
 		c := message.CommandTopic(s.opts.TopicPrefix, name)

@@ -13,6 +13,7 @@ import (
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/flaky"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
@@ -32,66 +33,46 @@ type Options = flaky.Options
 // Register adds the create-shipment forward handler to p (no compensation:
 // the step is retryable, after the pivot). Its tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	if p == nil {
-		return errors.New("shipping: Register: participant is nil")
-	}
-	h, err := newHandlers(p.Schema(), opts)
-	if err != nil {
-		return err
-	}
-	if err := p.Handle(orderapi.StepCreateShipment, h.create, nil); err != nil {
-		return fmt.Errorf("shipping: Register: %w", err)
-	}
-	if err := p.HandleForwardBatch(orderapi.StepCreateShipment, h.createBatch); err != nil {
-		return fmt.Errorf("shipping: Register: %w", err)
-	}
-	return nil
+	return refstep.Register(p, orderapi.Shipping, func(schema string) refstep.Step[orderapi.CreateShipment] { return step(schema, opts) })
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
 type DB = participants.DB
 
+// step is the create-shipment step in schema: at most one shipment per
+// order.
+func step(schema string, opts Options) refstep.Step[orderapi.CreateShipment] {
+	h := &handlers{shipments: refstep.Table(schema, "shipments")}
+	return refstep.Step[orderapi.CreateShipment]{Name: orderapi.StepCreateShipment, Check: check, Forward: h.create, ForwardMany: h.createBatch, Flaky: opts}
+}
+
 type handlers struct {
 	shipments string // qualified table name
-	opts      Options
 }
 
-func newHandlers(schema string, opts Options) (*handlers, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("shipping: %w", err)
-	}
-	return &handlers{shipments: pgx.Identifier{schema, "shipments"}.Sanitize(), opts: opts}, nil
-}
-
-// create is the forward action: at most one shipment per order.
-func decodeShipment(cmd message.Command) (orderapi.CreateShipment, error) {
-	in, err := participants.Decode[orderapi.CreateShipment](cmd)
-	if err != nil {
-		return in, err
-	}
+func check(in orderapi.CreateShipment) (field, why string) {
 	switch {
-	case in.OrderID == "":
-		return in, participants.InvalidField(cmd, "order_id", "is empty")
-	case in.Customer == "":
-		return in, participants.InvalidField(cmd, "customer", "is empty")
-	case in.SKU == "":
-		return in, participants.InvalidField(cmd, "sku", "is empty")
+	case in.OrderID == "", in.Customer == "", in.SKU == "":
+		return emptyField(in), "is empty"
 	case in.Qty <= 0:
-		return in, participants.InvalidField(cmd, "qty", fmt.Sprintf("is %d, want > 0", in.Qty))
+		return "qty", fmt.Sprintf("is %d, want > 0", in.Qty)
 	}
-	return in, nil
+	return "", ""
 }
 
-func (h *handlers) create(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
-	in, err := decodeShipment(cmd)
-	if err != nil {
-		return participants.Result{}, err
+// emptyField names the first empty text field of in.
+func emptyField(in orderapi.CreateShipment) string {
+	for _, f := range []struct{ name, v string }{{"order_id", in.OrderID}, {"customer", in.Customer}, {"sku", in.SKU}} {
+		if f.v == "" {
+			return f.name
+		}
 	}
-	if h.opts.Fails(cmd) {
-		return participants.RetryLater(orderapi.ReasonTransient), nil
-	}
+	return ""
+}
+
+func (h *handlers) create(ctx context.Context, tx pgx.Tx, cmd message.Command, in orderapi.CreateShipment) (participants.Result, error) {
 	var id uuid.UUID
-	err = tx.QueryRow(ctx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
+	err := tx.QueryRow(ctx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
 RETURNING shipment_id`, in.OrderID, cmd.SagaID, in.Customer, in.SKU, in.Qty).Scan(&id)
@@ -107,27 +88,14 @@ ORDER BY order_id = $1 DESC LIMIT 1`, in.OrderID, cmd.SagaID).Scan(&id)
 	return participants.Success(orderapi.CreateShipmentResult{ShipmentID: id.String()}), nil
 }
 
-// createBatch is the batch form of create (participants.BatchFunc): the
-// shipments of a batch in one statement. An order or saga that already has
-// a shipment, and a command the fault option fails, are left to create (a
-// non-Success result sends the batch one by one).
-func (h *handlers) createBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command) ([]participants.Result, error) {
-	out := make([]participants.Result, len(cmds))
-	var (
-		sagas                   []uuid.UUID
-		orders, customers, skus []string
-		qtys                    []int32
-	)
-	for i, cmd := range cmds {
-		in, err := decodeShipment(cmd)
-		if err != nil {
-			return nil, err
-		}
-		if h.opts.Fails(cmd) {
-			out[i] = participants.RetryLater(orderapi.ReasonTransient)
-			return out, nil
-		}
-		sagas, orders, customers, skus, qtys = append(sagas, cmd.SagaID), append(orders, in.OrderID), append(customers, in.Customer), append(skus, in.SKU), append(qtys, int32(in.Qty))
+// createBatch is the set-based form of create: the shipments of a batch in
+// one statement. An order or saga that already has a shipment is left to
+// create alone.
+func (h *handlers) createBatch(ctx context.Context, tx pgx.Tx, cmds []message.Command, ins []orderapi.CreateShipment) ([]participants.Result, error) {
+	n := len(cmds)
+	sagas, orders, customers, skus, qtys := make([]uuid.UUID, n), make([]string, n), make([]string, n), make([]string, n), make([]int32, n)
+	for i, in := range ins {
+		sagas[i], orders[i], customers[i], skus[i], qtys[i] = cmds[i].SagaID, in.OrderID, in.Customer, in.SKU, int32(in.Qty)
 	}
 	ids, err := participants.QueryMap[uuid.UUID, uuid.UUID](ctx, tx, `INSERT INTO `+h.shipments+` (order_id, saga_id, customer, sku, qty)
 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int[])
@@ -143,9 +111,5 @@ RETURNING saga_id, shipment_id`, orders, sagas, customers, skus, qtys)
 
 // Shipments returns, per saga, how many shipments it created (0 or 1).
 func Shipments(ctx context.Context, db DB, schema string) (map[uuid.UUID]int, error) {
-	out, err := participants.QueryMap[uuid.UUID, int](ctx, db, `SELECT saga_id, count(*) FROM `+pgx.Identifier{schema, "shipments"}.Sanitize()+` GROUP BY saga_id`)
-	if err != nil {
-		return nil, fmt.Errorf("shipping shipments: %w", err)
-	}
-	return out, nil
+	return refstep.Read[uuid.UUID, int](ctx, db, "shipping shipments", `SELECT saga_id, count(*) FROM `+refstep.Table(schema, "shipments")+` GROUP BY saga_id`)
 }

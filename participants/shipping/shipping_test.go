@@ -12,21 +12,22 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
-	"github.com/sagaflow/sagaflow/participants/reftest"
+	"github.com/sagaflow/sagaflow/participants/internal/refstep"
+	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 const schema = "shipping"
 
-type fixture = reftest.Fixture[*handlers]
+type fixture = participanttest.Fixture[refstep.Handlers]
 
 func setup(t *testing.T, opts Options) fixture {
 	t.Helper()
-	return reftest.NewFixture(t, schema, Migrations, func(schema string) (*handlers, error) { return newHandlers(schema, opts) })
+	return participanttest.NewFixture(t, schema, Migrations, func(schema string) (refstep.Handlers, error) { return refstep.Build(step(schema, opts)) })
 }
 
 func cmd(t *testing.T, saga uuid.UUID, order string, attempt int) message.Command {
-	return reftest.Command(t, saga, orderapi.StepCreateShipment, message.Forward, attempt,
+	return participanttest.Command(t, saga, orderapi.StepCreateShipment, message.Forward, attempt,
 		orderapi.CreateShipment{OrderID: order, Customer: "ann", SKU: "sku-a", Qty: 2})
 }
 
@@ -35,22 +36,22 @@ func TestAtMostOneShipmentPerOrder(t *testing.T) {
 	f := setup(t, Options{})
 	a, b := uuid.New(), uuid.New()
 
-	res := reftest.MustExec(t, f.Pool, f.H.create, cmd(t, a, "o1", 1))
-	reftest.WantOutcome(t, res, message.Success, "")
-	first := reftest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID
+	res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, a, "o1", 1))
+	participanttest.WantOutcome(t, res, message.Success, "")
+	first := participanttest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID
 	if _, err := uuid.Parse(first); err != nil {
 		t.Fatalf("shipment id %q is not a uuid: %v", first, err)
 	}
 	// The same saga again, and another saga for the same order: same
 	// shipment, no new row.
 	for _, saga := range []uuid.UUID{a, b} {
-		res := reftest.MustExec(t, f.Pool, f.H.create, cmd(t, saga, "o1", 2))
-		reftest.WantOutcome(t, res, message.Success, "")
-		if got := reftest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID; got != first {
+		res := participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, "o1", 2))
+		participanttest.WantOutcome(t, res, message.Success, "")
+		if got := participanttest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID; got != first {
 			t.Fatalf("saga %s: shipment id = %q, want the existing %q", saga, got, first)
 		}
 	}
-	if got := reftest.Read(t, f.Pool, schema, Shipments); len(got) != 1 || got[a] != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Shipments); len(got) != 1 || got[a] != 1 {
 		t.Fatalf("shipments = %v, want one, by %s", got, a)
 	}
 }
@@ -72,7 +73,7 @@ func TestConcurrentSagasOfOneOrderShipOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := reftest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.create, c)
+			res, err := participanttest.Exec(testkit.Context(t, 30*time.Second), f.Pool, f.H.Forward, c)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -83,7 +84,7 @@ func TestConcurrentSagasOfOneOrderShipOnce(t *testing.T) {
 				errs = append(errs, fmt.Errorf("outcome %s %s", res.Outcome, res.Reason))
 				return
 			}
-			ids[reftest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID]++
+			ids[participanttest.Payload[orderapi.CreateShipmentResult](t, res).ShipmentID]++
 		}()
 	}
 	close(start)
@@ -94,7 +95,7 @@ func TestConcurrentSagasOfOneOrderShipOnce(t *testing.T) {
 	if len(ids) != 1 {
 		t.Fatalf("sagas were answered shipments %v, want one shipment for all", ids)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Shipments); len(got) != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Shipments); len(got) != 1 {
 		t.Fatalf("shipments = %v, want exactly one row", got)
 	}
 }
@@ -104,9 +105,9 @@ func TestFailRateExtremes(t *testing.T) {
 	always := setup(t, Options{FailRate: 1, Seed: 7})
 	saga := uuid.New()
 	for attempt := 1; attempt <= 5; attempt++ {
-		reftest.WantOutcome(t, reftest.MustExec(t, always.Pool, always.H.create, cmd(t, saga, "o1", attempt)), message.Retry, orderapi.ReasonTransient)
+		participanttest.WantOutcome(t, participanttest.MustExec(t, always.Pool, always.H.Forward, cmd(t, saga, "o1", attempt)), message.Retry, orderapi.ReasonTransient)
 	}
-	if got := reftest.Read(t, always.Pool, schema, Shipments); len(got) != 0 {
+	if got := participanttest.Read(t, always.Pool, schema, Shipments); len(got) != 0 {
 		t.Fatalf("FailRate 1: shipments = %v, want none", got)
 	}
 }
@@ -124,7 +125,7 @@ func TestHandlerFollowsTheDraw(t *testing.T) {
 	succeeded := false
 	for attempt := 1; attempt <= 20 && !succeeded; attempt++ {
 		c := cmd(t, saga, "o-retry", attempt)
-		res := reftest.MustExec(t, f.Pool, f.H.create, c)
+		res := participanttest.MustExec(t, f.Pool, f.H.Forward, c)
 		if want := opts.Fails(c); want != (res.Outcome == message.Retry) {
 			t.Fatalf("attempt %d: outcome %s, but the draw says fail=%v", attempt, res.Outcome, want)
 		}
@@ -133,7 +134,7 @@ func TestHandlerFollowsTheDraw(t *testing.T) {
 	if !succeeded {
 		t.Fatal("20 attempts at FailRate 0.3 never succeeded")
 	}
-	if got := reftest.Read(t, f.Pool, schema, Shipments); got[saga] != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Shipments); got[saga] != 1 {
 		t.Fatalf("shipments = %v, want one for %s", got, saga)
 	}
 }
@@ -153,10 +154,10 @@ func TestInvalidPayloadsAndOptions(t *testing.T) {
 		"zero qty":    {"qty", orderapi.CreateShipment{OrderID: "o1", Customer: "ann", SKU: "a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reftest.WantInvalid(t, f.Pool, f.H.create, reftest.Command(t, uuid.New(), orderapi.StepCreateShipment, message.Forward, 1, c.payload), c.field)
+			participanttest.WantInvalid(t, f.Pool, f.H.Forward, participanttest.Command(t, uuid.New(), orderapi.StepCreateShipment, message.Forward, 1, c.payload), c.field)
 		})
 	}
-	if got := reftest.Read(t, f.Pool, schema, Shipments); len(got) != 0 {
+	if got := participanttest.Read(t, f.Pool, schema, Shipments); len(got) != 0 {
 		t.Fatalf("shipments after invalid commands = %v, want none", got)
 	}
 
@@ -178,29 +179,29 @@ func TestCreateBatchShipsEachOrderOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Options{})
 	prior := uuid.New()
-	first := reftest.Payload[orderapi.CreateShipmentResult](t, reftest.MustExec(t, f.Pool, f.H.create, cmd(t, prior, "o1", 1))).ShipmentID
+	first := participanttest.Payload[orderapi.CreateShipmentResult](t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, prior, "o1", 1))).ShipmentID
 
 	a, b := uuid.New(), uuid.New()
-	res := reftest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, a, "o2", 1), cmd(t, b, "o3", 1))
+	res := participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, a, "o2", 1), cmd(t, b, "o3", 1))
 	ids := map[string]bool{first: true}
 	for i := range res {
-		reftest.WantOutcome(t, res[i], message.Success, "")
-		ids[reftest.Payload[orderapi.CreateShipmentResult](t, res[i]).ShipmentID] = true
+		participanttest.WantOutcome(t, res[i], message.Success, "")
+		ids[participanttest.Payload[orderapi.CreateShipmentResult](t, res[i]).ShipmentID] = true
 	}
 	if len(ids) != 3 {
 		t.Fatalf("shipment ids %v, want three different ones", ids)
 	}
 	// Another saga of a shipped order is left to create (which answers the
 	// order's shipment); nothing of the batch is committed.
-	res = reftest.ExecBatch(t, f.Pool, f.H.createBatch, cmd(t, uuid.New(), "o4", 1), cmd(t, uuid.New(), "o1", 1))
+	res = participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, uuid.New(), "o4", 1), cmd(t, uuid.New(), "o1", 1))
 	if res[0].Outcome != message.Success || res[1].Outcome == message.Success {
 		t.Fatalf("batch with a shipped order: outcomes %s, %s; want success, then left to create", res[0].Outcome, res[1].Outcome)
 	}
-	if got := reftest.Read(t, f.Pool, schema, Shipments); len(got) != 3 || got[prior] != 1 || got[a] != 1 || got[b] != 1 {
+	if got := participanttest.Read(t, f.Pool, schema, Shipments); len(got) != 3 || got[prior] != 1 || got[a] != 1 || got[b] != 1 {
 		t.Fatalf("shipments = %v, want one each for the three sagas shipped", got)
 	}
 	// The fault option fails in the batch what it fails alone.
 	ff := setup(t, Options{FailRate: 1})
-	res = reftest.ExecBatch(t, ff.Pool, ff.H.createBatch, cmd(t, uuid.New(), "o9", 1))
-	reftest.WantOutcome(t, res[0], message.Retry, orderapi.ReasonTransient)
+	res = participanttest.ExecBatch(t, ff.Pool, ff.H.ForwardMany, cmd(t, uuid.New(), "o9", 1))
+	participanttest.WantOutcome(t, res[0], message.Retry, orderapi.ReasonTransient)
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sagaflow/sagaflow/internal/cli"
-	"github.com/sagaflow/sagaflow/internal/conformance"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // goRelayPartitioner is the partitioner the Go SDK's relay and dispatcher
@@ -24,7 +24,7 @@ const goRelayPartitioner = conformance.PartitionerMurmur2
 func runKit(t *testing.T, brokers []string, name, command, dir, partitioner string) conformance.Report {
 	t.Helper()
 	var out testkit.Output
-	rep, err := conformance.Run(testkit.Context(t, 5*time.Minute), conformance.Config{
+	rep, err := conformance.Verify(testkit.Context(t, 5*time.Minute), conformance.Config{
 		Participant: name, Command: command, Dir: dir, DatabaseURL: testkit.AdminURL(), Brokers: brokers,
 		Partitioner: partitioner, Output: &out,
 	})
@@ -57,7 +57,11 @@ func requireAllPassed(t *testing.T, rep conformance.Report) {
 func TestKitGoParticipant(t *testing.T) {
 	t.Parallel()
 	brokers := testkit.Brokers(t)
-	requireAllPassed(t, runKit(t, brokers, "inventory_"+testkit.RandomSuffix(3), selfCommand(t, "go"), "", goRelayPartitioner))
+	// Run is what a participant's own test calls: every check passes.
+	requireAllPassed(t, conformance.Run(t, conformance.Config{
+		Participant: "inventory_" + testkit.RandomSuffix(3), Command: selfCommand(t, "go"), Brokers: brokers,
+		DatabaseURL: testkit.AdminURL(), Partitioner: goRelayPartitioner,
+	}))
 
 	rep := runKit(t, brokers, "broken_"+testkit.RandomSuffix(3), selfCommand(t, "broken"), "", goRelayPartitioner)
 	if rep.OK() {
@@ -147,7 +151,7 @@ func TestKitParticipantThatNeverAnswers(t *testing.T) {
 	t.Parallel()
 	// A sleep of its own length, to find its processes by.
 	marker := fmt.Sprintf("%d.%d", 900+time.Now().Nanosecond()%99, 1+time.Now().UnixNano()%99991)
-	rep, err := conformance.Run(testkit.Context(t, time.Minute), conformance.Config{
+	rep, err := conformance.Verify(testkit.Context(t, time.Minute), conformance.Config{
 		Participant: "silent", Command: "sleep " + marker + " & sleep " + marker + "; wait",
 		DatabaseURL: testkit.AdminURL(), StartTimeout: 2 * time.Second,
 	})
@@ -162,7 +166,7 @@ func TestKitParticipantThatNeverAnswers(t *testing.T) {
 		t.Fatalf("processes of the participant's group left running: %v", left)
 	}
 
-	rep, err = conformance.Run(testkit.Context(t, time.Minute), conformance.Config{
+	rep, err = conformance.Verify(testkit.Context(t, time.Minute), conformance.Config{
 		Participant: "quits", Command: "echo cannot start >&2; exit 3", DatabaseURL: testkit.AdminURL(),
 	})
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sagaflow/sagaflow/internal/conformance"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // nodeDir is the Node.js participant, from this package.

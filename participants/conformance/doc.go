@@ -3,7 +3,21 @@
 // wire contract (docs/DESIGN.md, "The wire contract"; how to run it:
 // docs/conformance.md).
 //
-// Run starts an embedded Kafka-protocol broker (internal/devbroker), creates
+// A participant's own Go test runs it against the participant's binary,
+// which implements the conformance step (StepName):
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Config{
+//			Participant: "hotel",
+//			Command:     "go run ./cmd/hotel-participant",
+//		})
+//	}
+//
+// Every duty the participant breaks is a test error. [Verify] returns the
+// [Report] instead; `orchestrator conformance --participant NAME --cmd
+// COMMAND` prints it, a line per check.
+//
+// The kit starts an embedded Kafka-protocol broker (internal/devbroker), creates
 // a scratch database on a Postgres server (dropped at the end), creates the
 // participant's command topic, its dead-letter topic and a reply topic, and
 // starts the participant as a child process (its own process group, killed
@@ -23,7 +37,7 @@
 // behind it on the same partition and waits for that one's answer, since a
 // participant handles one partition in order.
 //
-// The Go side of the step is internal/conformance/goparticipant (run it with
+// The Go side of the step is internal/goparticipant (run it with
 // `orchestrator conformance go-participant`); examples/node-participant is
 // the Node.js one.
 package conformance

@@ -1,12 +1,4 @@
-// Package reftest holds the test helpers shared by the reference
-// participants (participants/inventory, coupon, payment, shipping, points):
-// a fresh Postgres database with the SDK and business migrations applied,
-// hand-built commands, and a runner that executes one handler in its own
-// transaction the way the SDK does (commit on success, roll back on a
-// failure or retry result, roll back on an error).
-//
-// It is imported by tests only; it needs a real Postgres (see testkit).
-package reftest
+package participanttest
 
 import (
 	"context"
@@ -18,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/internal/testkit"
@@ -50,7 +43,7 @@ func NewFixture[H any](t testing.TB, schema string, business func(schema string)
 	t.Helper()
 	h, err := newH(schema)
 	if err != nil {
-		t.Fatalf("reftest: new handlers for schema %q: %v", schema, err)
+		t.Fatalf("participanttest: new handlers for schema %q: %v", schema, err)
 	}
 	return Fixture[H]{Pool: Setup(t, schema, business), H: h}
 }
@@ -62,7 +55,7 @@ func Read[T any](t testing.TB, pool *pgxpool.Pool, schema string, read func(ctx 
 	t.Helper()
 	v, err := read(testkit.Context(t, 30*time.Second), pool, schema)
 	if err != nil {
-		t.Fatalf("reftest: read schema %q: %v", schema, err)
+		t.Fatalf("participanttest: read schema %q: %v", schema, err)
 	}
 	return v
 }
@@ -82,7 +75,7 @@ func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action,
 	default:
 		b, err := json.Marshal(p)
 		if err != nil {
-			t.Fatalf("reftest: encode payload: %v", err)
+			t.Fatalf("participanttest: encode payload: %v", err)
 		}
 		raw = b
 	}
@@ -94,19 +87,22 @@ func Command(t testing.TB, sagaID uuid.UUID, step string, action message.Action,
 		Step:        step,
 		Action:      action,
 		Attempt:     attempt,
-		ReplyTo:     "saga.replies",
+		ReplyTo:     message.ReplyTopicDefault,
 		SentAt:      time.Now().UTC(),
 		Payload:     raw,
 	}
 }
 
+// OneFunc is a step handler of one command (see participants.One).
+type OneFunc = func(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error)
+
 // Exec runs fn for cmd in its own transaction on pool. The transaction is
 // committed when fn returns a success result and rolled back otherwise
 // (failure, retry, or error), which is what the SDK guarantees handlers.
-func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) (participants.Result, error) {
+func Exec(ctx context.Context, pool *pgxpool.Pool, fn OneFunc, cmd message.Command) (participants.Result, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return participants.Result{}, fmt.Errorf("reftest: begin: %w", err)
+		return participants.Result{}, fmt.Errorf("participanttest: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	res, err := fn(ctx, tx, cmd)
@@ -117,7 +113,7 @@ func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd mes
 		return res, nil
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("reftest: commit: %w", err)
+		return res, fmt.Errorf("participanttest: commit: %w", err)
 	}
 	return res, nil
 }
@@ -125,20 +121,20 @@ func Exec(ctx context.Context, pool *pgxpool.Pool, fn participants.Func, cmd mes
 // ExecBatch runs fn for cmds in one transaction on pool, committed only when
 // every result is a success (otherwise the SDK rolls the batch back and
 // handles its commands one by one), and returns the results.
-func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.BatchFunc, cmds ...message.Command) []participants.Result {
+func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.Handler, cmds ...message.Command) []participants.Result {
 	t.Helper()
 	ctx := testkit.Context(t, 30*time.Second)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		t.Fatalf("reftest: begin: %v", err)
+		t.Fatalf("participanttest: begin: %v", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	res, err := fn(ctx, tx, cmds)
 	if err != nil {
-		t.Fatalf("reftest: batch of %d: unexpected error: %v", len(cmds), err)
+		t.Fatalf("participanttest: batch of %d: unexpected error: %v", len(cmds), err)
 	}
 	if len(res) != len(cmds) {
-		t.Fatalf("reftest: batch of %d: %d results", len(cmds), len(res))
+		t.Fatalf("participanttest: batch of %d: %d results", len(cmds), len(res))
 	}
 	for _, r := range res {
 		if r.Outcome != message.Success {
@@ -146,17 +142,17 @@ func ExecBatch(t testing.TB, pool *pgxpool.Pool, fn participants.BatchFunc, cmds
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("reftest: commit: %v", err)
+		t.Fatalf("participanttest: commit: %v", err)
 	}
 	return res
 }
 
 // MustExec is Exec failing the test on an error.
-func MustExec(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command) participants.Result {
+func MustExec(t testing.TB, pool *pgxpool.Pool, fn OneFunc, cmd message.Command) participants.Result {
 	t.Helper()
 	res, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
 	if err != nil {
-		t.Fatalf("reftest: step %q %s saga %s: unexpected error: %v", cmd.Step, cmd.Action, cmd.SagaID, err)
+		t.Fatalf("participanttest: step %q %s saga %s: unexpected error: %v", cmd.Step, cmd.Action, cmd.SagaID, err)
 	}
 	return res
 }
@@ -171,7 +167,7 @@ func WantOutcome(t testing.TB, res participants.Result, outcome message.Outcome,
 
 // WantInvalid runs fn for cmd and fails the test unless it returns an error
 // wrapping message.ErrInvalid whose text mentions field.
-func WantInvalid(t testing.TB, pool *pgxpool.Pool, fn participants.Func, cmd message.Command, field string) {
+func WantInvalid(t testing.TB, pool *pgxpool.Pool, fn OneFunc, cmd message.Command, field string) {
 	t.Helper()
 	_, err := Exec(testkit.Context(t, 30*time.Second), pool, fn, cmd)
 	if !errors.Is(err, message.ErrInvalid) {
@@ -188,10 +184,10 @@ func Payload[T any](t testing.TB, res participants.Result) T {
 	var v T
 	b, err := json.Marshal(res.Payload)
 	if err != nil {
-		t.Fatalf("reftest: encode result payload: %v", err)
+		t.Fatalf("participanttest: encode result payload: %v", err)
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("reftest: result payload %s does not fit %T: %v", b, v, err)
+		t.Fatalf("participanttest: result payload %s does not fit %T: %v", b, v, err)
 	}
 	return v
 }

@@ -1,5 +1,5 @@
 // Package goparticipant is the Go participant of the conformance step
-// (internal/conformance, docs/DESIGN.md "The conformance step"), built on
+// (participants/conformance, docs/DESIGN.md "The conformance step"), built on
 // the participants SDK: the SDK does the wire contract (barrier, inbox,
 // outbox and relay, dead letters, queries), this package only the step's
 // handlers and its effect table. `orchestrator conformance go-participant`
@@ -18,11 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/conformance"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 //go:embed sql/*.up.sql broken/*.up.sql
@@ -52,7 +52,7 @@ func Register(p *participants.Participant) error {
 		return errors.New("goparticipant: Register: participant is nil")
 	}
 	h := handlers{effects: pgx.Identifier{p.Schema(), "conformance_effects"}.Sanitize()}
-	if err := p.Handle(conformance.StepName, h.forward, h.compensate); err != nil {
+	if err := p.Handle(conformance.StepName, participants.One(h.forward), participants.One(h.compensate)); err != nil {
 		return fmt.Errorf("goparticipant: Register: %w", err)
 	}
 	return nil

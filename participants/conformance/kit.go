@@ -133,11 +133,11 @@ type run struct {
 	report   Report
 }
 
-// Run runs the kit against the participant cfg.Command starts and returns
-// the report. An error means the kit itself could not run (broker,
+// Verify runs the kit against the participant cfg.Command starts and
+// returns the report (Run is the form for a Go test). An error means the kit itself could not run (broker,
 // database, the participant would not start); a participant that runs but
 // breaks the contract is a Report with failed checks.
-func Run(ctx context.Context, cfg Config) (rep Report, err error) {
+func Verify(ctx context.Context, cfg Config) (rep Report, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, fmt.Errorf("conformance: %w", err)

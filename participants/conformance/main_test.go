@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
-	"github.com/sagaflow/sagaflow/internal/conformance/goparticipant"
+	"github.com/sagaflow/sagaflow/internal/goparticipant"
 )
 
 // selfEnv, when set in the environment of this test binary, makes it the

@@ -25,10 +25,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/sagaflow/sagaflow/internal/conformance"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 )
 
 // These tests drive the Node.js participant as a process of its own. They
@@ -421,7 +421,7 @@ func TestKitNodeParticipantSecuredKafka(t *testing.T) {
 		"SAGAFLOW_KAFKA_SASL_PASSWORD=" + quote(password), "exec node examples/node-participant/index.js",
 	}, " ")
 	var out testkit.Output
-	rep, err := conformance.Run(testkit.Context(t, 5*time.Minute), conformance.Config{
+	rep, err := conformance.Verify(testkit.Context(t, 5*time.Minute), conformance.Config{
 		Participant: "secured_" + testkit.RandomSuffix(3), Command: command, Dir: root, DatabaseURL: testkit.AdminURL(),
 		Brokers: b.brokers, Partitioner: conformance.PartitionerMurmur2, Output: &out,
 	})

@@ -1,0 +1,242 @@
+package participants
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/message"
+)
+
+// barrierKey names the forward of a step of a saga.
+type barrierKey struct {
+	saga uuid.UUID
+	step string
+}
+
+// forwards executes a run of forwards, no two of the same step and saga:
+// it claims their barrier rows in one statement; a forward whose row was
+// there already (a copy, or closed by its compensation or a query) is
+// answered from the row, never executed; the claimed ones run, one
+// handler call per step (see Handler for a batch that does not succeed as
+// a whole), and their outcomes are recorded in one statement. A retry
+// records nothing: its row is removed, and the next copy runs afresh.
+// See docs/DESIGN.md#the-barrier-protocol.
+func (c *call) forwards(run []*item) error {
+	if len(run) == 0 {
+		return nil
+	}
+	p, ctx, tx := c.p, c.ctx, c.tx
+	if err := c.flush(ctx); err != nil {
+		return err
+	}
+	ids, steps := barrierArgs(run)
+	rows, err := tx.Query(ctx, p.barrier.claimForwards, ids, steps)
+	if err != nil {
+		return fmt.Errorf("participant %q: claim %d forwards: %w", p.cfg.Name, len(run), err)
+	}
+	claimed := map[barrierKey]bool{}
+	var (
+		id   pgtype.UUID
+		step string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &step}, func() error {
+		claimed[barrierKey{id.Bytes, step}] = true
+		return nil
+	}); err != nil {
+		return fmt.Errorf("participant %q: claim %d forwards: %w", p.cfg.Name, len(run), err)
+	}
+
+	var groups [][]*item // claimed forwards by step, in order of first appearance
+	byStep := map[string]int{}
+	for _, it := range run {
+		if claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
+			g, ok := byStep[it.cmd.Step]
+			if !ok {
+				g = len(groups)
+				byStep[it.cmd.Step] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], it)
+			continue
+		}
+		rec, err := p.read(it.ctx, tx, it.cmd, message.Forward)
+		if err != nil {
+			return err
+		}
+		if rec.closed {
+			// Closed by its compensation (reason compensated) or by a
+			// query (closed_by_query): never executed.
+			p.log(it.ctx, it.cmd).InfoContext(it.ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
+			rec = recorded{outcome: string(message.Failure), reason: cmp.Or(rec.reason, ReasonCompensated)}
+		} else {
+			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
+		}
+		it.reply = replyTo(it.cmd, rec)
+	}
+
+	results := map[*item]Result{}
+	for _, g := range groups {
+		if err := c.runForwards(g, results); err != nil {
+			return err
+		}
+	}
+	return c.recordForwards(groups, results)
+}
+
+// runForwards runs the forward handler of the step of g (claimed
+// forwards) for all of g, and again for each command alone unless every
+// result is a Success; it sets each command's result, or its dead.
+func (c *call) runForwards(g []*item, results map[*item]Result) error {
+	p, ctx, tx := c.p, c.ctx, c.tx
+	h := g[0].h.forward
+	if len(g) > 1 {
+		cmds := make([]message.Command, len(g))
+		for i, it := range g {
+			cmds[i] = it.cmd
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("participant %q: step %q: handler savepoint: %w", p.cfg.Name, cmds[0].Step, err)
+		}
+		rs, herr := callHandler(ctx, sp, h, cmds)
+		if herr == nil && len(rs) == len(cmds) && allSuccess(rs) {
+			if err := sp.Commit(ctx); err != nil {
+				return fmt.Errorf("participant %q: step %q: release handler savepoint: %w", p.cfg.Name, cmds[0].Step, err)
+			}
+			for i, it := range g {
+				results[it] = rs[i]
+			}
+			return nil
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("participant %q: step %q: roll back handler savepoint: %w", p.cfg.Name, cmds[0].Step, err)
+		}
+		p.cfg.Logger.DebugContext(ctx, "participant: a batch did not succeed as a whole; running its commands alone",
+			slog.String("participant", p.cfg.Name), slog.String("step", cmds[0].Step), slog.Int("commands", len(cmds)), slog.Int("results", len(rs)), slog.Any("error", herr))
+	}
+	for _, it := range g {
+		res, _, err := p.runHandler(it.ctx, tx, it.cmd, h)
+		switch {
+		case err != nil && inbox.IsPermanent(err):
+			it.dead = err
+		case err != nil:
+			return err
+		default:
+			results[it] = res
+		}
+	}
+	return nil
+}
+
+// recordForwards records the outcomes of the claimed forwards of groups
+// and sets their replies: a Success or a Failure is recorded; a retry or a
+// dead-lettered command leaves no row.
+func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error {
+	p, ctx, tx := c.p, c.ctx, c.tx
+	var rec, rel []*item
+	var reasons, payloads []*string
+	var outcomes []string
+	withPayload := false
+	for _, g := range groups {
+		for _, it := range g {
+			res, ok := results[it]
+			switch {
+			case !ok: // dead
+				rel = append(rel, it)
+				continue
+			case res.Outcome == message.Retry:
+				p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward answered retry", slog.String("reason", res.Reason))
+				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Retry), reason: res.Reason})
+				rel = append(rel, it)
+				continue
+			case res.Outcome != message.Success && res.Outcome != message.Failure:
+				return fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", p.opName(it.cmd), res.Outcome)
+			}
+			var pl *string
+			if res.Outcome == message.Success {
+				var err error
+				if pl, err = encodePayload(res.Payload); err != nil {
+					return fmt.Errorf("%s: %w", p.opName(it.cmd), err)
+				}
+			}
+			reason := message.Truncate(res.Reason, message.MaxReasonBytesDefault)
+			withPayload = withPayload || pl != nil
+			rec, outcomes, reasons, payloads = append(rec, it), append(outcomes, string(res.Outcome)), append(reasons, &reason), append(payloads, pl)
+			it.reply = replyTo(it.cmd, recorded{outcome: string(res.Outcome), reason: reason})
+			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward executed", slog.String("outcome", string(res.Outcome)), slog.String("reason", reason))
+		}
+	}
+	if len(rel) > 0 {
+		ids, steps := barrierArgs(rel)
+		c.tail.Queue(p.barrier.releaseForwards, ids, steps)
+	}
+	if len(rec) == 0 {
+		return nil
+	}
+	ids, steps := barrierArgs(rec)
+	if !withPayload {
+		c.tail.Queue(p.barrier.recordForwards, ids, steps, outcomes, reasons, payloads)
+		return nil
+	}
+	// Each reply carries its payload as Postgres stored it (jsonb's key
+	// order: the bytes the answer to a later copy carries).
+	if err := c.flush(ctx); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, p.barrier.recordForwards+returningPayload, ids, steps, outcomes, reasons, payloads)
+	if err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, len(rec), err)
+	}
+	stored := make(map[barrierKey]*string, len(rec))
+	var (
+		id   pgtype.UUID
+		step string
+		pl   *string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &step, &pl}, func() error {
+		var v *string
+		if pl != nil {
+			s := *pl
+			v = &s
+		}
+		stored[barrierKey{id.Bytes, step}] = v
+		return nil
+	}); err != nil {
+		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, len(rec), err)
+	}
+	if len(stored) != len(rec) {
+		return fmt.Errorf("participant %q: recorded %d of %d forward outcomes", p.cfg.Name, len(stored), len(rec))
+	}
+	for _, it := range rec {
+		if s := stored[barrierKey{it.cmd.SagaID, it.cmd.Step}]; s != nil && *s != "null" {
+			it.reply.Payload = []byte(*s)
+		}
+	}
+	return nil
+}
+
+// returningPayload makes recordForwards return what it stored.
+const returningPayload = "\nRETURNING b.saga_id, b.step, b.payload::text"
+
+func barrierArgs(items []*item) ([]pgtype.UUID, []string) {
+	ids, steps := make([]pgtype.UUID, len(items)), make([]string, len(items))
+	for i, it := range items {
+		ids[i], steps[i] = pgtype.UUID{Bytes: it.cmd.SagaID, Valid: true}, it.cmd.Step
+	}
+	return ids, steps
+}
+
+func allSuccess(rs []Result) bool {
+	for _, r := range rs {
+		if r.Outcome != message.Success {
+			return false
+		}
+	}
+	return true
+}
