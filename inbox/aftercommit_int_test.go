@@ -34,7 +34,7 @@ func TestAfterCommitRunsAfterTheCommitOnly(t *testing.T) {
 		}
 		body := string(r.Value)
 		id := rheader(r, message.HeaderMessageID)
-		if !inbox.AfterCommit(ctx, func() {
+		if !inbox.AfterCommit(tx, func() {
 			// Committed: visible from another connection.
 			var n int
 			err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM effects WHERE message_id = $1`, id).Scan(&n)

@@ -9,13 +9,15 @@ import (
 // its writes when it fails or undoes them; outside a handler AfterCommit
 // declines.
 func TestAfterCommitHooksFollowTheWrites(t *testing.T) {
-	if AfterCommit(context.Background(), func() {}) {
+	if AfterCommit(nil, func() {}) {
 		t.Fatal("AfterCommit outside a handler accepted a hook")
 	}
-	ctx, h := withHooks(context.Background())
+	_, h := withHooks(context.Background())
+	tx := &batchTx{hooks: h}
+	tx.root = tx
 	var ran []string
 	reg := func(name string) {
-		if !AfterCommit(ctx, func() { ran = append(ran, name) }) {
+		if !AfterCommit(tx, func() { ran = append(ran, name) }) {
 			t.Fatal("AfterCommit in a handler declined")
 		}
 	}

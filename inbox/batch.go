@@ -175,7 +175,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	// BEGIN, the dedupe insert and the savepoint the handler runs under go
 	// to Postgres in one round trip.
 	var queue func(*pgx.Batch)
-	if c.cfg.Prefetch != nil {
+	if c.cfg.prefetch != nil {
 		queue = func(b *pgx.Batch) {
 			// The records the handler may get: well-formed, first in the
 			// batch (whether they are copies is known only after).
@@ -185,9 +185,7 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 					cand = append(cand, it.m)
 				}
 			}
-			if v := c.cfg.Prefetch(b, toRecords(cand)); v != nil {
-				ctx = context.WithValue(ctx, prefetchKey{}, v)
-			}
+			hooks.prefetched = c.cfg.prefetch(b, toRecords(cand))
 		}
 	}
 	hooks.defer_ = !isolate && !noDefer

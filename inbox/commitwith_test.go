@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -40,7 +41,7 @@ func TestCommitWithDefersToTheCommit(t *testing.T) {
 		if body == "poison" {
 			b.Queue(`SELECT 1 / (length($1::text) - 6)`, body) // division by zero
 		}
-		if !inbox.CommitWith(ctx, b) {
+		if h, ok := txhooks.Of(tx); !ok || !h.CommitWith(b) {
 			// Not deferrable (the batch is being split): send it now.
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"log/slog"
 	"time"
 
@@ -127,13 +128,14 @@ type Config struct {
 	// Metrics receives the consumer's metrics; nil keeps them on a private
 	// registry.
 	Metrics *Metrics
-	// Prefetch, when set, queues the handler's first reads in the round
-	// trip that begins each batch transaction (see Prefetch).
-	Prefetch Prefetch
 	// Advanced holds the tuning knobs (fetching, queues, isolation, dead
 	// letters, backoff, consumer-group timers); their defaults suit most
 	// deployments. Its fields are promoted: cfg.SessionTimeout works.
 	Advanced
+
+	// prefetch queues the handler's first reads in the round trip that
+	// begins each batch transaction (txhooks.SetPrefetch).
+	prefetch txhooks.Prefetch
 }
 
 // Advanced are the inbox's tuning knobs. Zero fields take their defaults.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -31,7 +32,8 @@ func TestPrefetchRunsInTheBatchTransaction(t *testing.T) {
 	handled := map[string]bool{}
 	offered := map[string]bool{}
 	handler := inbox.EachMessage(func(ctx context.Context, tx pgx.Tx, r message.Record) error {
-		p, ok := inbox.Prefetched(ctx).(*pre)
+		h, _ := txhooks.Of(tx)
+		p, ok := h.Prefetched().(*pre)
 		var xid int64
 		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
 			return err
@@ -48,7 +50,7 @@ func TestPrefetchRunsInTheBatchTransaction(t *testing.T) {
 		return writeEffect(ctx, tx, r)
 	})
 	cfg := e.config(m)
-	cfg.Prefetch = func(b *pgx.Batch, recs []message.Record) any {
+	txhooks.SetPrefetch(cfg, func(b *pgx.Batch, recs []message.Record) any {
 		p := &pre{}
 		mu.Lock()
 		for _, r := range recs {
@@ -57,7 +59,7 @@ func TestPrefetchRunsInTheBatchTransaction(t *testing.T) {
 		mu.Unlock()
 		b.Queue(`SELECT txid_current()`).QueryRow(func(row pgx.Row) error { return row.Scan(&p.xid) })
 		return p
-	}
+	})
 	c, err := inbox.New(e.pool, handler, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 )
 
 // batchTx is the batch transaction as the Handler gets it: the transaction
@@ -243,6 +245,27 @@ func (r rowOf) Scan(dest ...any) error {
 	}
 	r.rows.Close()
 	return r.rows.Err()
+}
+
+// The batch transaction and its savepoints are txhooks.Tx: the hooks are
+// the batch's.
+var _ txhooks.Tx = (*flushing)(nil)
+
+func (t *flushing) AfterCommit(fn func()) {
+	if h := t.root.hooks; h != nil {
+		h.fns = append(h.fns, fn)
+	}
+}
+
+func (t *flushing) CanDefer() bool { return t.root.hooks != nil && t.root.hooks.defer_ }
+
+func (t *flushing) CommitWith(b *pgx.Batch) bool { return t.root.hooks.commitWith(b) }
+
+func (t *flushing) Prefetched() any {
+	if t.root.hooks == nil {
+		return nil
+	}
+	return t.root.hooks.prefetched
 }
 
 // flushing is a transaction (or savepoint) of root whose statements send

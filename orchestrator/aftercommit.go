@@ -3,9 +3,8 @@ package orchestrator
 import (
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sagaflow/sagaflow/internal/outboxdb"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -30,25 +29,12 @@ type postCommit struct {
 	ds   []saga.Decision
 }
 
-// inboxHooks are what the inbox batch transaction a reply batch is
-// applied in offers the engine: the service's reply handler makes them
-// (inboxHooksOf) and hands them to applyReplies; nil is the caller's own
-// transaction, whose commit the engine does not see.
-type inboxHooks struct {
-	// canDefer: the writes may go with the inbox's COMMIT (commitWith).
-	canDefer bool
-	// commitWith sends b's statements with the inbox's COMMIT.
-	commitWith func(b *pgx.Batch)
-	// afterCommit runs fn once the inbox transaction has committed.
-	afterCommit func(fn func())
-}
-
 // afterInbox has pc flushed once the inbox transaction commits.
-func (e *Engine) afterInbox(hooks *inboxHooks, pc *postCommit) {
+func (e *Engine) afterInbox(hooks txhooks.Tx, pc *postCommit) {
 	if hooks == nil || pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil) {
 		return
 	}
-	hooks.afterCommit(func() { e.flush(pc) })
+	hooks.AfterCommit(func() { e.flush(pc) })
 }
 
 // flush runs pc after the commit: the commands to the dispatcher, the ends

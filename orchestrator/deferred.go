@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -37,15 +38,15 @@ func (e *Engine) observeReplies(ctx context.Context, obs []observed) {
 // rest and COMMIT, the batch transaction rolls back and the inbox retries
 // the batch (which loads the sagas again). The replies are counted and
 // logged once the commit succeeded.
-func (e *Engine) deferWrites(ctx context.Context, dr *decidedReplies, pc *postCommit, hooks *inboxHooks) error {
+func (e *Engine) deferWrites(ctx context.Context, dr *decidedReplies, pc *postCommit, hooks txhooks.Tx) error {
 	b := &pgx.Batch{}
 	if err := e.queueApplied(b, dr, pc, nil); err != nil {
 		return err
 	}
 	if b.Len() > 0 {
-		hooks.commitWith(b)
+		hooks.CommitWith(b)
 	}
-	hooks.afterCommit(func() { e.observeReplies(ctx, dr.obs) })
+	hooks.AfterCommit(func() { e.observeReplies(ctx, dr.obs) })
 	e.afterInbox(hooks, pc)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
@@ -44,7 +45,7 @@ func TestDeferredApplyConflictRollsBackAndRetries(t *testing.T) {
 	}
 	var calls, deferred atomic.Int32
 	handler := func(ctx context.Context, tx pgx.Tx, recs []message.Record) ([]inbox.Result, error) {
-		if inbox.CanDefer(ctx) {
+		if h, ok := txhooks.Of(tx); ok && h.CanDefer() {
 			deferred.Add(1)
 		}
 		out, err := svc.HandleReplies(ctx, tx, recs)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/internal/outboxdb"
 	"github.com/sagaflow/sagaflow/internal/pgid"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/outbox"
 	"github.com/sagaflow/sagaflow/saga"
@@ -611,7 +612,7 @@ func (e *Engine) queueApplied(b *pgx.Batch, dr *decidedReplies, pc *postCommit, 
 // COMMIT where the inbox allows it. retried is how many times the batch was
 // decided again after a version conflict, each time with the sagas that
 // had moved loaded again.
-func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *preloaded, hooks *inboxHooks) (refused []error, retried int, err error) {
+func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre *preloaded, hooks txhooks.Tx) (refused []error, retried int, err error) {
 	refused = make([]error, len(rs))
 	if len(rs) == 0 {
 		return refused, 0, nil
@@ -636,7 +637,7 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		var pc *postCommit
 		if hooks != nil {
 			pc = &postCommit{}
-			if hooks.canDefer {
+			if hooks.CanDefer() {
 				return refused, retried, e.deferWrites(ctx, &dr, pc, hooks)
 			}
 		}

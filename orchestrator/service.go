@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -105,8 +106,6 @@ func (c Config) validate() error {
 		return errors.New("orchestrator: Config.Inbox.Topics is set; the service consumes the engine's reply topic (Config.Engine.ReplyTopic): leave it empty")
 	case c.Inbox.Schema != "":
 		return errors.New("orchestrator: Config.Inbox.Schema is set; the service uses the engine's schema (Config.Engine.Schema): leave it empty")
-	case c.Inbox.Prefetch != nil:
-		return errors.New("orchestrator: Config.Inbox.Prefetch is set; the service prefetches the sagas of each reply batch itself: leave it nil")
 	case len(c.Relay.Brokers) > 0:
 		return errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
 	case c.Relay.Dialer != nil:
@@ -183,7 +182,7 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		ic.Brokers, ic.Dialer, ic.GroupID, ic.Topics, ic.Schema = c.Brokers, c.Dialer, c.GroupID, []string{eng.ReplyTopic()}, eng.Outbox().Schema()
 		// The sagas a reply batch concerns (named by the saga-id headers)
 		// are loaded in the round trip that begins its transaction.
-		ic.Prefetch = func(b *pgx.Batch, recs []message.Record) any { return eng.queueLoad(b, headerSagaIDs(recs)) }
+		txhooks.SetPrefetch(&ic, func(b *pgx.Batch, recs []message.Record) any { return eng.queueLoad(b, headerSagaIDs(recs)) })
 		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
@@ -286,8 +285,12 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 	}
 	rt := s.replySpans(ms, rs, idx)
 	defer func() { rt.end(err) }()
-	pre, _ := inbox.Prefetched(ctx).(*preloaded)
-	refused, retried, err := s.engine.applyReplies(ctx, tx, rs, pre, inboxHooksOf(ctx))
+	var pre *preloaded
+	hooks, inInbox := txhooks.Of(tx)
+	if inInbox {
+		pre, _ = hooks.Prefetched().(*preloaded)
+	}
+	refused, retried, err := s.engine.applyReplies(ctx, tx, rs, pre, hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -301,20 +304,6 @@ func (s *Service) HandleReplies(ctx context.Context, tx pgx.Tx, ms []message.Rec
 		}
 	}
 	return out, nil
-}
-
-// inboxHooksOf returns the engine's hooks into the inbox batch transaction
-// of ctx, nil outside an inbox handler: the one place the inbox's
-// context-carried functions are read.
-func inboxHooksOf(ctx context.Context) *inboxHooks {
-	if !inbox.InHandler(ctx) {
-		return nil
-	}
-	return &inboxHooks{
-		canDefer:    inbox.CanDefer(ctx),
-		commitWith:  func(b *pgx.Batch) { inbox.CommitWith(ctx, b) },
-		afterCommit: func(fn func()) { inbox.AfterCommit(ctx, fn) },
-	}
 }
 
 // refusedReply is the inbox result of a reply refused by its content: a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/outboxdb"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/outbox"
@@ -200,18 +201,18 @@ func (c *call) flush(ctx context.Context) error {
 }
 
 // finish enqueues the replies, an insert per group, with the tail:
-// deferred to the inbox's COMMIT when it may (inbox.CommitWith), sent now
+// deferred to the inbox's COMMIT when it may (txhooks.Tx.CommitWith), sent now
 // otherwise.
 func (c *call) finish(ctx context.Context, groups [][]outbox.Message) error {
 	var afters []func()
 	for _, msgs := range groups {
-		after, err := c.p.queueEnqueue(ctx, c.tail, msgs...)
+		after, err := c.p.queueEnqueue(c.tx, c.tail, msgs...)
 		if err != nil {
 			return fmt.Errorf("participant %q: enqueue %d replies: %w", c.p.cfg.Name, len(msgs), err)
 		}
 		afters = append(afters, after)
 	}
-	if c.tail.Len() > 0 && !inbox.CommitWith(ctx, c.tail) {
+	if c.tail.Len() > 0 && !commitWith(c.tx, c.tail) {
 		if err := c.tx.SendBatch(ctx, c.tail).Close(); err != nil {
 			return fmt.Errorf("participant %q: record forward outcomes and enqueue replies: %w", c.p.cfg.Name, err)
 		}
@@ -301,14 +302,22 @@ func callHandler(ctx context.Context, tx pgx.Tx, h Handler, cmds []message.Comma
 // leased to it and handed over once the inbox transaction commits
 // (published at once; the relay takes them only after the lease);
 // otherwise the relay publishes them.
-func (p *Participant) queueEnqueue(ctx context.Context, b *pgx.Batch, msgs ...outbox.Message) (after func(), err error) {
+func (p *Participant) queueEnqueue(tx pgx.Tx, b *pgx.Batch, msgs ...outbox.Message) (after func(), err error) {
 	d := p.dispatch.Load()
-	if d == nil || !d.Active() || !inbox.InHandler(ctx) {
+	hooks, inInbox := txhooks.Of(tx)
+	if d == nil || !d.Active() || !inInbox {
 		return func() {}, outboxdb.For(p.outbox.Schema()).QueueEnqueue(b, msgs...)
 	}
 	pend, err := outboxdb.For(p.outbox.Schema()).QueueEnqueueDirect(b, d.Lease(), msgs...)
 	if err != nil {
 		return nil, err
 	}
-	return func() { inbox.AfterCommit(ctx, func() { d.Send(pend) }) }, nil
+	return func() { hooks.AfterCommit(func() { d.Send(pend) }) }, nil
+}
+
+// commitWith defers b to the commit of tx where tx is an inbox batch
+// transaction that allows it.
+func commitWith(tx pgx.Tx, b *pgx.Batch) bool {
+	h, ok := txhooks.Of(tx)
+	return ok && h.CommitWith(b)
 }
