@@ -29,7 +29,7 @@ import (
 // Engine defaults: NewEngine gives a zero EngineConfig field the matching value.
 const (
 	SchemaDefault        = "sagaflow"
-	ReplyTopicDefault    = "saga.replies"
+	ReplyTopicDefault    = message.ReplyTopicDefault
 	CommandSuffix        = message.CommandSuffix
 	TimerIntervalDefault = 100 * time.Millisecond
 	TimerBatchDefault    = 200

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/runall"
 	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
@@ -327,8 +327,6 @@ const RepliesBatchDefault = 500
 // Run runs the selected components until ctx is cancelled. If one fails,
 // the others are stopped and the first error is returned.
 func (s *Service) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var comps []func(context.Context) error
 	if s.replies != nil {
 		comps = append(comps, s.replies.Run)
@@ -339,26 +337,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Run.Timers {
 		comps = append(comps, s.engine.RunTimers)
 	}
-	return runAll(ctx, cancel, comps...)
-}
-
-// runAll runs fns concurrently; the first error cancels the rest.
-func runAll(ctx context.Context, cancel context.CancelFunc, fns ...func(context.Context) error) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(fns))
-	for _, fn := range fns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx); err != nil {
-				errs <- err
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return runall.Run(ctx, comps...)
 }
 
 // headerSagaIDs returns the distinct saga ids the records' saga-id headers

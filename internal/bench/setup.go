@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +14,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/metricset"
+	"github.com/sagaflow/sagaflow/internal/runall"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
@@ -250,19 +250,9 @@ func newPool(ctx context.Context, url string, maxConns int, app string, trips *p
 
 // runParticipants runs the generic participants until ctx ends.
 func runParticipants(ctx context.Context, gs *genericSet) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(gs.parts))
-	for _, p := range gs.parts {
-		wg.Go(func() {
-			if err := p.Run(ctx); err != nil {
-				errs <- err
-				cancel()
-			}
-		})
+	fns := make([]func(context.Context) error, len(gs.parts))
+	for i, p := range gs.parts {
+		fns[i] = p.Run
 	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return runall.Run(ctx, fns...)
 }

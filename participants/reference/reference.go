@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"github.com/segmentio/kafka-go"
 	"log/slog"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
+	"github.com/sagaflow/sagaflow/internal/runall"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
@@ -187,21 +187,14 @@ func (s *Set) Prepare(ctx context.Context) error {
 // Run runs every participant until ctx is cancelled; the first error stops
 // the others and is returned.
 func (s *Set) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(s.parts))
-	for _, p := range s.parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	fns := make([]func(context.Context) error, len(s.parts))
+	for i, p := range s.parts {
+		fns[i] = func(ctx context.Context) error {
 			if err := p.Run(ctx); err != nil {
-				errs <- fmt.Errorf("participant %q: %w", p.Name(), err)
-				cancel()
+				return fmt.Errorf("participant %q: %w", p.Name(), err)
 			}
-		}()
+			return nil
+		}
 	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return runall.Run(ctx, fns...)
 }
