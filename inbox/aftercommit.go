@@ -74,6 +74,15 @@ func (h *commitHooks) drop() {
 	}
 }
 
+// truncate drops the deferred writes from index i on.
+func (h *commitHooks) truncate(i int) {
+	if i < len(h.tails) {
+		clear(h.tails[i:])
+		h.tails = h.tails[:i]
+	}
+	h.tailMark = min(h.tailMark, i)
+}
+
 // takeTails returns the deferred writes and forgets them (they are being
 // sent).
 func (h *commitHooks) takeTails() []*pgx.Batch {

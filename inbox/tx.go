@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,6 +30,14 @@ type batchTx struct {
 	// insert of a batch that records its message ids at the end (see
 	// beginLazy).
 	head *pgx.Batch
+	// savepoints numbers the savepoints set in the transaction (Begin).
+	savepoints int
+}
+
+// pending reports whether statements wait to go with the next one: BEGIN
+// (lazy) or deferred writes, savepoints included.
+func (t *batchTx) pending() bool {
+	return t.lazy || (t.hooks != nil && len(t.hooks.tails) > 0)
 }
 
 var _ pgx.Tx = (*batchTx)(nil)
@@ -64,10 +73,7 @@ func joinBatches(bs []*pgx.Batch) *pgx.Batch {
 }
 
 func (t *batchTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := t.flush(ctx); err != nil {
-		return nil, err
-	}
-	return beginNested(ctx, t, t.Tx)
+	return beginNested(ctx, t)
 }
 
 // start sends BEGIN, the batch savepoint, the deferred writes pending and
@@ -77,10 +83,13 @@ func (t *batchTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // as it is (the connection), one of a deferred write as the handler's
 // (handlerError, deferred).
 func (t *batchTx) start(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	begin := t.lazy
 	t.lazy = false
 	full := &pgx.Batch{}
-	full.BeginTx(pgx.TxOptions{})
-	full.Queue("SAVEPOINT " + batchSavepoint)
+	if begin {
+		full.BeginTx(pgx.TxOptions{})
+		full.Queue("SAVEPOINT " + batchSavepoint)
+	}
 	var tails []*pgx.QueuedQuery
 	if t.hooks != nil {
 		for _, tb := range t.hooks.takeTails() {
@@ -92,11 +101,13 @@ func (t *batchTx) start(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, er
 		full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
 	}
 	br := t.conn.Conn().SendBatch(ctx, full)
-	t.Tx = br.Tx()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("inbox: begin the batch transaction: %w", err)
+	if begin {
+		t.Tx = br.Tx()
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return nil, fmt.Errorf("inbox: begin the batch transaction: %w", err)
+			}
 		}
 	}
 	for _, q := range tails {
@@ -114,71 +125,8 @@ func (t *batchTx) start(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, er
 	return br, nil
 }
 
-func (t *batchTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if !t.lazy {
-		return t.flushing.Exec(ctx, sql, args...)
-	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := t.start(ctx, b)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
-}
-
-func (t *batchTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !t.lazy {
-		return t.flushing.Query(ctx, sql, args...)
-	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := t.start(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		_ = br.Close()
-		return nil, err
-	}
-	return &batchRows{Rows: rows, br: br}, nil
-}
-
-func (t *batchTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if !t.lazy {
-		return t.flushing.QueryRow(ctx, sql, args...)
-	}
-	rows, err := t.Query(ctx, sql, args...)
-	if err != nil {
-		return errRow{err}
-	}
-	return rowOf{rows}
-}
-
-func (t *batchTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if !t.lazy {
-		return t.flushing.SendBatch(ctx, b)
-	}
-	if b.Len() == 0 {
-		if err := t.flush(ctx); err != nil {
-			return pgx.FailedBatchResults(b, err)
-		}
-		return t.Tx.SendBatch(ctx, b)
-	}
-	br, err := t.start(ctx, b)
-	if err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return br
-}
-
 func (t *batchTx) Conn() *pgx.Conn {
-	if t.lazy {
+	if t.pending() {
 		// A caller on the bare connection must find the transaction
 		// begun. (An error breaks the connection's transaction, which
 		// the caller sees in its next statement.)
@@ -188,7 +136,7 @@ func (t *batchTx) Conn() *pgx.Conn {
 }
 
 func (t *batchTx) LargeObjects() pgx.LargeObjects {
-	if t.lazy {
+	if t.pending() {
 		_ = t.flush(context.Background())
 	}
 	return t.Tx.LargeObjects()
@@ -261,6 +209,8 @@ func (t *flushing) CanDefer() bool { return t.root.hooks != nil && t.root.hooks.
 
 func (t *flushing) CommitWith(b *pgx.Batch) bool { return t.root.hooks.commitWith(b) }
 
+func (t *flushing) Flush(ctx context.Context) error { return t.root.flush(ctx) }
+
 func (t *flushing) Prefetched() any {
 	if t.root.hooks == nil {
 		return nil
@@ -276,31 +226,66 @@ type flushing struct {
 }
 
 func (t *flushing) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.root.flush(ctx); err != nil {
+	if !t.root.pending() {
+		return t.Tx.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := t.root.start(ctx, b)
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return t.Tx.Exec(ctx, sql, args...)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
 }
 
 func (t *flushing) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.root.flush(ctx); err != nil {
+	if !t.root.pending() {
+		return t.Tx.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := t.root.start(ctx, b)
+	if err != nil {
 		return nil, err
 	}
-	return t.Tx.Query(ctx, sql, args...)
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 func (t *flushing) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.root.flush(ctx); err != nil {
+	if !t.root.pending() {
+		return t.Tx.QueryRow(ctx, sql, args...)
+	}
+	rows, err := t.Query(ctx, sql, args...)
+	if err != nil {
 		return errRow{err}
 	}
-	return t.Tx.QueryRow(ctx, sql, args...)
+	return rowOf{rows}
 }
 
 func (t *flushing) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.root.flush(ctx); err != nil {
+	if !t.root.pending() {
+		return t.Tx.SendBatch(ctx, b)
+	}
+	if b.Len() == 0 {
+		if err := t.root.flush(ctx); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
+		return t.Tx.SendBatch(ctx, b)
+	}
+	br, err := t.root.start(ctx, b)
+	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return t.Tx.SendBatch(ctx, b)
+	return br
 }
 
 func (t *flushing) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
@@ -317,42 +302,85 @@ func (t *flushing) Prepare(ctx context.Context, name, sql string) (*pgconn.State
 	return t.Tx.Prepare(ctx, name, sql)
 }
 
-// beginNested sets a savepoint in parent (after the deferred writes
-// pending) and returns it as a nestedTx of root.
-func beginNested(ctx context.Context, root *batchTx, parent pgx.Tx) (pgx.Tx, error) {
-	if err := root.flush(ctx); err != nil {
-		return nil, err
+// beginNested sets a savepoint of root's transaction and returns it as a
+// nestedTx. SAVEPOINT is a deferred write: it goes with the next statement
+// (or COMMIT), as its RELEASE and ROLLBACK TO do, so a savepoint costs no
+// round trip of its own.
+func beginNested(ctx context.Context, root *batchTx) (pgx.Tx, error) {
+	if root.hooks == nil {
+		root.hooks = &commitHooks{}
 	}
-	n, err := parent.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	mark := 0
-	if root.hooks != nil {
-		mark = len(root.hooks.tails)
-	}
-	return &nestedTx{flushing: flushing{Tx: n, root: root}, mark: mark}, nil
+	root.savepoints++
+	name := fmt.Sprintf("sagaflow_sp_%d", root.savepoints)
+	set := &pgx.Batch{}
+	set.Queue("SAVEPOINT " + name)
+	root.hooks.tails = append(root.hooks.tails, set)
+	return &nestedTx{flushing: flushing{Tx: root, root: root}, name: name, set: set}, nil
 }
 
-// nestedTx is a savepoint of a batchTx (Begin): its statements, too, send
-// the deferred writes pending first; rolling it back drops the writes
-// deferred since it was set (they are part of what it undoes).
+// nestedTx is a savepoint of a batchTx (Begin): its statements go through
+// root, sending what is pending with them; rolling it back drops the
+// writes deferred since it was set (they are part of what it undoes).
 type nestedTx struct {
 	flushing
-	mark int
+	name   string
+	set    *pgx.Batch // its SAVEPOINT statement, a deferred write until sent
+	closed bool
 }
 
 func (t *nestedTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	return beginNested(ctx, t.root, t.Tx)
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return beginNested(ctx, t.root)
 }
 
-func (t *nestedTx) Rollback(ctx context.Context) error {
-	if h := t.root.hooks; h != nil && t.mark < len(h.tails) {
-		clear(h.tails[t.mark:])
-		h.tails = h.tails[:t.mark]
-		h.tailMark = min(h.tailMark, t.mark)
+// Commit releases the savepoint (a deferred write).
+func (t *nestedTx) Commit(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
 	}
-	return t.Tx.Rollback(ctx)
+	t.closed = true
+	h := t.root.hooks
+	if i := slices.Index(h.tails, t.set); i >= 0 && i == len(h.tails)-1 {
+		// Nothing was written in it: it never needs to be set.
+		h.truncate(i)
+		return nil
+	}
+	if t.root.conn.Conn().PgConn().TxStatus() == 'E' {
+		// A statement of the savepoint failed: RELEASE fails, now, with
+		// the error the caller must see (deferred, it would fail the
+		// statements sent with it).
+		_, err := t.root.Tx.Exec(ctx, "RELEASE SAVEPOINT "+t.name)
+		return err
+	}
+	rel := &pgx.Batch{}
+	rel.Queue("RELEASE SAVEPOINT " + t.name)
+	h.tails = append(h.tails, rel)
+	return nil
+}
+
+// Rollback undoes what was written since the savepoint: writes still
+// deferred are dropped, and where the savepoint was sent, ROLLBACK TO is
+// sent at once (a statement of the savepoint may have failed, and a
+// transaction in that state takes nothing else, not even the prepare of
+// a later statement).
+func (t *nestedTx) Rollback(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	h := t.root.hooks
+	if i := slices.Index(h.tails, t.set); i >= 0 {
+		// Not sent: neither was anything deferred after it.
+		h.truncate(i)
+		return nil
+	}
+	// Sent, and with it everything deferred before it: what is deferred
+	// now was written inside the savepoint.
+	h.truncate(0)
+	_, err := t.root.Tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+t.name)
+	return err
 }
 
 // Commit sends the deferred writes and COMMIT in one round trip and

@@ -13,15 +13,15 @@ import (
 	"github.com/sagaflow/sagaflow/participants"
 )
 
-// In a running participant a batch of forwards sends its barrier rows and
-// replies with the COMMIT. A forward whose barrier row is there already (a
-// copy under a new message id of an executed forward; a forward its
-// compensation overtook) fails that commit; the batch runs again at once
-// with nothing deferred, declines, and goes one by one: the copy is
-// answered from the barrier without running the handler again, the
-// overtaken forward is refused, and fresh forwards of the same batches are
+// In a running participant a batch of forwards sends its barrier claim
+// with the handlers' first statement, the handlers running in a savepoint
+// as if every forward were claimed. When one was not (a copy under a new
+// message id of an executed forward; a forward its compensation
+// overtook), what the handlers wrote is rolled back and only the claimed
+// forwards run again: the copy is answered from the barrier, the
+// overtaken forward is refused, and the fresh forward of the same batch is
 // applied once.
-func TestDeferredBarrierConflictGoesOneByOne(t *testing.T) {
+func TestClaimWithTheHandlersUndoesWhatACopyWrote(t *testing.T) {
 	t.Parallel()
 	k := newKafkaParticipant(t, "ptd", 1)
 	p, pool, brokers, replyTopic, ctx := k.p, k.pool, k.brokers, k.replies, k.ctx

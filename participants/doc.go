@@ -39,7 +39,10 @@
 // definite business "no": its writes are rolled back) or [RetryLater]
 // (transient: nothing is recorded and the orchestrator sends again). A
 // returned error is an infrastructure problem: the transaction rolls back
-// and the command is processed again.
+// and the command is processed again. Keep a handler's effects in its
+// transaction: it may run and be rolled back (a copy of a command found
+// decided in the same round trip, a batch run again), and only what
+// commits counts.
 //
 // A [Handler] gets all the first-time forwards of its step in a consumed
 // batch at once, so it can do them with one set-based statement; it only

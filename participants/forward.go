@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -36,33 +37,99 @@ func (c *call) forwards(run []*item) error {
 		return err
 	}
 	ids, steps := barrierArgs(run)
+	claimed := map[barrierKey]bool{}
+	answered := false // the claim's rows were read
+	readClaims := func(rows pgx.Rows) error {
+		answered = true
+		var (
+			id   pgtype.UUID
+			step string
+		)
+		_, err := pgx.ForEachRow(rows, []any{&id, &step}, func() error {
+			claimed[barrierKey{id.Bytes, step}] = true
+			return nil
+		})
+		return err
+	}
+	// Inside an inbox batch that may defer writes, the claim goes with the
+	// handlers' first statement, in one round trip: the handlers run
+	// under a savepoint as if every forward were claimed, and if one was
+	// not (a copy, or a step closed by its compensation or a query), what
+	// they wrote is rolled back and the claimed ones run again.
+	hooks, inInbox := txhooks.Of(tx)
+	if inInbox && hooks.CanDefer() {
+		claim := &pgx.Batch{}
+		claim.Queue(p.barrier.claimForwards, ids, steps).Query(readClaims)
+		if hooks.CommitWith(claim) {
+			ok, err := c.speculate(run, hooks, claimed, &answered)
+			if err != nil || ok {
+				return err
+			}
+			return c.runClaimed(run, claimed)
+		}
+	}
 	rows, err := tx.Query(ctx, p.barrier.claimForwards, ids, steps)
+	if err == nil {
+		err = readClaims(rows)
+	}
 	if err != nil {
 		return fmt.Errorf("participant %q: claim %d forwards: %w", p.cfg.Name, len(run), err)
 	}
-	claimed := map[barrierKey]bool{}
-	var (
-		id   pgtype.UUID
-		step string
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &step}, func() error {
-		claimed[barrierKey{id.Bytes, step}] = true
-		return nil
-	}); err != nil {
-		return fmt.Errorf("participant %q: claim %d forwards: %w", p.cfg.Name, len(run), err)
-	}
+	return c.runClaimed(run, claimed)
+}
 
-	var groups [][]*item // claimed forwards by step, in order of first appearance
-	byStep := map[string]int{}
+// speculate runs the handlers of run, grouped by step, in a savepoint,
+// with their claim still deferred, and records their outcomes if every
+// forward was claimed (ok). Otherwise it rolls the savepoint back and
+// leaves run as it was.
+func (c *call) speculate(run []*item, hooks txhooks.Tx, claimed map[barrierKey]bool, answered *bool) (ok bool, err error) {
+	p, ctx, tx := c.p, c.ctx, c.tx
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("participant %q: savepoint: %w", p.cfg.Name, err)
+	}
+	c.tx = sp
+	defer func() { c.tx = tx }()
+	all := map[barrierKey]bool{}
+	for _, it := range run {
+		all[barrierKey{it.cmd.SagaID, it.cmd.Step}] = true
+	}
+	groups := groupByStep(run, all)
+	results := map[*item]Result{}
+	for _, g := range groups {
+		if err := c.runForwards(g, results); err != nil {
+			return false, err
+		}
+	}
+	// The claim's answer came with the handlers' first statement; a
+	// handler that sent none leaves it to be sent now.
+	if !*answered {
+		if err := hooks.Flush(ctx); err != nil {
+			return false, err
+		}
+	}
+	if len(claimed) == len(all) {
+		if err := sp.Commit(ctx); err != nil {
+			return false, fmt.Errorf("participant %q: release savepoint: %w", p.cfg.Name, err)
+		}
+		c.tx = tx
+		return true, c.recordForwards(groups, results)
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return false, fmt.Errorf("participant %q: roll back savepoint: %w", p.cfg.Name, err)
+	}
+	for _, it := range run {
+		it.dead = nil
+	}
+	return false, nil
+}
+
+// runClaimed answers the forwards of run that were not claimed from their
+// barrier rows and runs the claimed ones, one handler call per step.
+func (c *call) runClaimed(run []*item, claimed map[barrierKey]bool) error {
+	p, tx := c.p, c.tx
 	for _, it := range run {
 		if claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
-			g, ok := byStep[it.cmd.Step]
-			if !ok {
-				g = len(groups)
-				byStep[it.cmd.Step] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], it)
 			continue
 		}
 		rec, err := p.read(it.ctx, tx, it.cmd, message.Forward)
@@ -79,7 +146,7 @@ func (c *call) forwards(run []*item) error {
 		}
 		it.reply = replyTo(it.cmd, rec)
 	}
-
+	groups := groupByStep(run, claimed)
 	results := map[*item]Result{}
 	for _, g := range groups {
 		if err := c.runForwards(g, results); err != nil {
@@ -87,6 +154,26 @@ func (c *call) forwards(run []*item) error {
 		}
 	}
 	return c.recordForwards(groups, results)
+}
+
+// groupByStep returns the forwards of run that are in set, by step, in
+// order of first appearance.
+func groupByStep(run []*item, set map[barrierKey]bool) [][]*item {
+	var groups [][]*item
+	byStep := map[string]int{}
+	for _, it := range run {
+		if !set[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
+			continue
+		}
+		g, ok := byStep[it.cmd.Step]
+		if !ok {
+			g = len(groups)
+			byStep[it.cmd.Step] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], it)
+	}
+	return groups
 }
 
 // runForwards runs the forward handler of the step of g (claimed

@@ -7,6 +7,8 @@
 package txhooks
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -33,6 +35,9 @@ type Tx interface {
 	// silently. It returns false, deferring nothing, where CanDefer is
 	// false or b is empty: send b yourself then.
 	CommitWith(b *pgx.Batch) bool
+	// Flush sends what is deferred now (BEGIN too, if it has not gone
+	// yet), so that the callbacks of deferred statements have run.
+	Flush(ctx context.Context) error
 	// Prefetched is the value the consumer's Prefetch returned for this
 	// batch, or nil.
 	Prefetched() any
