@@ -20,8 +20,8 @@ import (
 //   - journal entries carry the saga id, the event time and the states
 //     before and after, and are marked ignored exactly when nothing changed
 //     (late and illegal events change nothing);
-//   - at most one command is sent per decision, but the first sends of the
-//     members of a parallel group entered together, each to the step's
+//   - at most one command is sent per decision, but one per member of a
+//     parallel group (entered together, or timers due together), each to the step's
 //     participant, under the id [saga.Instance.CommandID] derives for it,
 //     with a JSON payload, and the step then awaits that command;
 //   - a forward command is sent only when every step of the earlier units
@@ -119,13 +119,13 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		bad("a timer sent a %s command for step %q although the saga had sent %d commands, its bound %d", d.Send[0].Command.Action, d.Send[0].Command.Step, prev.Sends(), def.MaxSends)
 	}
 	if len(d.Send) > 1 && !check {
-		unit := -1
+		unit, steps := -1, map[string]bool{}
 		for _, o := range d.Send {
 			i, ok := def.StepIndex(o.Command.Step)
-			if !ok || o.Command.Action != message.Forward || o.Command.Attempt != 1 || (unit >= 0 && def.Steps[i].Unit != unit) || def.Steps[i].Group == "" {
-				bad("%d commands sent by one decision (%s %s #%d among them): want at most one, or the first sends of one group's members", len(d.Send), o.Command.Step, o.Command.Action, o.Command.Attempt)
+			if !ok || steps[o.Command.Step] || (unit >= 0 && def.Steps[i].Unit != unit) || def.Steps[i].Group == "" {
+				bad("%d commands sent by one decision (%s %s #%d among them): want at most one, or one per member of a parallel group", len(d.Send), o.Command.Step, o.Command.Action, o.Command.Attempt)
 			}
-			unit = def.Steps[i].Unit
+			unit, steps[o.Command.Step] = def.Steps[i].Unit, true
 		}
 	}
 	waiting := false
