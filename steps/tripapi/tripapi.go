@@ -39,6 +39,7 @@ const (
 // Business failure reasons the reference participants answer with.
 const (
 	ReasonSoldOut        = "sold_out"
+	ReasonUnknownItem    = "unknown_item"
 	ReasonNotReserved    = "not_reserved"
 	ReasonApprovalDenied = "approval_refused"
 )
