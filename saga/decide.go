@@ -62,15 +62,18 @@ func awaitFor(timeout time.Duration, p RetryPolicy, sagaID uuid.UUID, step strin
 }
 
 // Decide is the one door every state change passes through: given a
-// definition, the current instance and an event, it returns the next
-// instance, the commands to send and the journal entries. It does no I/O
-// and is deterministic.
+// definition, the current instance and an event (a start, a reply, a
+// timer, an operator action, an external event for a wait step, or the
+// client's cancel), it returns the next instance, the commands to send and
+// the journal entries. It does no I/O and is deterministic.
 //
 // Errors: ErrUnknownStep (wrapped) for a reply naming a step the definition
 // lacks; ErrStrayReply (wrapped) for a reply answering a command the saga
-// never sent for that step and action; a *RefusedError for an operator action not allowed now; other
-// errors for inputs that do not belong together (wrong type, corrupt
-// instance) or a start whose first command cannot be built. Events the
+// never sent for that step and action; a *RefusedError for an operator
+// action not allowed now, or a cancel (action cancel) from the pivot on; a
+// *EventError for an external event not recorded (see Engine.SendEvent's
+// contract); other errors for inputs that do not belong together (wrong
+// type, corrupt instance) or a start whose first command cannot be built. Events the
 // transition table does not allow are not errors: the decision is unchanged
 // with an ignored journal entry (Late or Illegal set); so is a reply to a
 // send of its step's action other than the latest (late: only the awaited
@@ -228,7 +231,7 @@ func (m *machine) sendCompensate(i int) error {
 	if sd.compensation == nil {
 		return fmt.Errorf("step %q has no compensation", sd.Name)
 	}
-	payload, err := sd.compensation(m.in.Data)
+	payload, err := sd.compensation(m.compensationData(i))
 	if err != nil {
 		return err
 	}

@@ -233,6 +233,33 @@ func (m *machine) nextToCompensate() int {
 	return best
 }
 
+// compensationData is the data step i's compensation is built from: the
+// saga data, with the step's own output merged when its unit never
+// completed (a group member whose output was not merged because another
+// member failed); a merge that fails leaves the data as it is.
+func (m *machine) compensationData(i int) []byte {
+	s, sd := &m.in.Steps[i], &m.def.Steps[i]
+	if len(s.Output) == 0 || m.unitCompleted(sd.Unit) {
+		return m.in.Data
+	}
+	data, err := sd.onSuccess(m.in.Data, s.Output)
+	if err != nil {
+		return m.in.Data
+	}
+	return data
+}
+
+// unitCompleted reports whether unit u completed (its outputs merged):
+// the saga entered a later unit.
+func (m *machine) unitCompleted(u int) bool {
+	for i := m.def.Units[u].End; i < len(m.in.Steps); i++ {
+		if m.in.Steps[i].State != StepPending {
+			return true
+		}
+	}
+	return false
+}
+
 // beginWait makes wait step i wait for its event, until its deadline.
 func (m *machine) beginWait(i int) {
 	s, sd := &m.in.Steps[i], &m.def.Steps[i]

@@ -400,3 +400,40 @@ func runFlow(t *testing.T, def *saga.Def, b []byte) {
 		}
 	}
 }
+
+// A group member's compensation is built from the data with its own output
+// merged, although the group never completed (its outputs were never
+// merged into the saga's data).
+func TestCompensationSeesItsMembersOutput(t *testing.T) {
+	def, err := saga.Definition[flowData]{
+		Name: "comp-output",
+		Steps: slices.Concat(
+			saga.Parallel("g", nil,
+				saga.Step[flowData]{Name: "a", Participant: "pa", Kind: saga.Compensable, OnSuccess: logOutput,
+					Command:      func(flowData) (any, error) { return map[string]int{}, nil },
+					Compensation: func(d flowData) (any, error) { return map[string][]string{"undo": d.Log}, nil }},
+				saga.Step[flowData]{Name: "b", Participant: "pb", Kind: saga.Compensable,
+					Command:      func(flowData) (any, error) { return map[string]int{}, nil },
+					Compensation: func(flowData) (any, error) { return map[string]int{}, nil }},
+			),
+			[]saga.Step[flowData]{{Name: "p", Participant: "pp", Kind: saga.Pivot, Command: func(flowData) (any, error) { return map[string]int{}, nil }}},
+		),
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sagatest.New(t, def)
+	h.Start()
+	h.ExpectTogether(sagatest.Forward, "a", "b")
+	h.Answer("a", sagatest.Succeeded(json.RawMessage(`"res-a"`)))
+	h.Answer("b", sagatest.Failed("no"))
+	c := h.Expect("a", sagatest.Compensate)
+	if string(c.Payload) != `{"undo":["res-a"]}` {
+		t.Fatalf("compensation payload %s, want the member's output merged", c.Payload)
+	}
+	var d flowData
+	h.DecodeData(&d)
+	if len(d.Log) != 0 {
+		t.Fatalf("the saga data took the output of a group that never completed: %v", d.Log)
+	}
+}
