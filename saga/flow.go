@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sagaflow/sagaflow/message"
 )
 
 // Journal events of groups, conditions, waits and cancels.
 const (
 	JournalStepSkipped    = "step skipped"
+	JournalGroupStarted   = "group started"
 	JournalWaiting        = "waiting for event"
 	JournalEventReceived  = "event received"
 	JournalEventTaken     = "event taken"
@@ -96,6 +99,16 @@ func (m *machine) enterUnit(u int) error {
 		}
 		if active < 0 {
 			continue
+		}
+		if un.Group != "" {
+			var sent []string
+			for i := un.Start; i < un.End; i++ {
+				if m.in.Steps[i].State == StepRunning {
+					sent = append(sent, m.in.Steps[i].Name)
+				}
+			}
+			m.note(JournalEntry{Event: JournalGroupStarted, Step: m.in.Steps[active].Name, Action: string(message.Forward),
+				Reason: fmt.Sprintf("group %q: %s sent at once", un.Group, strings.Join(sent, ", "))})
 		}
 		m.in.Cursor = active
 		if wait >= 0 {

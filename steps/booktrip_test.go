@@ -62,6 +62,10 @@ func TestBookTripReservesAtOnce(t *testing.T) {
 			t.Fatalf("%s sent at %s, %s at %s: want one instant", cmds[0].Step, cmds[0].SentAt, c.Step, c.SentAt)
 		}
 	}
+	h.ExpectJournal("started", "group started")
+	if j := h.Journal(); j[1].Reason != `group "reserve": reserve-flight, reserve-hotel, reserve-car sent at once` {
+		t.Fatalf("journal %q: want the three reservations sent at once", j[1].Reason)
+	}
 	h.Answer(rHotel, reservation("H1"))
 	h.Answer(rCar, reservation("C1"))
 	h.ExpectNoCommand()
