@@ -140,6 +140,7 @@ func (m *machine) note(e JournalEntry) {
 }
 
 func (m *machine) finish() (Decision, error) {
+	m.refreshCursor()
 	m.d.Changed = true
 	m.in.Version = m.prev.Version + 1
 	m.in.UpdatedAt = m.at

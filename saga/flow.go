@@ -44,14 +44,33 @@ type stepError struct {
 
 func (e *stepError) Error() string { return e.err.Error() }
 
-// moveCursor makes step i the active step, unless the active step is a
-// member of i's unit already (a group keeps its first member as the
+// moveCursor makes step i the active step, unless the active step is
+// another member of i's unit still awaiting something (a group keeps its
 // cursor while its members are re-sent and queried).
 func (m *machine) moveCursor(i int) {
-	if c := m.in.Cursor; c >= 0 && c < len(m.def.Steps) && m.def.Steps[c].Unit == m.def.Steps[i].Unit && c != i && m.in.Steps[c].State != StepSkipped {
+	if c := m.in.Cursor; c >= 0 && c < len(m.def.Steps) && c != i && m.def.Steps[c].Unit == m.def.Steps[i].Unit && m.in.Steps[c].State.awaiting() {
 		return
 	}
 	m.in.Cursor = i
+}
+
+// refreshCursor keeps the cursor of a running or compensating saga on a
+// step that awaits something: when the cursor's member of a group has
+// settled while others are still out, the first of those becomes the
+// cursor (what the status shows as the current step and an operator's
+// retry acts on). A sequential saga's cursor always awaits something.
+func (m *machine) refreshCursor() {
+	c := m.in.Cursor
+	if (m.in.State != Running && m.in.State != Compensating) || c < 0 || m.in.Steps[c].State.awaiting() {
+		return
+	}
+	un := m.def.Units[m.def.Steps[c].Unit]
+	for i := un.Start; i < un.End; i++ {
+		if m.in.Steps[i].State.awaiting() {
+			m.in.Cursor = i
+			return
+		}
+	}
 }
 
 // nextSeq is the completion number of the step that succeeds now.

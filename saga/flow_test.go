@@ -173,6 +173,27 @@ func TestDecideFlowTable(t *testing.T) {
 			t.Fatalf("merge order %v, want definition order", d.Log)
 		}
 	})
+	t.Run("the current step is a member still out", func(t *testing.T) {
+		h := start(t, flowData{WithC: true})
+		h.ExpectTogether(sagatest.Forward, "a", "b", "c")
+		cur := func() string { in := h.Instance(); return in.CurrentStep() }
+		if cur := cur(); cur != "a" {
+			t.Fatalf("current step %q, want a", cur)
+		}
+		h.Answer("a", sagatest.Succeeded(nil))
+		if cur := cur(); cur != "b" {
+			t.Fatalf("current step %q after a succeeded, want b (still out)", cur)
+		}
+		h.Answer("b", sagatest.Failed("no"))
+		if cur := cur(); cur != "c" {
+			t.Fatalf("current step %q while settling, want c (still out)", cur)
+		}
+		h.Answer("c", sagatest.Succeeded(nil))
+		h.Expect("c", sagatest.Compensate)
+		if cur := cur(); cur != "c" {
+			t.Fatalf("current step %q, want c (compensating)", cur)
+		}
+	})
 	t.Run("member given up is compensated first", func(t *testing.T) {
 		h := start(t, flowData{})
 		h.ExpectTogether(sagatest.Forward, "a", "b")

@@ -75,6 +75,16 @@ func (st StepStatus) inFlight() bool {
 	return st == StepRunning || st == StepRetrying || st == StepQuerying
 }
 
+// awaiting reports whether a step in status st awaits an answer, a timer
+// or an event (it is active).
+func (st StepStatus) awaiting() bool {
+	switch st {
+	case StepRunning, StepRetrying, StepQuerying, StepCompensating, StepCompRetrying, StepWaiting:
+		return true
+	}
+	return false
+}
+
 // ReceivedEvent is an external event recorded on the wait step that takes
 // it (Engine.SendEvent): kept until the saga reaches the wait, then taken.
 type ReceivedEvent struct {
