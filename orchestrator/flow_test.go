@@ -205,7 +205,10 @@ func TestEngineBookTripWaitDeadlineAndRace(t *testing.T) {
 	var wg sync.WaitGroup
 	var evErr, timerErr error
 	wg.Add(2)
-	go func() { defer wg.Done(); _, evErr = env.eng.SendEvent(ctx, b.ID, tripapi.EventApproval, "late", json.RawMessage(`{"approved":true}`)) }()
+	go func() {
+		defer wg.Done()
+		_, evErr = env.eng.SendEvent(ctx, b.ID, tripapi.EventApproval, "late", json.RawMessage(`{"approved":true}`))
+	}()
 	go func() { defer wg.Done(); _, timerErr = env.eng.FireDue(ctx, 10) }()
 	wg.Wait()
 	if timerErr != nil {
