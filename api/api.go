@@ -56,6 +56,14 @@ type Engine interface {
 	Registry() *saga.Registry
 }
 
+// EventSender is what POST /sagas/{id}/events and /sagas/{id}/cancel
+// need; the engine (*orchestrator.Engine) implements it. When the Engine
+// given to New does not, they answer 501.
+type EventSender interface {
+	SendEvent(ctx context.Context, sagaID uuid.UUID, name, eventID string, data json.RawMessage) (orchestrator.EventResult, error)
+	Cancel(ctx context.Context, id uuid.UUID, actor, reason string) (saga.Instance, error)
+}
+
 // StatsReader is what GET /stats needs; the engine implements it. When the
 // Engine given to New does not, /stats answers 501.
 type StatsReader interface {
@@ -410,6 +418,28 @@ type StepView struct {
 	Participant string    `json:"participant"`
 	// Pivot marks the point of no return.
 	Pivot bool `json:"pivot,omitempty"`
+	// Group is the parallel group the step is a member of: members run
+	// side by side.
+	Group string `json:"group,omitempty"`
+	// Event is what a wait step waits for.
+	Event string `json:"event,omitempty"`
+	// Events shadows the events a wait step received: their ids, times
+	// and whether taken, not their data.
+	Events []EventView `json:"events,omitempty"`
+}
+
+// EventView is an event a wait step received (its data is not shown).
+type EventView struct {
+	ID    string    `json:"id"`
+	At    time.Time `json:"at"`
+	Taken bool      `json:"taken"`
+}
+
+// WaitView is what a saga waits for: a wait step waiting for its event.
+type WaitView struct {
+	Step       string     `json:"step"`
+	Event      string     `json:"event"`
+	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
 }
 
 // SagaView answers GET /sagas/{id} and the operator actions. Journal is
@@ -424,15 +454,42 @@ type SagaView struct {
 	JournalNext  string              `json:"journal_next,omitempty"`
 	JournalTotal int                 `json:"journal_total,omitempty"`
 	NextWakeup   *time.Time          `json:"next_wakeup_at,omitempty"`
+	// ActiveSteps are the steps awaiting an answer or an event now: the
+	// members of a parallel group side by side.
+	ActiveSteps []string `json:"active_steps,omitempty"`
+	// WaitingFor lists the events the saga waits for now.
+	WaitingFor []WaitView `json:"waiting_for,omitempty"`
+}
+
+// activeSteps are the steps of in awaiting an answer or an event.
+func activeSteps(in saga.Instance) []string {
+	if in.State.Terminal() {
+		return nil
+	}
+	var out []string
+	for _, st := range in.Steps {
+		switch st.State {
+		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
+			out = append(out, st.Name)
+		}
+	}
+	return out
 }
 
 func (s *Server) view(in saga.Instance, journal []saga.JournalEntry) SagaView {
 	v := SagaView{Instance: in, CurrentStep: activeStep(in), Journal: journal, NextWakeup: in.NextWakeup()}
 	def, _ := s.eng.Registry().Lookup(in.Type, in.DefVersion)
+	v.ActiveSteps = activeSteps(in)
 	for i, st := range in.Steps {
 		sv := StepView{StepState: st, Pivot: st.Kind == saga.Pivot}
+		for _, ev := range st.Events {
+			sv.Events = append(sv.Events, EventView{ID: ev.ID, At: ev.At, Taken: ev.Taken})
+		}
 		if def != nil && i < len(def.Steps) {
-			sv.Participant = def.Steps[i].Participant
+			sv.Participant, sv.Group, sv.Event = def.Steps[i].Participant, def.Steps[i].Group, def.Steps[i].Event
+		}
+		if st.State == saga.StepWaiting && !in.State.Terminal() {
+			v.WaitingFor = append(v.WaitingFor, WaitView{Step: st.Name, Event: sv.Event, DeadlineAt: st.DueAt})
 		}
 		v.Steps = append(v.Steps, sv)
 	}

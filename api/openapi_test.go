@@ -121,13 +121,21 @@ func registeredRoutes(t *testing.T) []string {
 			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "s" {
 				return true
 			}
-			lit, ok := call.Args[0].(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				t.Errorf("%s: a route registered with a pattern that is not a literal; the OpenAPI test cannot read it", fset.Position(call.Pos()))
-				return true
+			// route(pattern, access, handler, listed...): the listed
+			// patterns, when given, are what the route serves.
+			pats := call.Args[:1]
+			if len(call.Args) > 3 {
+				pats = call.Args[3:]
 			}
-			p, _ := strconv.Unquote(lit.Value)
-			out = append(out, strings.ReplaceAll(p, "{$}", ""))
+			for _, a := range pats {
+				lit, ok := a.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Errorf("%s: a route registered with a pattern that is not a literal; the OpenAPI test cannot read it", fset.Position(call.Pos()))
+					return true
+				}
+				p, _ := strconv.Unquote(lit.Value)
+				out = append(out, strings.ReplaceAll(p, "{$}", ""))
+			}
 			return true
 		})
 	}
@@ -451,6 +459,27 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	call("POST", "/sagas/actions/retry", opsToken, js, `{"filter":{"state":"running","type":"place-order"},"actor":"a","reason":"r"}`, 200)
 	call("POST", "/sagas/actions/retry", opsToken, js, `{"filter":{},"actor":"a","reason":"r"}`, 400)
 	call("POST", "/sagas/actions/nope", opsToken, js, `{"filter":{"state":"running"},"actor":"a","reason":"r"}`, 404)
+	// Events and cancels: a book-trip waiting for its approval keeps an
+	// early one; place-order waits for nothing.
+	trip := call("POST", "/sagas", "", js, `{"type":"book-trip","idempotency_key":"trip-1","aggregate_id":"t-1","data":{"trip_id":"t-1","customer":"c","flight":"f","hotel":"h","amount_cents":100,"needs_approval":true}}`, 201)
+	tripID, _ := trip["id"].(string)
+	approval := `{"name":"approval","event_id":"ap-1","data":{"approved":true}}`
+	if ans := call("POST", "/sagas/"+tripID+"/events", "", js, approval, 202); ans["taken"] != false || ans["duplicate"] != false {
+		t.Errorf("an early approval: %v, want kept (not taken), not a duplicate", ans)
+	}
+	if ans := call("POST", "/sagas/"+tripID+"/events", "", js, approval, 202); ans["duplicate"] != true {
+		t.Errorf("the same event_id again: %v, want a duplicate", ans)
+	}
+	call("POST", "/sagas/"+tripID+"/events", "", js, `{"name":"approval"}`, 400)
+	call("POST", "/sagas/"+tripID+"/events", "", js, `{"name":"payment","event_id":"x"}`, 409)
+	call("POST", "/sagas/"+uuid.NewString()+"/events", "", js, approval, 404)
+	call("POST", "/sagas/"+completed.String()+"/events", "", js, approval, 409)
+	call("POST", "/sagas/"+tripID+"/cancel", "", js, `{}`, 400)
+	if ans := call("POST", "/sagas/"+tripID+"/cancel", "", js, `{"reason":"changed plans"}`, 202); ans["state"] != "compensating" {
+		t.Errorf("a cancel before the pivot: %v, want compensating", ans)
+	}
+	call("POST", "/sagas/"+tripID+"/cancel", "", js, `{"reason":"again"}`, 409)
+	call("POST", "/sagas/"+completed.String()+"/cancel", "", js, `{"reason":"too late"}`, 409)
 	call("GET", "/stats", "", "", "", 200)
 	call("GET", "/stats?window=never", "", "", "", 400)
 	call("GET", "/healthz", "", "", "", 200)

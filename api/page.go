@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,12 +201,15 @@ type detailData struct {
 }
 
 type stepRow struct {
-	N            int
-	Name         string
-	Participant  string
-	Kind         saga.Kind
-	Pivot        bool
-	Active       bool
+	N           int
+	Name        string
+	Participant string
+	Kind        saga.Kind
+	Pivot       bool
+	Active      bool
+	// Group and Event: a parallel group's member (side by side with the
+	// others), a wait step's event.
+	Group, Event string
 	State        saga.StepStatus
 	Attempts     int
 	CompAttempts int
@@ -333,8 +337,9 @@ func timeline(v SagaView, now time.Time) ([]stepRow, string) {
 	var rows []stepRow
 	for i, st := range v.Steps {
 		row := stepRow{N: i + 1, Name: st.Name, Participant: st.Participant, Kind: st.Kind, Pivot: st.Pivot,
-			Active: st.Name == v.CurrentStep && !v.State.Terminal() || (v.State == saga.Failed && st.Name == v.CurrentStep),
-			State:  st.State, Attempts: st.Attempts, CompAttempts: st.CompAttempts, LastError: st.LastError, Note: st.CompensationNote}
+			Active: st.Name == v.CurrentStep && !v.State.Terminal() || (v.State == saga.Failed && st.Name == v.CurrentStep) || slices.Contains(v.ActiveSteps, st.Name),
+			Group:  st.Group, Event: st.Event,
+			State: st.State, Attempts: st.Attempts, CompAttempts: st.CompAttempts, LastError: st.LastError, Note: st.CompensationNote}
 		if len(st.Output) > 0 && string(st.Output) != "null" {
 			row.Output = string(st.Output)
 		}

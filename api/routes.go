@@ -20,7 +20,8 @@ type access int
 const (
 	// accessOpen: anyone (/healthz, /openapi.yaml, the /ui/ redirect).
 	accessOpen access = iota
-	// accessStart: POST /sagas. The client or admin bearer token when
+	// accessStart: POST /sagas, and the client's POST /sagas/{id}/events
+	// and /sagas/{id}/cancel. The client or admin bearer token when
 	// http.client_token or http.protect_reads is set.
 	accessStart
 	// accessRead: the JSON reads. The client or admin bearer token when
@@ -68,6 +69,10 @@ func (s *Server) routeAll() {
 	s.route("POST /sagas", accessStart, s.start)
 	s.route("GET /sagas", accessRead, s.list)
 	s.route("GET /sagas/{id}", accessRead, s.get)
+	// One mux pattern for both: "POST /sagas/{id}/events" alone would
+	// conflict with "POST /sagas/actions/{action}" (neither is more
+	// specific); "/sagas/{id}/{verb}" is less specific than it.
+	s.route("POST /sagas/{id}/{verb}", accessStart, s.sagaVerb, "POST /sagas/{id}/cancel", "POST /sagas/{id}/events")
 	s.route("POST /sagas/{id}/actions/{action}", accessAdmin, s.operate)
 	s.route("POST /sagas/actions/{action}", accessAdmin, s.operateMatching)
 	s.route("GET /openapi.yaml", accessOpen, s.openAPI)
@@ -109,9 +114,28 @@ func (s *Server) routeAll() {
 	}
 }
 
-// route registers h for pattern behind the gate of a.
-func (s *Server) route(pattern string, a access, h http.HandlerFunc) {
-	s.routes = append(s.routes, Route{Pattern: pattern, Access: a.String()})
+// sagaVerb serves POST /sagas/{id}/events and /sagas/{id}/cancel; another
+// verb answers 404 (after the gate).
+func (s *Server) sagaVerb(w http.ResponseWriter, r *http.Request) {
+	switch r.PathValue("verb") {
+	case "events":
+		s.sendEvent(w, r)
+	case "cancel":
+		s.cancel(w, r)
+	default:
+		fail(w, http.StatusNotFound, "", "no route %s %s", r.Method, echo(r.URL.Path))
+	}
+}
+
+// route registers h for pattern behind the gate of a. Routes lists it
+// as pattern, or as the listed patterns it serves (routeVerbs).
+func (s *Server) route(pattern string, a access, h http.HandlerFunc, listed ...string) {
+	if len(listed) == 0 {
+		listed = []string{pattern}
+	}
+	for _, p := range listed {
+		s.routes = append(s.routes, Route{Pattern: p, Access: a.String()})
+	}
 	s.mux.Handle(pattern, s.gate(a, h))
 }
 

@@ -76,6 +76,8 @@ VALUES ($1, $2, 'create-shipment', 'stuck', 'sntl-discrepancy-b8e1') RETURNING i
 		"POST /sagas":                                {access: "start", path: "/sagas", body: `{}`},
 		"GET /sagas":                                 {access: "read", path: "/sagas"},
 		"GET /sagas/{id}":                            {access: "read", path: "/sagas/" + sid},
+		"POST /sagas/{id}/events":                    {access: "start", path: "/sagas/" + sid + "/events", body: `{}`},
+		"POST /sagas/{id}/cancel":                    {access: "start", path: "/sagas/" + sid + "/cancel", body: `{}`},
 		"POST /sagas/{id}/actions/{action}":          {access: "admin", path: "/sagas/" + sid + "/actions/retry", body: `{}`},
 		"POST /sagas/actions/{action}":               {access: "admin", path: "/sagas/actions/retry", body: `{}`},
 		"GET /openapi.yaml":                          {access: "open", path: "/openapi.yaml"},

@@ -26,6 +26,12 @@ type Metrics struct {
 	// unauthenticated counts replies not signed by their step's
 	// participant (signing.go), by participant and outcome.
 	unauthenticated *prometheus.CounterVec
+	// events counts external events by saga type and result (recorded,
+	// duplicate, refused); waitsTimedOut wait steps whose deadline passed;
+	// cancels client cancels by result (accepted, refused).
+	events        *prometheus.CounterVec
+	waitsTimedOut *prometheus.CounterVec
+	cancels       *prometheus.CounterVec
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -66,6 +72,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Replies not signed by their step's participant, by participant and outcome: taken (unsigned, allowed during a migration) or refused (dead-lettered)."}, []string{"participant", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "sagas_in_flight",
 			Help: "Non-terminal sagas, by state."}, []string{"state"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "events_received_total",
+			Help: "External events sent to sagas (POST /sagas/{id}/events), by saga type and result: recorded, duplicate (same event_id again, no-op) or refused."}, []string{"type", "result"}),
+		waitsTimedOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "waits_timed_out_total",
+			Help: "Wait steps whose deadline passed without their event, by saga type."}, []string{"type"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_cancelled_total",
+			Help: "Client cancels (POST /sagas/{id}/cancel), by saga type and result: accepted or refused (at or after the pivot)."}, []string{"type", "result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -80,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -137,6 +149,13 @@ func (m *Metrics) InitTypes(sagaTypes ...string) {
 		m.late.WithLabelValues(t)
 		m.illegal.WithLabelValues(t)
 		m.flagged.WithLabelValues(t)
+		m.waitsTimedOut.WithLabelValues(t)
+		for _, r := range []string{"recorded", "duplicate", "refused"} {
+			m.events.WithLabelValues(t, r)
+		}
+		for _, r := range []string{"accepted", "refused"} {
+			m.cancels.WithLabelValues(t, r)
+		}
 	}
 }
 
@@ -150,8 +169,17 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 	if d.Illegal {
 		m.illegal.WithLabelValues(sagaType).Inc()
 	}
+	if d.Duplicate {
+		m.events.WithLabelValues(sagaType, "duplicate").Inc()
+	}
 	if !d.Changed {
 		return
+	}
+	if ev == saga.EventExternal {
+		m.events.WithLabelValues(sagaType, "recorded").Inc()
+	}
+	if d.WaitsTimedOut > 0 {
+		m.waitsTimedOut.WithLabelValues(sagaType).Add(float64(d.WaitsTimedOut))
 	}
 	m.transitions.WithLabelValues(sagaType, string(ev)).Inc()
 	if ev == saga.EventStart {

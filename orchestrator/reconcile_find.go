@@ -17,7 +17,11 @@ const reconcileScanLimit = 10000
 
 // stuckWhere selects the running and compensating sagas not moved since
 // $1, on sagas_open_idx (its predicate stated literally).
-const stuckWhere = `state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') AND updated_at < $1`
+//
+// A saga waiting for an external event is not stuck: it waits by
+// definition (its wait's deadline, if any, moves it).
+const stuckWhere = `state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') AND updated_at < $1
+     AND NOT steps @? '$[*] ? (@.state == "waiting")'`
 
 // failedWhere selects the failed sagas on sagas_open_idx (its predicate
 // stated literally).
@@ -26,8 +30,8 @@ const failedWhere = `state NOT IN ('completed', 'compensated') AND state = 'fail
 // brokenRules pre-selects the finished sagas whose steps break a rule
 // InstanceDiscrepancies judges.
 const brokenRules = `state IN ('completed', 'compensated') AND (
-        steps @? '$[*] ? (@.state == "running" || @.state == "retrying" || @.state == "querying" || @.state == "unknown" || @.state == "compensating" || @.state == "compensation_retrying")'
-     OR (state = 'completed' AND steps @? '$[*] ? (@.state != "succeeded")')
+        steps @? '$[*] ? (@.state == "running" || @.state == "retrying" || @.state == "querying" || @.state == "unknown" || @.state == "compensating" || @.state == "compensation_retrying" || @.state == "waiting")'
+     OR (state = 'completed' AND steps @? '$[*] ? (@.state != "succeeded" && @.state != "skipped")')
      OR (steps @? '$[*] ? (@.kind == "pivot" && @.state == "succeeded")' AND steps @? '$[*] ? (@.state == "compensated" || @.state == "compensating")')
      OR steps @? '$[*] ? (@.state == "compensated" && !exists(@.started_at))')`
 
@@ -153,11 +157,11 @@ func instanceDiscrepancies(in saga.Instance) []Discrepancy {
 	}
 	for _, s := range in.Steps {
 		switch s.State {
-		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepUnknown, saga.StepCompensating, saga.StepCompRetrying:
+		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepUnknown, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
 			add(s.Name, KindActiveAfterTerminal, "the saga is %s but step %q is %s", in.State, s.Name, s.State)
 			continue
 		}
-		if in.State == saga.Completed && s.State != saga.StepSucceeded {
+		if in.State == saga.Completed && s.State != saga.StepSucceeded && s.State != saga.StepSkipped {
 			add(s.Name, KindCompletedUnfinished, "the saga is completed but step %q is %s", s.Name, s.State)
 		}
 		if pivotDone && s.State == saga.StepCompensated {

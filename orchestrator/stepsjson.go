@@ -101,6 +101,18 @@ func appendStep(dst []byte, st *saga.StepState) ([]byte, error) {
 		dst = append(dst, `,"compensation_note":`...)
 		dst = jsonlite.AppendString(dst, st.CompensationNote)
 	}
+	if st.Seq != 0 {
+		dst = append(dst, `,"done_seq":`...)
+		dst = strconv.AppendInt(dst, int64(st.Seq), 10)
+	}
+	if len(st.Events) > 0 {
+		// Events are rare (wait steps only) and small: encoding/json.
+		b, err := json.Marshal(st.Events)
+		if err != nil {
+			return nil, fmt.Errorf("events: %w", err)
+		}
+		dst = append(append(dst, `,"events":`...), b...)
+	}
 	return append(dst, '}'), nil
 }
 
@@ -206,6 +218,15 @@ func decodeStepField(r *jsonlite.Reader, st *saga.StepState, key []byte) error {
 		}
 		st.AwaitID, err = uuid.Parse(v)
 		return err
+	case "done_seq":
+		return intField(r, &st.Seq)
+	case "events":
+		raw, err := r.Raw()
+		if err != nil {
+			return err
+		}
+		st.Events = nil
+		return json.Unmarshal(raw, &st.Events)
 	case "output":
 		raw, err := r.Raw()
 		if err != nil {

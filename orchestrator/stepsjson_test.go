@@ -26,6 +26,10 @@ func randomSteps(rng *rand.Rand) []saga.StepState {
 		t := time.Unix(rng.Int64N(4e9), rng.Int64N(1e9)*int64(rng.IntN(2))).In(zones[rng.IntN(len(zones))])
 		return &t
 	}
+	tm0 := func() *time.Time {
+		t := time.Unix(rng.Int64N(4e9), rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))])
+		return &t
+	}
 	n := rng.IntN(5)
 	steps := make([]saga.StepState, n)
 	for i := range steps {
@@ -37,6 +41,14 @@ func randomSteps(rng *rand.Rand) []saga.StepState {
 		}
 		if rng.IntN(2) == 0 {
 			st.AwaitID = uuid.New()
+		}
+		st.Seq = rng.IntN(3)
+		for range rng.IntN(3) {
+			ev := saga.ReceivedEvent{ID: strs[rng.IntN(len(strs))], At: *tm0(), Taken: rng.IntN(2) == 0}
+			if rng.IntN(2) == 0 {
+				ev.Data = json.RawMessage(`{"approved": true}`)
+			}
+			st.Events = append(st.Events, ev)
 		}
 		steps[i] = st
 	}

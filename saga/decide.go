@@ -62,15 +62,18 @@ func awaitFor(timeout time.Duration, p RetryPolicy, sagaID uuid.UUID, step strin
 }
 
 // Decide is the one door every state change passes through: given a
-// definition, the current instance and an event, it returns the next
-// instance, the commands to send and the journal entries. It does no I/O
-// and is deterministic.
+// definition, the current instance and an event (a start, a reply, a
+// timer, an operator action, an external event for a wait step, or the
+// client's cancel), it returns the next instance, the commands to send and
+// the journal entries. It does no I/O and is deterministic.
 //
 // Errors: ErrUnknownStep (wrapped) for a reply naming a step the definition
 // lacks; ErrStrayReply (wrapped) for a reply answering a command the saga
-// never sent for that step and action; a *RefusedError for an operator action not allowed now; other
-// errors for inputs that do not belong together (wrong type, corrupt
-// instance) or a start whose first command cannot be built. Events the
+// never sent for that step and action; a *RefusedError for an operator
+// action not allowed now, or a cancel (action cancel) from the pivot on; a
+// *EventError for an external event not recorded (see Engine.SendEvent's
+// contract); other errors for inputs that do not belong together (wrong
+// type, corrupt instance) or a start whose first command cannot be built. Events the
 // transition table does not allow are not errors: the decision is unchanged
 // with an ignored journal entry (Late or Illegal set); so is a reply to a
 // send of its step's action other than the latest (late: only the awaited
@@ -104,6 +107,16 @@ func Decide(def *Def, in Instance, ev Event) (Decision, error) {
 			return Decision{}, errors.New("saga: decide: operator event without operator")
 		}
 		return m.operator(*ev.Operator)
+	case EventExternal:
+		if ev.External == nil {
+			return Decision{}, errors.New("saga: decide: external event without event")
+		}
+		return m.external(*ev.External)
+	case EventCancel:
+		if ev.Cancel == nil {
+			return Decision{}, errors.New("saga: decide: cancel event without cancel")
+		}
+		return m.cancel(*ev.Cancel)
 	}
 	return Decision{}, fmt.Errorf("saga %s: decide: unknown event kind %q", in.ID, ev.Kind)
 }
@@ -114,6 +127,10 @@ type machine struct {
 	in   Instance
 	at   time.Time
 	d    Decision
+	// payloads are the reply payloads of the steps that succeeded in this
+	// decision, merged as received (a step's stored Output drops an empty
+	// or null one).
+	payloads map[int][]byte
 }
 
 func (m *machine) note(e JournalEntry) {
@@ -123,6 +140,7 @@ func (m *machine) note(e JournalEntry) {
 }
 
 func (m *machine) finish() (Decision, error) {
+	m.refreshCursor()
 	m.d.Changed = true
 	m.in.Version = m.prev.Version + 1
 	m.in.UpdatedAt = m.at
@@ -174,8 +192,12 @@ func (m *machine) start() (Decision, error) {
 		m.in.DeadlineAt = &dl
 	}
 	m.note(JournalEntry{Event: JournalStarted, Step: m.def.Steps[0].Name})
-	if err := m.sendForward(0); err != nil {
-		return Decision{}, fmt.Errorf("saga %s (%s): start: step %q: build command: %w", m.in.ID, m.def.Name, m.def.Steps[0].Name, err)
+	if err := m.enterUnit(0); err != nil {
+		var se *stepError
+		if errors.As(err, &se) {
+			return Decision{}, fmt.Errorf("saga %s (%s): start: step %q: build command: %w", m.in.ID, m.def.Name, m.def.Steps[se.i].Name, se.err)
+		}
+		return Decision{}, err
 	}
 	return m.finish()
 }
@@ -195,7 +217,7 @@ func (m *machine) sendForward(i int) error {
 		s.StartedAt = &at
 	}
 	s.DueAt = m.dueBy(i, m.at.Add(awaitFor(sd.Timeout, sd.Retry, m.in.ID, sd.Name, s.Attempts)))
-	m.in.Cursor = i
+	m.moveCursor(i)
 	if i == m.def.Pivot {
 		// The deadline bounds the phase before the pivot; once the pivot is
 		// sent, its own attempts and deadline rule.
@@ -210,7 +232,7 @@ func (m *machine) sendCompensate(i int) error {
 	if sd.compensation == nil {
 		return fmt.Errorf("step %q has no compensation", sd.Name)
 	}
-	payload, err := sd.compensation(m.in.Data)
+	payload, err := sd.compensation(m.compensationData(i))
 	if err != nil {
 		return err
 	}
@@ -236,18 +258,6 @@ func (m *machine) emit(sd *StepDef, action message.Action, id uuid.UUID, attempt
 	}})
 }
 
-// advance moves past succeeded step i.
-func (m *machine) advance(i int) {
-	if i == len(m.def.Steps)-1 {
-		m.in.State = Completed
-		m.in.DeadlineAt = nil
-		return
-	}
-	if err := m.sendForward(i + 1); err != nil {
-		m.cannotSend(i+1, err)
-	}
-}
-
 // cannotSend handles a forward command that could not be built (a
 // definition bug): step i was never sent.
 func (m *machine) cannotSend(i int, err error) {
@@ -258,34 +268,14 @@ func (m *machine) cannotSend(i int, err error) {
 		m.fail(fmt.Sprintf("step %q: cannot build its command: %v", s.Name, err))
 		return
 	}
-	m.compensateFrom(i - 1)
-}
-
-// compensateFrom enters (or continues) compensation with the highest step
-// at or below from that needs it: succeeded steps, and steps whose outcome
-// is unknown. Compensation runs in reverse order of completion, which for a
-// sequential saga is reverse step order.
-func (m *machine) compensateFrom(from int) {
-	m.in.State = Compensating
-	m.in.DeadlineAt = nil
-	for j := from; j >= 0; j-- {
-		st := m.in.Steps[j].State
-		if st != StepSucceeded && st != StepUnknown {
-			continue
-		}
-		if err := m.sendCompensate(j); err != nil {
-			m.fail(fmt.Sprintf("cannot build the compensation of step %q: %v", m.in.Steps[j].Name, err))
-		}
-		return
-	}
-	m.in.State = Compensated
+	m.compensate()
 }
 
 func (m *machine) fail(reason string) {
 	m.in.State = Failed
 	m.in.DeadlineAt = nil
-	if m.in.Cursor >= 0 {
-		m.in.Steps[m.in.Cursor].DueAt = nil
+	for j := range m.in.Steps {
+		m.in.Steps[j].DueAt = nil
 	}
 	if len(m.d.Journal) > 0 {
 		j := &m.d.Journal[len(m.d.Journal)-1]
@@ -368,7 +358,10 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 	case message.Forward:
 		// A definite answer to the latest send is taken while the step
 		// is queried too: it is as good as the query's.
-		if m.in.State != Running || m.in.Cursor != i || (s.State != StepRunning && s.State != StepRetrying && s.State != StepQuerying) {
+		// A member of a group still in flight when the saga turned back
+		// (another member failed, a cancel) is settled while the saga
+		// compensates: its answer is taken then too.
+		if (m.in.State != Running && m.in.State != Compensating) || !s.State.inFlight() {
 			base.Reason = fmt.Sprintf("forward %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
 			return m.ignore(true, base)
 		}
@@ -403,7 +396,7 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 			m.settle(i, message.Compensate, message.Success)
 			at := m.at
 			s.State, s.DueAt, s.CompFinishedAt, s.CompensationNote = StepCompensated, nil, &at, r.Reason
-			m.compensateFrom(i - 1)
+			m.compensate()
 		case message.Failure, message.Retry:
 			if s.State != StepCompensating || r.InReplyTo != s.AwaitID {
 				base.Reason = "answer to an earlier compensation send"
@@ -430,25 +423,21 @@ func (m *machine) forwardSucceeded(i int, r *message.Reply) {
 	m.settle(i, message.Forward, message.Success)
 	at := m.at
 	s.State, s.DueAt, s.FinishedAt, s.LastError = StepSucceeded, nil, &at, ""
+	s.Seq = m.nextSeq()
 	if len(r.Payload) > 0 && string(r.Payload) != "null" {
 		s.Output = r.Payload
 	}
-	data, err := m.def.Steps[i].onSuccess(m.in.Data, r.Payload)
-	if err != nil {
-		s.LastError = "output rejected: " + err.Error()
-		m.note(JournalEntry{Event: JournalOutputRejected, Step: s.Name, Reason: err.Error()})
-		if m.def.beforePivot(i) {
-			m.compensateFrom(i)
-		} else {
-			m.fail(fmt.Sprintf("step %q succeeded but its output was rejected: %v", s.Name, err))
-		}
+	if m.payloads == nil {
+		m.payloads = map[int][]byte{}
+	}
+	m.payloads[i] = r.Payload
+	if m.in.State == Compensating {
+		// A member that took effect after the saga turned back: it is
+		// compensated with the others, once none is in flight.
+		m.compensate()
 		return
 	}
-	m.in.Data = data
-	if i == m.def.Pivot {
-		m.in.DeadlineAt = nil
-	}
-	m.advance(i)
+	m.unitProgress(m.def.Steps[i].Unit)
 }
 
 func (m *machine) forwardFailed(i int, reason string) {
@@ -460,7 +449,7 @@ func (m *machine) forwardFailed(i int, reason string) {
 		m.fail(fmt.Sprintf("step %q answered a business failure after the pivot (a definition error: steps after the pivot must not fail): %s", s.Name, reason))
 		return
 	}
-	m.compensateFrom(i - 1)
+	m.compensate()
 }
 
 // stepDeadline is when step i's forward runs out of time: its effective
@@ -542,23 +531,61 @@ func (m *machine) timer() (Decision, error) {
 	if m.in.State.Terminal() || m.in.Cursor < 0 {
 		return m.noop()
 	}
-	i := m.in.Cursor
-	s := &m.in.Steps[i]
-	if m.sendBoundDue() {
-		return m.stopSending(i)
+	due := m.dueSteps()
+	if len(due) > 0 && m.in.Steps[due[0]].State != StepWaiting && m.sendBoundDue() {
+		return m.stopSending(due[0])
 	}
-	if m.in.State == Running && m.in.DeadlineAt != nil && !m.at.Before(*m.in.DeadlineAt) && m.def.beforePivot(i) {
-		m.note(JournalEntry{Event: JournalDeadline, Step: s.Name, Reason: fmt.Sprintf("saga deadline %s passed before the pivot", m.in.DeadlineAt.Format(time.RFC3339Nano))})
-		if s.State == StepRunning || s.State == StepRetrying || s.State == StepQuerying {
-			s.State, s.DueAt = StepUnknown, nil
-			s.LastError = "saga deadline passed"
+	if i := m.in.Cursor; m.in.State == Running && m.in.DeadlineAt != nil && !m.at.Before(*m.in.DeadlineAt) && m.def.beforePivot(i) {
+		m.note(JournalEntry{Event: JournalDeadline, Step: m.in.Steps[i].Name, Reason: fmt.Sprintf("saga deadline %s passed before the pivot", m.in.DeadlineAt.Format(time.RFC3339Nano))})
+		for j := range m.in.Steps {
+			if s := &m.in.Steps[j]; s.State.inFlight() {
+				s.State, s.DueAt = StepUnknown, nil
+				s.LastError = "saga deadline passed"
+			}
 		}
-		m.compensateFrom(i)
+		m.compensate()
 		return m.finish()
 	}
-	if s.DueAt == nil || m.at.Before(*s.DueAt) {
+	if len(due) == 0 {
 		return m.noop()
 	}
+	handled := 0
+	for _, i := range due {
+		s := &m.in.Steps[i]
+		if m.in.State.Terminal() || s.DueAt == nil || m.at.Before(*s.DueAt) {
+			continue // moved by the handling of an earlier one
+		}
+		if m.stepTimer(i) {
+			handled++
+		}
+	}
+	if handled == 0 {
+		s := &m.in.Steps[due[0]]
+		return m.ignore(false, JournalEntry{Step: s.Name, Reason: fmt.Sprintf("timer while the step is %s", s.State)})
+	}
+	return m.finish()
+}
+
+// dueSteps are the steps whose due time has come, earliest first.
+func (m *machine) dueSteps() []int {
+	var due []int
+	for i := range m.in.Steps {
+		if d := m.in.Steps[i].DueAt; d != nil && !m.at.Before(*d) {
+			due = append(due, i)
+		}
+	}
+	for a := 1; a < len(due); a++ { // a few steps: insertion sort, stable
+		for b := a; b > 0 && m.in.Steps[due[b]].DueAt.Before(*m.in.Steps[due[b-1]].DueAt); b-- {
+			due[b], due[b-1] = due[b-1], due[b]
+		}
+	}
+	return due
+}
+
+// stepTimer handles the due time of step i; false when the step's state
+// has no timer transition.
+func (m *machine) stepTimer(i int) bool {
+	s := &m.in.Steps[i]
 	switch s.State {
 	case StepRunning:
 		// Outcome unknown: the send may still be executed (or already
@@ -588,10 +615,12 @@ func (m *machine) timer() (Decision, error) {
 		if err := m.sendCompensate(i); err != nil {
 			m.fail(fmt.Sprintf("cannot build the compensation of step %q: %v", s.Name, err))
 		}
+	case StepWaiting:
+		m.waitTimedOut(i)
 	default:
-		return m.ignore(false, JournalEntry{Step: s.Name, Reason: fmt.Sprintf("timer while the step is %s", s.State)})
+		return false
 	}
-	return m.finish()
+	return true
 }
 
 func (m *machine) operator(op Operator) (Decision, error) {
@@ -654,7 +683,7 @@ func (m *machine) operator(op Operator) (Decision, error) {
 			s.State, s.DueAt = StepUnknown, nil
 			s.LastError = "compensated by operator " + op.Actor
 		}
-		m.compensateFrom(i)
+		m.compensate()
 	case ActionResolve:
 		if m.in.State != Failed {
 			return refuse("the saga is %s; only a failed saga can be resolved", m.in.State)

@@ -21,6 +21,23 @@ const (
 	Pivot Kind = "pivot"
 	// Retryable steps run after the pivot and are retried until they succeed.
 	Retryable Kind = "retryable"
+	// Wait steps send nothing: they wait for a named external event (an
+	// approval, a payment webhook) sent to the saga (Engine.SendEvent, the
+	// events API). Before the pivot a refused event, or a deadline with
+	// OnDeadline WaitCompensate, compensates the saga; after it a wait's
+	// deadline must fail it (WaitFail) and a refusal fails it.
+	Wait Kind = "wait"
+)
+
+// WaitDeadline says what a wait step's deadline means.
+type WaitDeadline string
+
+const (
+	// WaitCompensate (the default before the pivot): the saga compensates
+	// what took effect, as after a business failure.
+	WaitCompensate WaitDeadline = "compensate"
+	// WaitFail: the saga becomes failed, for an operator.
+	WaitFail WaitDeadline = "fail"
 )
 
 // Defaults for step and saga options.
@@ -153,6 +170,60 @@ type Step[T any] struct {
 	// negative: never query (a participant that does not implement the
 	// query action).
 	QueryAttempts int
+
+	// Group puts the step in a parallel group: consecutive steps with the
+	// same Group run at once (every member's command is sent in one
+	// decision, replies are taken in any order, and the saga moves on when
+	// every member has succeeded). A group is all Compensable (before the
+	// pivot) or all Retryable (after it); the pivot and wait steps are
+	// never in a group. Members' outputs are merged (OnSuccess) when the
+	// group completes, in the order of the definition, whatever the order
+	// of the replies. Empty: the step runs alone. See also [Parallel].
+	Group string
+	// When, if set, is evaluated over the saga data when the step is
+	// reached (a group's members all when the group is reached): false
+	// records the step as skipped; it is never sent nor compensated.
+	When func(data T) bool
+
+	// Event (wait steps only) is the name of the external event the step
+	// waits for (the name pattern of step names). An event sent before the
+	// saga reaches the step is kept and taken when it does.
+	Event string
+	// OnDeadline (wait steps only) says what the wait's Deadline means:
+	// WaitCompensate (default before the pivot) or WaitFail. For a wait
+	// step Deadline is the time from reaching the step; zero waits without
+	// a deadline of its own (the saga's Deadline still bounds the phase
+	// before the pivot).
+	OnDeadline WaitDeadline
+	// OnEvent (wait steps only) merges the event's data into the saga data,
+	// or refuses the event by returning an error (a rejected approval):
+	// before the pivot the saga then compensates, after it it fails. Nil
+	// takes any event and merges nothing.
+	OnEvent func(data *T, event json.RawMessage) error
+}
+
+// Parallel returns steps as members of the parallel group name (their
+// Group set to name), each with its own When and-ed with when (nil: no
+// group condition), to be spliced into Definition.Steps:
+//
+//	Steps: slices.Concat(
+//		saga.Parallel("reserve", nil, reserveFlight, reserveHotel, reserveCar),
+//		[]saga.Step[Trip]{charge},
+//	)
+func Parallel[T any](name string, when func(data T) bool, steps ...Step[T]) []Step[T] {
+	out := make([]Step[T], len(steps))
+	for i, s := range steps {
+		s.Group = name
+		if when != nil {
+			if own := s.When; own != nil {
+				s.When = func(data T) bool { return when(data) && own(data) }
+			} else {
+				s.When = when
+			}
+		}
+		out[i] = s
+	}
+	return out
 }
 
 // Definition is a saga type defined in Go over data T.
@@ -191,10 +262,29 @@ type StepDef struct {
 	// QueryAttempts is how many query sends settle a given-up step before
 	// the give-up goes ahead; 0: none (queries disabled).
 	QueryAttempts int
+	// Group is the parallel group the step is a member of ("" for none);
+	// Unit indexes Def.Units, the step's unit of execution (its group, or
+	// itself).
+	Group string
+	Unit  int
+	// Conditional: the step has a When predicate.
+	Conditional bool
+	// Event and OnDeadline: a wait step's event name and deadline meaning.
+	Event      string
+	OnDeadline WaitDeadline
 
 	command      func(data json.RawMessage) (json.RawMessage, error)
 	compensation func(data json.RawMessage) (json.RawMessage, error)
 	onSuccess    func(data, output json.RawMessage) (json.RawMessage, error)
+	when         func(data json.RawMessage) (bool, error)
+	onEvent      func(data, event json.RawMessage) (json.RawMessage, error)
+}
+
+// Unit is a run of steps executed as one: a parallel group, or a single
+// step. Steps[Start:End] of the definition.
+type Unit struct {
+	Group      string
+	Start, End int
 }
 
 // HasCompensation reports whether the step can be compensated.
@@ -226,8 +316,22 @@ type Def struct {
 	// MaxSends is the saga's bound on its own sends (Definition.MaxSends
 	// with its default); 0: none.
 	MaxSends int
+	// Units are the steps in order of execution, a parallel group being
+	// one unit.
+	Units []Unit
 
 	index map[string]int
+}
+
+// Waits reports whether some wait step of the definition waits for the
+// event called name.
+func (d *Def) Waits(name string) bool {
+	for i := range d.Steps {
+		if d.Steps[i].Kind == Wait && d.Steps[i].Event == name {
+			return true
+		}
+	}
+	return false
 }
 
 // StepIndex returns the index of the step called name.
@@ -246,10 +350,18 @@ func (d *Def) beforePivot(i int) bool { return d.Pivot < 0 || i < d.Pivot }
 // DefinitionError names the saga and step a definition problem is about.
 type DefinitionError struct {
 	Saga, Step string
-	Problem    string
+	// Group is the parallel group the problem is about, if any.
+	Group   string
+	Problem string
 }
 
 func (e *DefinitionError) Error() string {
+	if e.Group != "" {
+		if e.Step == "" {
+			return fmt.Sprintf("saga definition %q, group %q: %s", e.Saga, e.Group, e.Problem)
+		}
+		return fmt.Sprintf("saga definition %q, group %q, step %q: %s", e.Saga, e.Group, e.Step, e.Problem)
+	}
 	if e.Step == "" {
 		return fmt.Sprintf("saga definition %q: %s", e.Saga, e.Problem)
 	}
@@ -293,21 +405,33 @@ func (d Definition[T]) Build() (*Def, error) {
 			return nil, bad(s.Name, "duplicate step name")
 		}
 		def.index[s.Name] = i
-		if !participantRE.MatchString(s.Participant) {
-			return nil, bad(s.Name, "participant %q must be %s", s.Participant, errNamePatternDescription)
-		}
-		if s.Command == nil {
-			return nil, bad(s.Name, "has no Command (payload builder)")
-		}
 		switch s.Kind {
 		case Pivot:
 			if def.Pivot >= 0 {
 				return nil, bad(s.Name, "second pivot (step %q is already the pivot); a saga has at most one", d.Steps[def.Pivot].Name)
 			}
 			def.Pivot = i
-		case Compensable, Retryable:
+			if s.When != nil {
+				return nil, bad(s.Name, "is the pivot and cannot have a When condition: the point of no return is always reached")
+			}
+		case Compensable, Retryable, Wait:
 		default:
-			return nil, bad(s.Name, "kind %q must be compensable, pivot or retryable", s.Kind)
+			return nil, bad(s.Name, "kind %q must be compensable, pivot, retryable or wait", s.Kind)
+		}
+		if s.Kind == Wait {
+			if err := checkWait(s, bad); err != nil {
+				return nil, err
+			}
+		} else {
+			if !participantRE.MatchString(s.Participant) {
+				return nil, bad(s.Name, "participant %q must be %s", s.Participant, errNamePatternDescription)
+			}
+			if s.Command == nil {
+				return nil, bad(s.Name, "has no Command (payload builder)")
+			}
+			if s.Event != "" || s.OnDeadline != "" || s.OnEvent != nil {
+				return nil, bad(s.Name, "is %s: Event, OnDeadline and OnEvent are for wait steps only", s.Kind)
+			}
 		}
 		if s.QueryAttempts > 1000 {
 			return nil, bad(s.Name, "query attempts %d: at most 1000 (negative disables queries)", s.QueryAttempts)
@@ -317,10 +441,16 @@ func (d Definition[T]) Build() (*Def, error) {
 		}
 	}
 	for i, s := range d.Steps {
+		if s.Kind == Wait {
+			if def.afterPivot(i) && s.OnDeadline == WaitCompensate {
+				return nil, bad(s.Name, "waits after the pivot %q: past the point of no return its deadline cannot compensate (OnDeadline must be fail)", d.Steps[def.Pivot].Name)
+			}
+			continue
+		}
 		switch {
 		case def.beforePivot(i) && s.Kind != Compensable:
 			if def.Pivot < 0 {
-				return nil, bad(s.Name, "is %s but the saga has no pivot: without a pivot every step must be compensable", s.Kind)
+				return nil, bad(s.Name, "is %s but the saga has no pivot: without a pivot every step must be compensable (or a wait)", s.Kind)
 			}
 			return nil, bad(s.Name, "is %s but runs before the pivot %q: steps before the pivot must be compensable", s.Kind, d.Steps[def.Pivot].Name)
 		case def.beforePivot(i) && s.Compensation == nil:
@@ -333,6 +463,11 @@ func (d Definition[T]) Build() (*Def, error) {
 			return nil, bad(s.Name, "runs after the pivot and must not have a Compensation")
 		}
 	}
+	units, err := buildUnits(d.Name, d.Steps)
+	if err != nil {
+		return nil, err
+	}
+	def.Units = units
 	flagAfter := d.CompensationFlagAfter
 	if flagAfter <= 0 {
 		flagAfter = FlagAfterDefault
@@ -346,7 +481,23 @@ func (d Definition[T]) Build() (*Def, error) {
 			Name: s.Name, Participant: s.Participant, Kind: s.Kind,
 			Timeout: timeout, Retry: s.Retry.withDefaults(s.Kind), Deadline: s.Deadline,
 			CompRetry: RetryPolicy{InitialInterval: s.Retry.InitialInterval, MaxInterval: s.Retry.MaxInterval, Multiplier: s.Retry.Multiplier, MaxAttempts: flagAfter}.withDefaults(Retryable),
-			command:   payloadBuilder(s.Command),
+			Group:     s.Group, Conditional: s.When != nil, Event: s.Event, OnDeadline: s.OnDeadline,
+		}
+		if s.Command != nil {
+			sd.command = payloadBuilder(s.Command)
+		}
+		if s.When != nil {
+			sd.when = predicate(s.When)
+		}
+		if s.Kind == Wait {
+			sd.onEvent = merger(s.OnEvent)
+			sd.QueryAttempts = 0
+			if sd.OnDeadline == "" {
+				sd.OnDeadline = WaitCompensate
+				if def.afterPivot(len(def.Steps)) {
+					sd.OnDeadline = WaitFail
+				}
+			}
 		}
 		switch {
 		case s.QueryAttempts == 0:
@@ -363,7 +514,82 @@ func (d Definition[T]) Build() (*Def, error) {
 		sd.onSuccess = merger(s.OnSuccess)
 		def.Steps = append(def.Steps, sd)
 	}
+	for u, un := range def.Units {
+		for i := un.Start; i < un.End; i++ {
+			def.Steps[i].Unit = u
+		}
+	}
 	return def, nil
+}
+
+// checkWait checks the fields of wait step s.
+func checkWait[T any](s Step[T], bad func(step, format string, args ...any) error) error {
+	switch {
+	case !nameRE.MatchString(s.Event) || len(s.Event) > maxNameLen:
+		return bad(s.Name, "is a wait: its Event %q must be %s, at most %d characters", s.Event, errNamePatternDescription, maxNameLen)
+	case s.Participant != "":
+		return bad(s.Name, "is a wait: it sends nothing and must not name a participant (%q)", s.Participant)
+	case s.Command != nil || s.Compensation != nil || s.OnSuccess != nil:
+		return bad(s.Name, "is a wait: it sends nothing and must not have a Command, Compensation or OnSuccess (OnEvent merges the event)")
+	case s.OnDeadline != "" && s.OnDeadline != WaitCompensate && s.OnDeadline != WaitFail:
+		return bad(s.Name, "on-deadline %q must be compensate or fail", s.OnDeadline)
+	case s.Group != "":
+		return bad(s.Name, "is a wait and cannot be in the parallel group %q", s.Group)
+	}
+	return nil
+}
+
+// buildUnits groups steps into units of execution and checks the group
+// rules: members consecutive, all compensable (before the pivot) or all
+// retryable (after it), never the pivot nor a wait.
+func buildUnits[T any](sagaName string, steps []Step[T]) ([]Unit, error) {
+	bad := func(group, step, format string, args ...any) error {
+		return &DefinitionError{Saga: sagaName, Group: group, Step: step, Problem: fmt.Sprintf(format, args...)}
+	}
+	var units []Unit
+	closed := map[string]bool{}
+	for i, s := range steps {
+		if n := len(units); n > 0 && units[n-1].Group != "" && units[n-1].Group != s.Group {
+			closed[units[n-1].Group] = true
+		}
+		if s.Group == "" {
+			units = append(units, Unit{Start: i, End: i + 1})
+			continue
+		}
+		g := s.Group
+		if !nameRE.MatchString(g) || len(g) > maxNameLen {
+			return nil, bad(g, s.Name, "group name must be %s, at most %d characters", errNamePatternDescription, maxNameLen)
+		}
+		switch s.Kind {
+		case Pivot:
+			return nil, bad(g, s.Name, "is the pivot: the point of no return is never inside a parallel group")
+		case Wait:
+			return nil, bad(g, s.Name, "is a wait: a wait step is never inside a parallel group")
+		}
+		if n := len(units); n > 0 && units[n-1].Group == g {
+			first := steps[units[n-1].Start]
+			if first.Kind != s.Kind {
+				return nil, bad(g, s.Name, "is %s but member %q is %s: a group is all compensable (before the pivot) or all retryable (after it)", s.Kind, first.Name, first.Kind)
+			}
+			units[n-1].End = i + 1
+			continue
+		}
+		if closed[g] {
+			return nil, bad(g, s.Name, "members must be consecutive steps; another step comes between them")
+		}
+		units = append(units, Unit{Group: g, Start: i, End: i + 1})
+	}
+	return units, nil
+}
+
+func predicate[T any](f func(T) bool) func(json.RawMessage) (bool, error) {
+	return func(raw json.RawMessage) (bool, error) {
+		var data T
+		if err := json.Unmarshal(raw, &data); err != nil {
+			return false, fmt.Errorf("decode saga data: %w", err)
+		}
+		return f(data), nil
+	}
 }
 
 func payloadBuilder[T any](f func(T) (any, error)) func(json.RawMessage) (json.RawMessage, error) {
@@ -556,7 +782,7 @@ func (r *Registry) Participants() []string {
 	for _, vs := range r.defs {
 		for _, d := range vs {
 			for _, s := range d.Steps {
-				if !seen[s.Participant] {
+				if s.Participant != "" && !seen[s.Participant] {
 					seen[s.Participant] = true
 					out = append(out, s.Participant)
 				}

@@ -224,10 +224,10 @@ func TestRegistryRegisterLookup(t *testing.T) {
 	if err := steps.Register(r); err != nil {
 		t.Fatalf("steps.Register: %v", err)
 	}
-	if got := strings.Join(r.Types(), ","); got != "place-order,reg" {
+	if got := strings.Join(r.Types(), ","); got != "book-trip,place-order,reg" {
 		t.Fatalf("Types = %s", got)
 	}
-	want := "coupon,inventory,payment,points,shipping,svc-a,svc-p,svc-r1"
+	want := "cars,coupon,flights,hotels,inventory,payment,points,shipping,svc-a,svc-p,svc-r1"
 	if got := strings.Join(r.Participants(), ","); got != want {
 		t.Fatalf("Participants = %s, want %s", got, want)
 	}

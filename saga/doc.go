@@ -47,6 +47,12 @@
 // holds built definitions by name and version; [Registry.Override] changes
 // per-step timeouts and retry policies from configuration.
 //
+// Steps sharing a Group (see [Parallel]) run at once; a step's When
+// predicate skips it; a [Wait] step waits for a named external event
+// (Event, Deadline, OnDeadline, OnEvent) sent with an [External] event,
+// kept when it comes early. The rules are checked by Build, with errors
+// naming the saga and group.
+//
 // # Running sagas
 //
 // Every state change goes through the pure function [Decide] (definition,
@@ -55,7 +61,8 @@
 // event. A saga is [Running], then [Completed], or [Compensating] then
 // [Compensated]; or [Failed], which needs an operator ([Operator]: retry,
 // compensate, resolve); a saga that has sent [Definition] MaxSends
-// commands stops there too. A reply is taken only when it answers the
+// commands stops there too. The saga's client may cancel it ([Cancel])
+// until its pivot is sent. A reply is taken only when it answers the
 // latest send of its step's action; an answer to an earlier send is
 // journaled as late and ignored.
 //

@@ -3,6 +3,7 @@ package saga_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sagaflow/sagaflow/saga"
@@ -43,4 +44,49 @@ func ExampleDefinition_Build() {
 	//   award-points      retryable   -> points.commands (timeout 10s, compensable false)
 	// true
 	// saga definition "book-room", step "email": runs after the pivot and must not have a Compensation
+}
+
+// ExampleParallel prints the units of the reference book-trip definition
+// (parallel groups, a conditional wait for an event, the pivot), then shows
+// Build refusing the pivot inside a group, naming the saga and the group.
+func ExampleParallel() {
+	def, err := steps.BookTripDefinition().Build()
+	if err != nil {
+		panic(err)
+	}
+	for _, u := range def.Units {
+		var names []string
+		for _, s := range def.Steps[u.Start:u.End] {
+			n := s.Name
+			if s.Conditional {
+				n += " (when)"
+			}
+			if s.Kind == saga.Wait {
+				n += fmt.Sprintf(" waits for %q, on deadline %s", s.Event, s.OnDeadline)
+			}
+			names = append(names, n)
+		}
+		if u.Group != "" {
+			fmt.Printf("group %s: %s\n", u.Group, strings.Join(names, ", "))
+		} else {
+			fmt.Println(names[0])
+		}
+	}
+
+	type trip struct{}
+	cmd := func(trip) (any, error) { return struct{}{}, nil }
+	_, err = saga.Definition[trip]{
+		Name: "bad-trip",
+		Steps: saga.Parallel("reserve", nil,
+			saga.Step[trip]{Name: "reserve", Participant: "hotels", Kind: saga.Compensable, Command: cmd, Compensation: cmd},
+			saga.Step[trip]{Name: "charge", Participant: "payment", Kind: saga.Pivot, Command: cmd},
+		),
+	}.Build()
+	fmt.Println(err)
+	// Output:
+	// group reserve: reserve-flight, reserve-hotel, reserve-car (when)
+	// await-approval (when) waits for "approval", on deadline compensate
+	// charge-payment
+	// group confirm: confirm-flight, confirm-hotel, confirm-car (when)
+	// saga definition "bad-trip", group "reserve", step "charge": is the pivot: the point of no return is never inside a parallel group
 }

@@ -62,7 +62,39 @@ const (
 	StepCompensating StepStatus = "compensating"
 	StepCompRetrying StepStatus = "compensation_retrying"
 	StepCompensated  StepStatus = "compensated"
+	// StepSkipped: the step's When predicate (or its group's) was false
+	// when it was reached; it was never sent and is never compensated.
+	StepSkipped StepStatus = "skipped"
+	// StepWaiting: a wait step waits for its event (DueAt: its deadline).
+	StepWaiting StepStatus = "waiting"
 )
+
+// inFlight reports whether a step in status st has a forward out whose
+// outcome is not settled yet (running, retrying or querying).
+func (st StepStatus) inFlight() bool {
+	return st == StepRunning || st == StepRetrying || st == StepQuerying
+}
+
+// awaiting reports whether a step in status st awaits an answer, a timer
+// or an event (it is active).
+func (st StepStatus) awaiting() bool {
+	switch st {
+	case StepRunning, StepRetrying, StepQuerying, StepCompensating, StepCompRetrying, StepWaiting:
+		return true
+	}
+	return false
+}
+
+// ReceivedEvent is an external event recorded on the wait step that takes
+// it (Engine.SendEvent): kept until the saga reaches the wait, then taken.
+type ReceivedEvent struct {
+	// ID is the sender's event id: the same id again is a no-op.
+	ID   string          `json:"id"`
+	Data json.RawMessage `json:"data,omitempty"`
+	At   time.Time       `json:"at"`
+	// Taken is set once the wait step took (merged or refused) the event.
+	Taken bool `json:"taken,omitempty"`
+}
 
 // StepState is the persisted state of one step of one saga.
 type StepState struct {
@@ -95,6 +127,13 @@ type StepState struct {
 	LastError        string          `json:"last_error,omitempty"`
 	Output           json.RawMessage `json:"output,omitempty"`
 	CompensationNote string          `json:"compensation_note,omitempty"`
+	// Seq orders completions: the saga's n-th step to succeed has Seq n
+	// (compensation runs in reverse order of completion). Zero in rows
+	// written before it existed, and for steps not succeeded.
+	Seq int `json:"done_seq,omitempty"`
+	// Events (wait steps) are the events received for the step, kept until
+	// it is reached and then taken in order.
+	Events []ReceivedEvent `json:"events,omitempty"`
 }
 
 // Instance is one saga's persisted state.
@@ -135,15 +174,20 @@ func (in *Instance) CurrentStep() string {
 	return in.Steps[in.Cursor].Name
 }
 
-// NextWakeup is when a timer must look at the saga: the active step's due
-// time or the pre-pivot deadline, whichever is first. Nil when terminal.
+// NextWakeup is when a timer must look at the saga: the earliest due time
+// of its active steps or the pre-pivot deadline, whichever is first. Nil
+// when terminal.
 func (in *Instance) NextWakeup() *time.Time {
 	if in.State.Terminal() {
 		return nil
 	}
 	var w *time.Time
-	if in.Cursor >= 0 && in.Cursor < len(in.Steps) {
-		w = in.Steps[in.Cursor].DueAt
+	// Only active steps (the members of the active unit that await
+	// something) have a due time.
+	for i := range in.Steps {
+		if d := in.Steps[i].DueAt; d != nil && (w == nil || d.Before(*w)) {
+			w = d
+		}
 	}
 	if in.State == Running && in.DeadlineAt != nil && (w == nil || in.DeadlineAt.Before(*w)) {
 		w = in.DeadlineAt
@@ -178,6 +222,10 @@ const (
 	EventReply    EventKind = "reply"
 	EventTimer    EventKind = "timer"
 	EventOperator EventKind = "operator"
+	// EventExternal is an external event sent to the saga (External).
+	EventExternal EventKind = "event"
+	// EventCancel is a cancel asked by the saga's client (Cancel).
+	EventCancel EventKind = "cancel"
 )
 
 // OperatorAction is what an operator asked for.
@@ -199,6 +247,9 @@ const (
 	// sent, to compare the participants' records with the saga's (the
 	// reconciler); the answers change nothing and journal each difference.
 	ActionCheck OperatorAction = "check"
+	// ActionCancel is not an operator action but the client's cancel
+	// (EventCancel); its refusals are *RefusedError with this action.
+	ActionCancel OperatorAction = "cancel"
 )
 
 // ActorReconciler is the actor of the transitions the orchestrator makes on
@@ -215,12 +266,30 @@ type Operator struct {
 	Outcome State `json:"outcome,omitempty"`
 }
 
+// External is an external event sent to a saga (EventExternal).
+type External struct {
+	// Name is the event's name: what a wait step of the definition waits for.
+	Name string `json:"name"`
+	// ID is the sender's id of the event: the same id again is a no-op.
+	ID string `json:"event_id"`
+	// Data is the event's JSON object (empty: {}).
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Cancel is a client's cancel of a saga (EventCancel).
+type Cancel struct {
+	Actor  string `json:"actor"`
+	Reason string `json:"reason"`
+}
+
 // Event is anything that may move a saga.
 type Event struct {
 	Kind     EventKind
 	At       time.Time
 	Reply    *message.Reply
 	Operator *Operator
+	External *External
+	Cancel   *Cancel
 }
 
 // Outgoing is a command to publish to a participant.
@@ -262,6 +331,12 @@ type Decision struct {
 	// Differences found by a query answer that disagrees with the saga (a
 	// check of a finished saga; see ActionCheck).
 	Differences []Difference
+	// Duplicate is set when an external event's id was already recorded
+	// (nothing changed).
+	Duplicate bool
+	// WaitsTimedOut counts the wait steps whose deadline passed in this
+	// decision (for metrics).
+	WaitsTimedOut int
 }
 
 // Difference is a disagreement between a saga and a participant's record,
@@ -304,3 +379,30 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("%v: %s: %s", ErrRefused, e.Action, e.Why)
 }
 func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Errors of an external event (EventExternal) that was not recorded; every
+// *EventError wraps one of them.
+var (
+	// ErrEventInvalid: the event itself is malformed (no name or id, data
+	// not a JSON object, too long).
+	ErrEventInvalid = errors.New("invalid event")
+	// ErrEventFinished: the saga has finished; it waits for nothing.
+	ErrEventFinished = errors.New("saga finished")
+	// ErrEventUnknown: the definition never waits for an event of that name.
+	ErrEventUnknown = errors.New("event name not waited for")
+	// ErrEventNotAwaited: the saga waits for that name no more (its waits
+	// are past, or it is compensating), or keeps too many events already.
+	ErrEventNotAwaited = errors.New("event not awaited")
+)
+
+// EventError explains why an external event was not recorded.
+type EventError struct {
+	Kind error // one of the ErrEvent* sentinels
+	Name string
+	Why  string
+}
+
+func (e *EventError) Error() string {
+	return fmt.Sprintf("event %q: %v: %s", e.Name, e.Kind, e.Why)
+}
+func (e *EventError) Unwrap() error { return e.Kind }

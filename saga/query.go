@@ -45,7 +45,7 @@ func (m *machine) abandon(i int, why string) {
 		m.fail(fmt.Sprintf("pivot %q %s; not compensated blindly: an operator must resolve it", s.Name, why))
 		return
 	}
-	m.compensateFrom(i)
+	m.compensate()
 }
 
 // startQuery begins a round of queries for step i, whose forward has no
@@ -73,7 +73,7 @@ func (m *machine) sendQuery(i int) {
 	round := s.QueryAttempts - (s.QueryUntil - max(sd.QueryAttempts, 1))
 	due := m.at.Add(awaitFor(sd.Timeout, sd.Retry, m.in.ID, sd.Name+"/query", max(round, 1)))
 	s.DueAt = &due
-	m.in.Cursor = i
+	m.moveCursor(i)
 	m.emit(sd, message.Query, id, s.QueryAttempts, nil)
 }
 
@@ -96,7 +96,7 @@ func (m *machine) queryReply(i int, r *message.Reply, base JournalEntry) (Decisi
 	if m.prev.State.Terminal() {
 		return m.checkReply(i, r, base)
 	}
-	if m.in.State != Running || m.in.Cursor != i || s.State != StepQuerying {
+	if (m.in.State != Running && m.in.State != Compensating) || s.State != StepQuerying {
 		base.Reason = fmt.Sprintf("query %s while the step is %s and the saga %s", r.Outcome, s.State, m.in.State)
 		return m.ignore(true, base)
 	}
@@ -135,7 +135,7 @@ func (m *machine) settleByQuery(i int, ans message.QueryAnswer) {
 		at := m.at
 		s.State, s.DueAt, s.CompFinishedAt, s.CompensationNote = StepCompensated, nil, &at, "compensated (found by query)"
 		m.settle(i, message.Compensate, message.Success)
-		m.compensateFrom(i - 1)
+		m.compensate()
 	}
 }
 

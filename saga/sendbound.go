@@ -47,6 +47,7 @@ func (m *machine) atSendBound() bool {
 // never sees) thus costs at most MaxSends dead letters per saga.
 func (m *machine) stopSending(i int) (Decision, error) {
 	s := &m.in.Steps[i]
+	m.in.Cursor = i // the step an operator's retry re-opens (a group's due member)
 	action := message.Forward
 	switch s.State {
 	case StepCompensating, StepCompRetrying:

@@ -1,5 +1,7 @@
 // Package steps holds the reference saga definitions built from package
-// saga. PlaceOrder is the seeds' order scenario:
+// saga: PlaceOrder (below) and BookTrip (parallel reservations, an
+// approval event, see BookTripDefinition). PlaceOrder is the seeds' order
+// scenario:
 //
 //	reserve-inventory (inventory, compensable)
 //	lock-coupon       (coupon,    compensable)
@@ -151,11 +153,17 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 // PlaceOrder returns the validated place-order definition.
 func PlaceOrder() (*saga.Def, error) { return PlaceOrderDefinition().Build() }
 
-// Register registers every reference saga in r.
+// Register registers every reference saga in r: place-order and
+// book-trip.
 func Register(r *saga.Registry) error {
-	d, err := PlaceOrder()
-	if err != nil {
-		return err
+	for _, build := range []func() (*saga.Def, error){PlaceOrder, BookTrip} {
+		d, err := build()
+		if err != nil {
+			return err
+		}
+		if err := r.Register(d); err != nil {
+			return err
+		}
 	}
-	return r.Register(d)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -258,6 +259,13 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 	if s.NextWakeup != nil {
 		fmt.Fprintf(w, "timer    %s\n", s.NextWakeup.UTC().Format(time.RFC3339))
 	}
+	for _, wv := range s.WaitingFor {
+		deadline := "no deadline"
+		if wv.DeadlineAt != nil {
+			deadline = "until " + wv.DeadlineAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "waiting  event %s at step %s (%s)\n", safe(wv.Event), safe(wv.Step), deadline)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tSTEP\tKIND\tSTATE\tATTEMPTS\tTOOK\tCOMPENSATION\tLAST ERROR")
@@ -266,8 +274,12 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 		if st.Pivot {
 			name += " [pivot]"
 		}
-		if st.Name == s.CurrentStep {
+		if st.Name == s.CurrentStep || slices.Contains(s.ActiveSteps, st.Name) {
 			name = "> " + name
+		}
+		kind := string(st.Kind)
+		if st.Group != "" {
+			kind += " | group " + st.Group // members side by side
 		}
 		comp := "-"
 		if st.CompStartedAt != nil {
@@ -280,7 +292,7 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 		if end == nil && st.State != saga.StepRunning && st.State != saga.StepRetrying {
 			end = st.CompStartedAt // an abandoned forward ends where its compensation starts
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, safe(name), safe(string(st.Kind)), safe(string(st.State)), st.Attempts, took(st.StartedAt, end, now), comp, dash(oneLine(st.LastError)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", i+1, safe(name), safe(kind), safe(string(st.State)), st.Attempts, took(st.StartedAt, end, now), comp, dash(oneLine(st.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

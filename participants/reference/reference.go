@@ -1,8 +1,9 @@
 // Package reference runs the five reference participants of the
 // place-order saga (inventory, coupon, payment, shipping, points) together,
 // each in its own Postgres schema with its own outbox, inbox, barrier and
-// relay. The demo, the end-to-end tests and `orchestrator participants` use
-// it.
+// relay; with Options.Trips also the book-trip saga's flights, hotels and
+// cars (TripNames). The demo, the end-to-end tests and `orchestrator
+// participants` use it.
 package reference
 
 import (
@@ -19,17 +20,24 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/cars"
 	"github.com/sagaflow/sagaflow/participants/coupon"
+	"github.com/sagaflow/sagaflow/participants/flights"
+	"github.com/sagaflow/sagaflow/participants/hotels"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/points"
 	"github.com/sagaflow/sagaflow/participants/shipping"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // Options configure the reference participants.
 type Options struct {
+	// Trips adds the book-trip saga's participants (TripNames) to the
+	// set. Off: place-order's five only, as before.
+	Trips   bool
 	Brokers []string
 	// Dialer, if set, makes every Kafka connection (TLS, SASL); nil: plain
 	// TCP.
@@ -68,7 +76,8 @@ type Options struct {
 	ReplyKeys map[string]message.Key
 }
 
-// Set is the five reference participants.
+// Set is the reference participants: place-order's five, and with
+// Options.Trips book-trip's three.
 type Set struct {
 	pool  *pgxpool.Pool
 	opts  Options
@@ -79,6 +88,18 @@ type Set struct {
 // Names of the reference participants, in saga order.
 var Names = []string{orderapi.Inventory, orderapi.Coupon, orderapi.Payment, orderapi.Shipping, orderapi.Points}
 
+// TripNames are the book-trip saga's own participants (its payment is
+// place-order's), in saga order; Options.Trips adds them.
+var TripNames = []string{tripapi.Flights, tripapi.Hotels, tripapi.Cars}
+
+// names are the participants of a set under o.
+func (o Options) names() []string {
+	if o.Trips {
+		return append(append([]string(nil), Names...), TripNames...)
+	}
+	return Names
+}
+
 // Schema is the schema participant name uses under opts.
 func (o Options) Schema(name string) string { return o.SchemaPrefix + name }
 
@@ -88,7 +109,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Set{pool: pool, opts: opts, extra: map[string][]migrations.Set{}}
-	for _, name := range Names {
+	for _, name := range opts.names() {
 		p, err := participants.New(pool, &participants.Config{
 			Name: name, Schema: opts.Schema(name), Brokers: opts.Brokers, Dialer: opts.Dialer, ReplyTopics: opts.ReplyTopics,
 			CommandTopic:   message.CommandTopic(opts.TopicPrefix, name),
@@ -127,6 +148,21 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 			if err == nil {
 				sets, err = points.Migrations(p.Schema())
 			}
+		case tripapi.Flights:
+			err = flights.Register(p, flights.Options{})
+			if err == nil {
+				sets, err = flights.Migrations(p.Schema())
+			}
+		case tripapi.Hotels:
+			err = hotels.Register(p, hotels.Options{})
+			if err == nil {
+				sets, err = hotels.Migrations(p.Schema())
+			}
+		case tripapi.Cars:
+			err = cars.Register(p, cars.Options{})
+			if err == nil {
+				sets, err = cars.Migrations(p.Schema())
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reference participant %q: %w", name, err)
@@ -161,7 +197,7 @@ func (s *Set) Topics() []string {
 	if len(t) == 0 {
 		t = append(t, message.ReplyTopicDefault)
 	}
-	for _, name := range Names {
+	for _, name := range s.opts.names() {
 		c := message.CommandTopic(s.opts.TopicPrefix, name)
 		t = append(t, c, c+inbox.DLQSuffixDefault)
 	}

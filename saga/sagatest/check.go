@@ -20,24 +20,30 @@ import (
 //   - journal entries carry the saga id, the event time and the states
 //     before and after, and are marked ignored exactly when nothing changed
 //     (late and illegal events change nothing);
-//   - at most one command is sent per decision, to the step's participant,
-//     under the id [saga.Instance.CommandID] derives for it, with a JSON
-//     payload, and the step then awaits that command;
-//   - a forward command is sent only when every earlier step succeeded and
-//     never while compensating; a compensation only for a step before the
-//     pivot, never once the pivot succeeded, and in reverse order (no later
-//     step is left succeeded or unknown);
+//   - at most one command is sent per decision, but one per member of a
+//     parallel group (entered together, or timers due together), each to the step's
+//     participant, under the id [saga.Instance.CommandID] derives for it,
+//     with a JSON payload, and the step then awaits that command;
+//   - a forward command is sent only when every step of the earlier units
+//     succeeded or was skipped, and while compensating only to settle a
+//     step already in flight (a re-send); a compensation only for a step
+//     before the pivot, never once the pivot succeeded, never while a step
+//     is still in flight, and in reverse order of completion (no step of a
+//     later unit, nor a member of its group that completed later, is left
+//     succeeded or unknown);
+//   - a skipped step is never sent; a wait step is never sent;
 //   - the saga never compensates after its pivot succeeded;
 //   - a terminal saga absorbs every event but an operator resolve of a
-//     failed one, and only a terminal saga has no wake-up; only the active
-//     step has a due time;
+//     failed one, and only a terminal saga (or one waiting for an event
+//     without a deadline) has no wake-up; only steps that await something
+//     (in flight, compensating, waiting) have a due time;
 //   - a timer at or after the saga's wake-up moves it (or the timer loop
 //     would spin);
 //   - only a reply to the latest send of its step's action (the awaited
 //     attempt, compensation or query) moves the saga;
-//   - a completed saga has every step succeeded and a compensated one
-//     leaves no effect behind (steps compensated, failed or never run),
-//     unless an operator resolved it so.
+//   - a completed saga has every step succeeded or skipped and a
+//     compensated one leaves no effect behind (steps compensated, failed,
+//     skipped or never run; waits), unless an operator resolved it so.
 //
 // [Harness] calls it after every event; call it yourself when you drive
 // [saga.Decide] directly.
@@ -113,15 +119,28 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		bad("a timer sent a %s command for step %q although the saga had sent %d commands, its bound %d", d.Send[0].Command.Action, d.Send[0].Command.Step, prev.Sends(), def.MaxSends)
 	}
 	if len(d.Send) > 1 && !check {
-		bad("%d commands sent by one decision, want at most one", len(d.Send))
-	}
-	if next.Cursor >= 0 {
-		if term, wake := next.State.Terminal(), next.NextWakeup(); term != (wake == nil) {
-			bad("the saga is %s with wake-up %v: want a wake-up exactly while it is not terminal", next.State, wake)
+		unit, steps := -1, map[string]bool{}
+		for _, o := range d.Send {
+			i, ok := def.StepIndex(o.Command.Step)
+			if !ok || steps[o.Command.Step] || (unit >= 0 && def.Steps[i].Unit != unit) || def.Steps[i].Group == "" {
+				bad("%d commands sent by one decision (%s %s #%d among them): want at most one, or one per member of a parallel group", len(d.Send), o.Command.Step, o.Command.Action, o.Command.Attempt)
+			}
+			unit, steps[o.Command.Step] = def.Steps[i].Unit, true
 		}
 	}
-	for i, s := range next.Steps {
-		if s.DueAt != nil && (next.State.Terminal() || i != next.Cursor) {
+	waiting := false
+	for _, s := range next.Steps {
+		waiting = waiting || (s.State == saga.StepWaiting && s.DueAt == nil)
+	}
+	if next.Cursor >= 0 {
+		if term, wake := next.State.Terminal(), next.NextWakeup(); (term && wake != nil) || (!term && wake == nil && !waiting) {
+			bad("the saga is %s with wake-up %v: want a wake-up exactly while it is not terminal (or waits without deadline)", next.State, wake)
+		}
+	}
+	for _, s := range next.Steps {
+		active := s.State == saga.StepRunning || s.State == saga.StepRetrying || s.State == saga.StepQuerying ||
+			s.State == saga.StepCompensating || s.State == saga.StepCompRetrying || s.State == saga.StepWaiting
+		if s.DueAt != nil && (next.State.Terminal() || !active) {
 			bad("step %q (%s) has a due time but the saga is %s at step %d", s.Name, s.State, next.State, next.Cursor)
 		}
 	}
@@ -160,12 +179,16 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		}
 		switch c.Action {
 		case message.Forward:
-			if prev.State == saga.Compensating || next.State != saga.Running {
+			if def.Steps[i].Kind == saga.Wait || prev.Steps[i].State == saga.StepSkipped {
+				bad("a forward command for step %q, a %s step %s", c.Step, def.Steps[i].Kind, prev.Steps[i].State)
+			}
+			settling := c.Attempt > 1 && (prev.Steps[i].State == saga.StepRetrying || prev.Steps[i].State == saga.StepRunning)
+			if (prev.State == saga.Compensating || next.State != saga.Running) && !(settling && next.State == saga.Compensating) {
 				bad("a forward command for step %q while the saga goes %s -> %s", c.Step, prev.State, next.State)
 			}
-			for j := 0; j < i; j++ {
-				if next.Steps[j].State != saga.StepSucceeded {
-					bad("a forward command for step %q while the earlier step %q is %s", c.Step, next.Steps[j].Name, next.Steps[j].State)
+			for j := 0; j < def.Units[def.Steps[i].Unit].Start; j++ {
+				if st := next.Steps[j].State; st != saga.StepSucceeded && st != saga.StepSkipped {
+					bad("a forward command for step %q while the earlier step %q is %s", c.Step, next.Steps[j].Name, st)
 				}
 			}
 		case message.Compensate:
@@ -175,9 +198,18 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 			if pivotDone {
 				bad("a compensation for step %q after the pivot %q succeeded", c.Step, def.Steps[def.Pivot].Name)
 			}
-			for j := i + 1; j < len(next.Steps); j++ {
-				if st := next.Steps[j].State; st == saga.StepSucceeded || st == saga.StepUnknown {
-					bad("a compensation for step %q while the later step %q is %s: compensations run in reverse order", c.Step, next.Steps[j].Name, st)
+			for j := range next.Steps {
+				st := next.Steps[j].State
+				if st == saga.StepRunning || st == saga.StepRetrying || st == saga.StepQuerying {
+					bad("a compensation for step %q while step %q is still in flight (%s): in-flight steps settle first", c.Step, next.Steps[j].Name, st)
+				}
+				if def.Steps[j].Kind == saga.Wait || (st != saga.StepSucceeded && st != saga.StepUnknown) {
+					continue
+				}
+				later := def.Steps[j].Unit > def.Steps[i].Unit ||
+					(def.Steps[j].Unit == def.Steps[i].Unit && st == saga.StepSucceeded && next.Steps[i].Seq > 0 && next.Steps[j].Seq > next.Steps[i].Seq)
+				if later {
+					bad("a compensation for step %q while the later step %q is %s: compensations run in reverse order of completion", c.Step, next.Steps[j].Name, st)
 				}
 			}
 		}
@@ -186,13 +218,16 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		switch next.State {
 		case saga.Completed:
 			for _, s := range next.Steps {
-				if s.State != saga.StepSucceeded {
+				if s.State != saga.StepSucceeded && s.State != saga.StepSkipped {
 					bad("the saga completed with step %q %s", s.Name, s.State)
 				}
 			}
 		case saga.Compensated:
-			for _, s := range next.Steps {
-				if s.State != saga.StepCompensated && s.State != saga.StepFailed && s.State != saga.StepPending {
+			for i, s := range next.Steps {
+				if def.Steps[i].Kind == saga.Wait {
+					continue
+				}
+				if s.State != saga.StepCompensated && s.State != saga.StepFailed && s.State != saga.StepPending && s.State != saga.StepSkipped {
 					bad("the saga is compensated with step %q %s (an effect left behind)", s.Name, s.State)
 				}
 			}
@@ -210,6 +245,14 @@ func describeEvent(ev saga.Event) string {
 	case saga.EventOperator:
 		if op := ev.Operator; op != nil {
 			return fmt.Sprintf("operator %s at %s", op.Action, stamp(ev.At))
+		}
+	case saga.EventExternal:
+		if x := ev.External; x != nil {
+			return fmt.Sprintf("event %q id %q at %s", x.Name, x.ID, stamp(ev.At))
+		}
+	case saga.EventCancel:
+		if c := ev.Cancel; c != nil {
+			return fmt.Sprintf("cancel by %q at %s", c.Actor, stamp(ev.At))
 		}
 	}
 	return fmt.Sprintf("%s event at %s", ev.Kind, stamp(ev.At))

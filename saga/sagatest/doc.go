@@ -37,6 +37,19 @@
 // and [Harness.Deliver] any event, returning Decide's error instead of
 // failing the test.
 //
+// # Groups, events and cancel
+//
+// A parallel group's members are sent by one decision:
+// [Harness.ExpectTogether] takes their commands and asserts that, and
+// [Harness.Answer] answers the command a named step awaits
+// ([Harness.AwaitedBy]), in any order. [Harness.SendEvent] sends an
+// external event (its refusal, a *saga.EventError, is returned; a
+// duplicate event_id returns a decision with Duplicate set) and
+// [Harness.Cancel] the client's cancel (a refusal is returned).
+// [Harness.ExpectStepState] asserts steps' states (skipped, waiting) and
+// [Harness.CompletionOrder] lists the steps in the order they succeeded,
+// which compensation reverses.
+//
 // # Time
 //
 // The clock starts at [DefaultStart] (see [StartAt]) and moves only when

@@ -135,6 +135,8 @@ type Harness struct {
 	last       saga.Decision
 	lastReply  *message.Reply
 	replies    int
+	decisions  int               // decisions recorded
+	sentIn     map[uuid.UUID]int // command id: the decision that sent it
 }
 
 // New returns a harness for a new, not yet started saga of def (a built
@@ -230,7 +232,12 @@ func (h *Harness) Deliver(ev saga.Event) (saga.Decision, error) {
 	CheckDecision(h.t, h.def, prev, ev, d)
 	h.in, h.last = d.Next, d
 	h.journal = append(h.journal, d.Journal...)
+	h.decisions++
+	if h.sentIn == nil {
+		h.sentIn = map[uuid.UUID]int{}
+	}
 	for _, o := range d.Send {
+		h.sentIn[o.Command.MessageID] = h.decisions
 		h.sent = append(h.sent, o.Command)
 		h.queue = append(h.queue, o.Command)
 	}
@@ -520,7 +527,7 @@ func (h *Harness) TimeoutUntilGivenUp(step string) saga.Decision {
 	}
 	active := func() bool {
 		st := h.in.Steps[i].State
-		return h.in.State == saga.Running && h.in.Cursor == i && (st == saga.StepRunning || st == saga.StepRetrying)
+		return (h.in.State == saga.Running || h.in.State == saga.Compensating) && (st == saga.StepRunning || st == saga.StepRetrying)
 	}
 	if !active() {
 		h.fatalf("TimeoutUntilGivenUp(%q): the step is %s, not awaiting its forward", step, h.in.Steps[i].State)
@@ -551,7 +558,7 @@ func (h *Harness) TimeoutUntilGivenUp(step string) saga.Decision {
 func (h *Harness) QueriesUnanswered(step string) saga.Decision {
 	h.t.Helper()
 	i := h.index(step)
-	querying := func() bool { return h.in.Cursor == i && h.in.Steps[i].State == saga.StepQuerying }
+	querying := func() bool { return !h.in.State.Terminal() && h.in.Steps[i].State == saga.StepQuerying }
 	if !querying() {
 		h.fatalf("QueriesUnanswered(%q): the step is %s, not querying", step, h.in.Steps[i].State)
 	}

@@ -470,7 +470,8 @@ func TestCheckDecisionCatchesBrokenDecisions(t *testing.T) {
 		{"unchanged but sends", nil, func(d *saga.Decision) { d.Changed = false; d.Next = prev }, "nothing changed, yet 1 commands are sent"},
 		{"wrong participant", nil, func(d *saga.Decision) { d.Send[0].Participant = "inventory" }, `goes to "inventory", want its participant "coupon"`},
 		{"compensation out of order", nil, func(d *saga.Decision) {
-			d.Next.Steps[1].State = saga.StepSucceeded
+			d.Next.Steps[1].State, d.Next.Steps[1].DueAt = saga.StepSucceeded, nil
+			d.Next.Steps[0].State, d.Next.Steps[0].DueAt = saga.StepCompensating, good.Next.Steps[1].DueAt
 			d.Send[0].Command.Step = reserve
 			d.Send[0].Participant = orderapi.Inventory
 			d.Send[0].Command.MessageID = prev.CommandID(reserve, message.Compensate, 1)
