@@ -69,6 +69,7 @@ func (s *Server) routeAll() {
 	s.route("GET /sagas", accessRead, s.list)
 	s.route("GET /sagas/{id}", accessRead, s.get)
 	s.route("POST /sagas/{id}/actions/{action}", accessAdmin, s.operate)
+	s.route("GET /sagas/{id}/audit", accessAdmin, s.sagaAudit)
 	s.route("POST /sagas/actions/{action}", accessAdmin, s.operateMatching)
 	s.route("GET /openapi.yaml", accessOpen, s.openAPI)
 	s.route("GET /stats", accessRead, s.stats)
