@@ -2,8 +2,8 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
