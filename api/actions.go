@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -17,6 +20,34 @@ type ActionBody struct {
 	Actor   string     `json:"actor"`
 	Reason  string     `json:"reason"`
 	Outcome saga.State `json:"outcome,omitempty"`
+	// Ticket is an optional reference (incident, change request) journaled
+	// and audited with the action.
+	Ticket string `json:"ticket,omitempty"`
+	// Step (mark-done, mark-compensated: the active step when empty;
+	// resume: required) names the step a repair acts on.
+	Step string `json:"step,omitempty"`
+	// Output (mark-done): the step's output as the operator found it.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Note (mark-compensated): what the operator did instead.
+	Note string `json:"note,omitempty"`
+}
+
+// actionNames is the list of the single-saga operator actions.
+const actionNames = "retry, compensate, resolve, query, check, mark-done, mark-compensated, force-fail or resume"
+
+// knownAction reports whether a is an operator action on one saga.
+func knownAction(a saga.OperatorAction) bool {
+	switch a {
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery, saga.ActionCheck:
+		return true
+	}
+	return a.Repair()
+}
+
+// operator is the saga.Operator of an action body.
+func (b ActionBody) operator(action saga.OperatorAction) saga.Operator {
+	return saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome,
+		Ticket: b.Ticket, Step: b.Step, Output: b.Output, Note: b.Note}
 }
 
 // actionError is a refused or failed operator action: the HTTP status, the
@@ -37,15 +68,13 @@ func plainText(v string, max int) bool {
 // act validates and applies an operator action through the engine's one
 // door. A refused action writes nothing.
 func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
-	switch action {
-	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery, saga.ActionCheck:
-	default:
-		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate, resolve, query or check", echo(string(action)))}
+	if !knownAction(action) {
+		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want %s", echo(string(action)), actionNames)}
 	}
 	if aerr := checkAction(action, b); aerr != nil {
 		return saga.Instance{}, aerr
 	}
-	in, err := s.eng.Operate(r.Context(), id, saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome})
+	in, err := s.eng.Operate(r.Context(), id, b.operator(action))
 	var refused *saga.RefusedError
 	switch {
 	case errors.Is(err, saga.ErrNotFound):
@@ -76,6 +105,18 @@ func checkAction(action saga.OperatorAction, b ActionBody) *actionError {
 		return bad("reason", "reason must be UTF-8 text without NUL characters, at most 2000 bytes")
 	case action == saga.ActionResolve && b.Outcome != saga.Completed && b.Outcome != saga.Compensated:
 		return bad("outcome", "outcome must be completed or compensated")
+	case !plainText(b.Ticket, saga.MaxTicketBytes):
+		return bad("ticket", fmt.Sprintf("ticket must be UTF-8 text without NUL characters, at most %d bytes", saga.MaxTicketBytes))
+	case !plainText(b.Step, 200):
+		return bad("step", "step must be UTF-8 text without NUL characters, at most 200 bytes")
+	case !plainText(b.Note, 2000):
+		return bad("note", "note must be UTF-8 text without NUL characters, at most 2000 bytes")
+	case action == saga.ActionResume && strings.TrimSpace(b.Step) == "":
+		return bad("step", "step is required for resume (the step the saga goes forward from)")
+	case len(b.Output) > 0 && action != saga.ActionMarkDone:
+		return bad("output", "output is taken by mark-done only")
+	case len(b.Output) > 0 && !json.Valid(b.Output):
+		return bad("output", "output must be JSON")
 	}
 	return nil
 }
@@ -87,10 +128,8 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action := saga.OperatorAction(r.PathValue("action"))
-	switch action {
-	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery, saga.ActionCheck:
-	default:
-		fail(w, http.StatusNotFound, "action", "unknown action %s; want retry, compensate, resolve, query or check", echo(string(action)))
+	if !knownAction(action) {
+		fail(w, http.StatusNotFound, "action", "unknown action %s; want %s", echo(string(action)), actionNames)
 		return
 	}
 	jp, field, err := ParseJournalPage(r.URL.Query())
@@ -116,4 +155,37 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.detail(in, js))
+}
+
+// AuditReader is what GET /sagas/{id}/audit needs; the engine implements
+// it. When the Engine given to New does not, the route answers 501.
+type AuditReader interface {
+	Audit(ctx context.Context, id uuid.UUID, limit int) ([]orchestrator.AuditEntry, error)
+}
+
+// AuditLimit bounds the audit rows GET /sagas/{id}/audit answers.
+const AuditLimit = 1000
+
+// sagaAudit answers a saga's operator audit: every operator action that
+// changed it, with actor, reason, ticket and the saga before and after.
+func (s *Server) sagaAudit(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		fail(w, http.StatusBadRequest, "id", "saga id %s is not a UUID", echo(r.PathValue("id")))
+		return
+	}
+	ar, ok := s.eng.(AuditReader)
+	if !ok {
+		fail(w, http.StatusNotImplemented, "", "this server keeps no operator audit")
+		return
+	}
+	log, err := ar.Audit(r.Context(), id, AuditLimit)
+	if err != nil {
+		s.failInternal(w, r, "read the operator audit", err)
+		return
+	}
+	if log == nil {
+		log = []orchestrator.AuditEntry{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"audit": log})
 }

@@ -89,9 +89,9 @@ func ParseFilterSpec(spec string) (orchestrator.Filter, error) {
 // bulkRequest validates an action on the sagas of a filter.
 func bulkRequest(action saga.OperatorAction, b BulkBody) (orchestrator.BulkRequest, *actionError) {
 	switch action {
-	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve:
+	case saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionForceFail, saga.ActionMarkCompensated, saga.ActionResume:
 	default:
-		return orchestrator.BulkRequest{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate or resolve", echo(string(action)))}
+		return orchestrator.BulkRequest{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want retry, compensate, resolve, force-fail, mark-compensated or resume", echo(string(action)))}
 	}
 	if aerr := checkAction(action, b.ActionBody); aerr != nil {
 		return orchestrator.BulkRequest{}, aerr
@@ -104,7 +104,7 @@ func bulkRequest(action saga.OperatorAction, b BulkBody) (orchestrator.BulkReque
 		return orchestrator.BulkRequest{}, &actionError{status: http.StatusBadRequest, field: "limit", msg: fmt.Sprintf("limit must be from 1 to %d (0: %d)", orchestrator.BulkLimitMax, orchestrator.BulkLimitDefault)}
 	}
 	return orchestrator.BulkRequest{Filter: f, DryRun: b.DryRun, Limit: b.Limit,
-		Operator: saga.Operator{Action: action, Actor: b.Actor, Reason: b.Reason, Outcome: b.Outcome}}, nil
+		Operator: b.operator(action)}, nil
 }
 
 // bulk runs req through the engine.

@@ -453,6 +453,15 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	resolve := `{"actor":"alice","reason":"fixed by hand","outcome":"completed"}`
 	call("POST", "/sagas/"+failed.String()+"/actions/resolve", opsToken, js, resolve, 200)
 	call("POST", "/sagas/"+completed.String()+"/actions/compensate", opsToken, js, `{"actor":"a","reason":"r"}`, 409)
+	if audit, _ := call("GET", "/sagas/"+failed.String()+"/audit", opsToken, "", "", 200)["audit"].([]any); len(audit) != 1 {
+		t.Errorf("GET /sagas/{id}/audit has %d entries after one resolve, want 1: %v", len(audit), audit)
+	}
+	call("GET", "/sagas/nope/audit", opsToken, "", "", 400)
+	if res := call("POST", "/sagas/"+running.String()+"/actions/mark-done", opsToken, js, `{"actor":"a","reason":"found it","ticket":"T-1","output":{}}`, 409); res == nil || !strings.Contains(fmt.Sprint(res["error"]), "before the pivot") {
+		t.Errorf("mark-done on a running step before the pivot: %v, want 409 naming the step's place", res)
+	}
+	call("POST", "/sagas/"+completed.String()+"/actions/force-fail", opsToken, js, `{"actor":"a","reason":"r","ticket":"INC-1"}`, 409)
+	call("POST", "/sagas/"+completed.String()+"/actions/mark-done", opsToken, js, `{"actor":"a","reason":" ","output":{}}`, 400)
 	call("POST", "/sagas/"+running.String()+"/actions/retry", "", js, `{"actor":"a","reason":"r"}`, 401)
 	call("POST", "/sagas/"+running.String()+"/actions/retry", opsToken, js, `{"actor":"a"}`, 400)
 	call("POST", "/sagas/actions/compensate", opsToken, js, `{"filter":{"state":"running"},"actor":"a","reason":"r","dry_run":true}`, 200)

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -412,11 +413,22 @@ func fmtDur(d time.Duration) string {
 // reason and the 4xx status.
 func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	form := ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome"))}
+	form := ActionBody{Actor: r.PostFormValue("actor"), Reason: r.PostFormValue("reason"), Outcome: saga.State(r.PostFormValue("outcome")),
+		Ticket: r.PostFormValue("ticket"), Step: r.PostFormValue("step"), Note: r.PostFormValue("note")}
+	if o := strings.TrimSpace(r.PostFormValue("output")); o != "" {
+		form.Output = json.RawMessage(o)
+	}
 	d := detailData{Form: form, Action: action}
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		s.render(w, http.StatusBadRequest, "error", fmt.Sprintf("Saga id %s is not a UUID.", echo(r.PathValue("id"))))
+		return
+	}
+	// A repair changes the saga by hand: the page asks first (a box to
+	// tick), and one posted without it is refused.
+	if saga.OperatorAction(action).Repair() && r.PostFormValue("confirm") != "yes" {
+		d.Error = "A repair changes the saga by hand: tick the confirmation box. Nothing was changed."
+		s.renderDetail(w, r, http.StatusBadRequest, d)
 		return
 	}
 	if _, aerr := s.act(r, id, saga.OperatorAction(action), form); aerr != nil {

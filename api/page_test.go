@@ -184,6 +184,16 @@ func TestStatusPageActionForms(t *testing.T) {
 	if st, page, _ := post(disabled, "resolve", f); st != http.StatusForbidden || !strings.Contains(page, "Operator actions are disabled") {
 		t.Fatalf("actions disabled: %d %q", st, page)
 	}
+	// A repair asks first: without the confirmation box it changes nothing.
+	g := url.Values{"actor": {"bob"}, "reason": {"carrier back"}, "step": {"create-shipment"}, "token": {opsToken}}
+	if st, page, _ := post(env.srv.URL, "resume", g); st != http.StatusBadRequest || !strings.Contains(page, "tick the confirmation box") {
+		t.Fatalf("resume without confirmation: %d %q", st, page)
+	}
+	g.Set("confirm", "yes")
+	g.Set("step", "no-such-step")
+	if st, page, _ := post(env.srv.URL, "resume", g); st != http.StatusConflict || !strings.Contains(page, "resume refused") || !strings.Contains(page, "no step") {
+		t.Fatalf("resume at an unknown step: %d %q", st, page)
+	}
 	if after := journalOf(t, env, failed); after != before {
 		t.Fatalf("refused actions changed the journal:\nbefore %s\nafter  %s", before, after)
 	}

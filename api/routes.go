@@ -74,6 +74,7 @@ func (s *Server) routeAll() {
 	// specific); "/sagas/{id}/{verb}" is less specific than it.
 	s.route("POST /sagas/{id}/{verb}", accessStart, s.sagaVerb, "POST /sagas/{id}/cancel", "POST /sagas/{id}/events")
 	s.route("POST /sagas/{id}/actions/{action}", accessAdmin, s.operate)
+	s.route("GET /sagas/{id}/audit", accessAdmin, s.sagaAudit)
 	s.route("POST /sagas/actions/{action}", accessAdmin, s.operateMatching)
 	s.route("GET /openapi.yaml", accessOpen, s.openAPI)
 	s.route("GET /stats", accessRead, s.stats)

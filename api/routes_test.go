@@ -79,6 +79,7 @@ VALUES ($1, $2, 'create-shipment', 'stuck', 'sntl-discrepancy-b8e1') RETURNING i
 		"POST /sagas/{id}/events":                    {access: "start", path: "/sagas/" + sid + "/events", body: `{}`},
 		"POST /sagas/{id}/cancel":                    {access: "start", path: "/sagas/" + sid + "/cancel", body: `{}`},
 		"POST /sagas/{id}/actions/{action}":          {access: "admin", path: "/sagas/" + sid + "/actions/retry", body: `{}`},
+		"GET /sagas/{id}/audit":                      {access: "admin", path: "/sagas/" + sid + "/audit"},
 		"POST /sagas/actions/{action}":               {access: "admin", path: "/sagas/actions/retry", body: `{}`},
 		"GET /openapi.yaml":                          {access: "open", path: "/openapi.yaml"},
 		"GET /stats":                                 {access: "read", path: "/stats"},

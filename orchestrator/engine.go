@@ -690,18 +690,45 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error) {
 	var out saga.Instance
 	var pc *postCommit
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		pc = &postCommit{}
-		in, _, err := e.apply(ctx, tx, id, func() saga.Event {
-			return saga.Event{Kind: saga.EventOperator, At: e.cfg.Now(), Operator: &op}
-		}, pc)
-		out = in
-		return err
-	})
+	var err error
+	for try := 0; ; try++ {
+		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			pc = &postCommit{}
+			var before saga.Instance
+			audited := op.Action != saga.ActionCheck
+			if audited {
+				b, err := e.st.load(ctx, tx, id)
+				if err != nil {
+					return err
+				}
+				before = b
+			}
+			var at time.Time
+			in, d, err := e.apply(ctx, tx, id, func() saga.Event {
+				at = e.cfg.Now()
+				return saga.Event{Kind: saga.EventOperator, At: at, Operator: &op}
+			}, pc)
+			out = in
+			if err != nil || !audited || !d.Changed {
+				return err
+			}
+			if in.Version != before.Version+1 {
+				return errAuditMoved
+			}
+			step := ""
+			if len(d.Journal) > 0 {
+				step = d.Journal[0].Step
+			}
+			return e.auditOperator(ctx, tx, op, at, &before, &in, step)
+		})
+		if !errors.Is(err, errAuditMoved) || try >= maxVersionConflicts {
+			break
+		}
+	}
 	if err == nil {
 		e.flush(pc)
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
-			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), traceAttr(&out))
+			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), slog.String("ticket", op.Ticket), traceAttr(&out))
 	}
 	return out, err
 }

@@ -30,6 +30,8 @@ type store struct {
 	sagas, journal, timers string
 	// The reconciler's tables, and the engine's outbox (dead commands).
 	discrepancies, reconcileRuns, outbox string
+	// The operator audit (repair.go).
+	audit string
 
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL, insertNewSQL   string
@@ -49,6 +51,7 @@ func newStore(schema string) *store {
 		discrepancies: pgx.Identifier{schema, "reconcile_discrepancies"}.Sanitize(),
 		reconcileRuns: pgx.Identifier{schema, "reconcile_runs"}.Sanitize(),
 		outbox:        pgx.Identifier{schema, "outbox"}.Sanitize(),
+		audit:         pgx.Identifier{schema, "operator_audit"}.Sanitize(),
 	}
 	// Every write of a saga row also writes its timer row, in the same
 	// statement: inserted when the saga gets a wake-up time, moved only
@@ -98,8 +101,8 @@ SELECT id FROM upd`
 	s.updateCheckedSQL = strings.Replace(s.updateManySQL, "SELECT id FROM upd",
 		"SELECT "+pgx.Identifier{schema, "require_updated"}.Sanitize()+"(count(*), $13) FROM upd", 1)
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
-	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored)
-SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[])`
+	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored, ticket)
+SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[], $12::text[])`
 	// The saga rows are locked, not the timer rows: every writer locks a
 	// saga row before its timer row, so the two paths cannot deadlock.
 	s.dueSQL = `SELECT s.id FROM ` + s.timers + ` AS t JOIN ` + s.sagas + ` AS s ON s.id = t.saga_id
@@ -107,10 +110,10 @@ WHERE t.due_at <= $1 ORDER BY t.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`
 	s.setTimerSQL = `INSERT INTO ` + s.timers + ` AS t (saga_id, due_at) VALUES ($1, $2)
 ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at`
 	s.deleteTimerSQL = `DELETE FROM ` + s.timers + ` WHERE saga_id = $1`
-	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
+	s.readJournalSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored, ticket
 FROM ` + s.journal + ` WHERE saga_id = $1 ORDER BY id`
 	// Newest first from an id down, on the primary key (saga_id, id).
-	s.journalPageSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored
+	s.journalPageSQL = `SELECT id, saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored, ticket
 FROM ` + s.journal + ` WHERE saga_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`
 	s.journalCountSQL = `SELECT count(*) FROM ` + s.journal + ` WHERE saga_id = $1`
 	return s
@@ -341,14 +344,16 @@ func (s *store) queueJournal(b *pgx.Batch, entries []saga.JournalEntry) {
 	events, froms, tos, steps, actions, actors, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	msgs := make([]pgtype.UUID, n)
 	ignored := make([]bool, n)
+	tickets := make([]string, n)
 	for i, e := range entries {
+		tickets[i] = e.Ticket
 		ids[i], ats[i], events[i], froms[i], tos[i] = e.SagaID, e.At, e.Event, string(e.From), string(e.To)
 		steps[i], actions[i], actors[i], reasons[i], ignored[i] = e.Step, e.Action, e.Actor, e.Reason, e.Ignored
 		if e.MessageID != nil {
 			msgs[i] = pgtype.UUID{Bytes: *e.MessageID, Valid: true}
 		}
 	}
-	b.Queue(s.journalSQL, pgid.UUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored)
+	b.Queue(s.journalSQL, pgid.UUIDs(ids), ats, events, froms, tos, steps, actions, msgs, actors, reasons, ignored, tickets)
 }
 
 func (s *store) readJournal(ctx context.Context, db querier, id uuid.UUID) ([]saga.JournalEntry, error) {
@@ -386,7 +391,7 @@ func scanJournal(rows pgx.Rows, id uuid.UUID) ([]saga.JournalEntry, error) {
 	for rows.Next() {
 		var e saga.JournalEntry
 		var from, to string
-		if err := rows.Scan(&e.ID, &e.SagaID, &e.At, &e.Event, &from, &to, &e.Step, &e.Action, &e.MessageID, &e.Actor, &e.Reason, &e.Ignored); err != nil {
+		if err := rows.Scan(&e.ID, &e.SagaID, &e.At, &e.Event, &from, &to, &e.Step, &e.Action, &e.MessageID, &e.Actor, &e.Reason, &e.Ignored, &e.Ticket); err != nil {
 			return nil, fmt.Errorf("read journal of saga %s: %w", id, err)
 		}
 		e.From, e.To = saga.State(from), saga.State(to)

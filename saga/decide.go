@@ -704,8 +704,12 @@ func (m *machine) operator(op Operator) (Decision, error) {
 		if err := m.operatorCheck(entry); err != nil {
 			return Decision{}, err
 		}
+	case ActionMarkDone, ActionMarkCompensated, ActionForceFail, ActionResume:
+		if err := m.repair(op, entry); err != nil {
+			return Decision{}, err
+		}
 	default:
-		return refuse("unknown action; want retry, compensate, resolve, query or check")
+		return refuse("unknown action; want retry, compensate, resolve, query, check, mark-done, mark-compensated, force-fail or resume")
 	}
 	return m.finish()
 }

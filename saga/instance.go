@@ -250,7 +250,34 @@ const (
 	// ActionCancel is not an operator action but the client's cancel
 	// (EventCancel); its refusals are *RefusedError with this action.
 	ActionCancel OperatorAction = "cancel"
+	// ActionMarkDone is a repair: the operator marks a step done with an
+	// output found elsewhere (Operator.Output, merged like a participant's
+	// payload) and the saga moves on as if the step had succeeded. Allowed
+	// for a flagged step after the pivot that is still retrying, or a step
+	// being queried.
+	ActionMarkDone OperatorAction = "mark-done"
+	// ActionMarkCompensated is a repair: a compensation that can never
+	// succeed is marked done, with a note of what the operator did instead;
+	// the saga continues compensating (or ends compensated).
+	ActionMarkCompensated OperatorAction = "mark-compensated"
+	// ActionForceFail is a repair: a running or compensating saga is forced
+	// to failed; nothing more is sent and its timers are cleared.
+	ActionForceFail OperatorAction = "force-fail"
+	// ActionResume is a repair: a failed saga runs forward again from a
+	// chosen step (Operator.Step); every step before it must have succeeded.
+	ActionResume OperatorAction = "resume"
 )
+
+// Repair reports whether a is one of the repair actions (mark-done,
+// mark-compensated, force-fail, resume), which need a reason and may carry
+// a ticket.
+func (a OperatorAction) Repair() bool {
+	switch a {
+	case ActionMarkDone, ActionMarkCompensated, ActionForceFail, ActionResume:
+		return true
+	}
+	return false
+}
 
 // ActorReconciler is the actor of the transitions the orchestrator makes on
 // its own to settle unknown outcomes and reconcile (queries and their
@@ -264,6 +291,19 @@ type Operator struct {
 	Reason string         `json:"reason"`
 	// Outcome (resolve only): completed or compensated.
 	Outcome State `json:"outcome,omitempty"`
+	// Ticket is an optional reference (an incident, a change request)
+	// journaled with the action.
+	Ticket string `json:"ticket,omitempty"`
+	// Step names the step a repair acts on: required for resume (where the
+	// saga goes forward from); for mark-done and mark-compensated it
+	// defaults to the active step and must be it when given.
+	Step string `json:"step,omitempty"`
+	// Output (mark-done only) is the step's output as the operator found
+	// it, merged into the saga's data like a participant's reply payload.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Note (mark-compensated only) says what the operator did instead of
+	// the compensation; the reason when empty.
+	Note string `json:"note,omitempty"`
 }
 
 // External is an external event sent to a saga (EventExternal).
@@ -311,6 +351,8 @@ type JournalEntry struct {
 	MessageID *uuid.UUID `json:"message_id,omitempty"`
 	Actor     string     `json:"actor,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
+	// Ticket is the reference an operator's repair carried.
+	Ticket string `json:"ticket,omitempty"`
 	// Ignored marks late, stray or illegal events that changed nothing.
 	Ignored bool `json:"ignored,omitempty"`
 }

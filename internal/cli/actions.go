@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,13 +24,18 @@ import (
 // outbox for the relay of `serve`.
 func actionCmds(cfg *Config) []*cobra.Command {
 	docs := map[saga.OperatorAction]string{
-		saga.ActionRetry:      "Re-send the active step's command now, skipping the backoff",
-		saga.ActionCompensate: "Compensate now: undo the done steps in reverse (refused once the pivot was sent)",
-		saga.ActionResolve:    "Settle a failed saga with the outcome you made true by hand (--outcome completed|compensated)",
-		saga.ActionQuery:      "Ask the active step's participant what it recorded and settle the step by the answer (re-opens a failed saga whose step was given up)",
+		saga.ActionRetry:           "Re-send the active step's command now, skipping the backoff",
+		saga.ActionCompensate:      "Compensate now: undo the done steps in reverse (refused once the pivot was sent)",
+		saga.ActionResolve:         "Settle a failed saga with the outcome you made true by hand (--outcome completed|compensated)",
+		saga.ActionQuery:           "Ask the active step's participant what it recorded and settle the step by the answer (re-opens a failed saga whose step was given up)",
+		saga.ActionMarkDone:        "Repair: mark a flagged step after the pivot, or a step being queried, done with --output (JSON) you found elsewhere",
+		saga.ActionMarkCompensated: "Repair: mark a compensation that can never succeed done, with --note of what you did instead",
+		saga.ActionForceFail:       "Repair: force a running or compensating saga to failed (nothing more is sent)",
+		saga.ActionResume:          "Repair: run a failed saga forward again from --step",
 	}
 	var out []*cobra.Command
-	for _, action := range []saga.OperatorAction{saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery} {
+	for _, action := range []saga.OperatorAction{saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve, saga.ActionQuery,
+		saga.ActionMarkDone, saga.ActionMarkCompensated, saga.ActionForceFail, saga.ActionResume} {
 		cmd := &cobra.Command{
 			Use:   string(action) + " [saga-id] --actor A --reason R [--filter status=failed,type=place-order [--dry-run]]",
 			Short: docs[action] + "; on one saga or every saga of a filter (journaled with actor and reason)",
@@ -42,6 +48,19 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		cmd.Flags().String("reason", "", "why (required; in the journal)")
 		if action == saga.ActionResolve {
 			cmd.Flags().String("outcome", "", "completed or compensated (required)")
+		}
+		if action.Repair() {
+			cmd.Flags().String("ticket", "", "a ticket reference (incident, change request; journaled and audited)")
+		}
+		switch action {
+		case saga.ActionMarkDone:
+			cmd.Flags().String("step", "", "the step (default: the active one)")
+			cmd.Flags().String("output", "", "the step's output as JSON, merged like a participant's reply")
+		case saga.ActionMarkCompensated:
+			cmd.Flags().String("step", "", "the step (default: the active one)")
+			cmd.Flags().String("note", "", "what you did instead of the compensation (default: --reason)")
+		case saga.ActionResume:
+			cmd.Flags().String("step", "", "the step the saga goes forward from (required)")
 		}
 		cmd.Flags().String("filter", "", "apply to every saga matching key=value,... (state or status, type, step, older_than, stuck_after, stuck_since, stuck) instead of one id")
 		cmd.Flags().Bool("dry-run", false, "with --filter: list what would be touched and change nothing")
@@ -62,6 +81,10 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 	dry, _ := f.GetBool("dry-run")
 	limit, _ := f.GetInt("limit")
 	asJSON, _ := f.GetBool("json")
+	ticket, _ := f.GetString("ticket")
+	step, _ := f.GetString("step")
+	output, _ := f.GetString("output")
+	note, _ := f.GetString("note")
 	switch {
 	case len(args) == 1 && spec != "":
 		return errors.New("give a saga id or --filter, not both")
@@ -73,8 +96,17 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 		return errors.New("--actor and --reason are required: every operator action is journaled with who and why")
 	case action == saga.ActionResolve && outcome != string(saga.Completed) && outcome != string(saga.Compensated):
 		return errors.New("--outcome must be completed or compensated")
+	case action == saga.ActionResume && step == "":
+		return errors.New("resume needs --step: the step the saga goes forward from")
+	case output != "" && !json.Valid([]byte(output)):
+		return errors.New("--output must be JSON")
+	case action == saga.ActionMarkDone && spec != "":
+		return errors.New("mark-done takes one saga id, not --filter (its output belongs to one saga)")
 	}
-	op := saga.Operator{Action: action, Actor: actor, Reason: reason, Outcome: saga.State(outcome)}
+	op := saga.Operator{Action: action, Actor: actor, Reason: reason, Outcome: saga.State(outcome), Ticket: ticket, Step: step, Note: note}
+	if output != "" {
+		op.Output = json.RawMessage(output)
+	}
 	var req orchestrator.BulkRequest
 	var id uuid.UUID
 	if spec != "" {

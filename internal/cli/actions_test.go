@@ -82,9 +82,24 @@ func TestOperatorActionsFromTheCLI(t *testing.T) {
 		t.Fatalf("resolve of open sagas: exit %d\n%s", code, out)
 	}
 
+	out, errOut, code = runCLI(t, "force-fail", ids[1].String(), "--actor", "frank", "--reason", "participant gone", "--ticket", "INC-3", db)
+	if code != 0 || !strings.Contains(out, "force-fail applied to saga "+ids[1].String()+": now failed") {
+		t.Fatalf("force-fail: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var ticket string
+	if err := pool.QueryRow(ctx, `SELECT ticket FROM sagaflow.journal WHERE actor = 'frank'`).Scan(&ticket); err != nil || ticket != "INC-3" {
+		t.Fatalf("force-fail journal ticket %q (%v)", ticket, err)
+	}
+	// Resume of a saga that compensated is refused, with the reason.
+	if _, errOut, code = runCLI(t, "resume", ids[1].String(), "--step", orderapi.StepReserveInventory, "--actor", "a", "--reason", "r", db); code == 0 || !strings.Contains(errOut, "refused") {
+		t.Fatalf("resume of a compensated-from saga: exit %d\n%s", code, errOut)
+	}
+
 	for _, bad := range [][]string{
-		{"retry", ids[1].String(), "--reason", "r"}, // no actor
-		{"retry", "--actor", "a", "--reason", "r"},  // neither id nor filter
+		{"resume", ids[1].String(), "--actor", "a", "--reason", "r"},                         // no step
+		{"mark-done", ids[1].String(), "--output", "{nope", "--actor", "a", "--reason", "r"}, // not JSON
+		{"retry", ids[1].String(), "--reason", "r"},                                          // no actor
+		{"retry", "--actor", "a", "--reason", "r"},                                           // neither id nor filter
 		{"retry", ids[1].String(), "--filter", "state=running", "--actor", "a", "--reason", "r"},
 		{"retry", ids[1].String(), "--dry-run", "--actor", "a", "--reason", "r"}, // dry run without filter
 		{"retry", "--filter", "colour=red", "--actor", "a", "--reason", "r"},

@@ -61,8 +61,9 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 	// resolve settles a failed saga; a query re-opens a failed saga to
 	// settle its given-up step; a check of a finished saga sends queries
 	// and changes nothing else.
-	// A retry re-opens a failed saga its send bound stopped.
-	resolve := op == saga.ActionResolve || ((op == saga.ActionQuery || op == saga.ActionRetry) && prev.State == saga.Failed)
+	// A retry re-opens a failed saga its send bound stopped; a resume
+	// runs a failed saga forward again from a chosen step.
+	resolve := op == saga.ActionResolve || ((op == saga.ActionQuery || op == saga.ActionRetry || op == saga.ActionResume) && prev.State == saga.Failed)
 	check := op == saga.ActionCheck
 	if d.Changed {
 		if next.Version != prev.Version+1 {
