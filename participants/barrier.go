@@ -63,11 +63,18 @@ RETURNING payload::text`,
 SELECT u.saga_id, u.step, 'forward', 'pending' FROM unnest($1::uuid[], $2::text[]) AS u(saga_id, step)
 ON CONFLICT DO NOTHING
 RETURNING saga_id, step`,
-		recordForwards: `UPDATE ` + t + ` AS b SET outcome = u.outcome, reason = u.reason, payload = u.payload::jsonb
+		// An upsert, not UPDATE ... FROM unnest: the claimed row is found
+		// through the primary key (the arbiter index) whatever plan the
+		// statement is given, where a generic plan of the join may scan
+		// the whole table when its statistics are missing or small.
+		recordForwards: `INSERT INTO ` + t + ` AS b (saga_id, step, action, outcome, reason, payload)
+SELECT u.saga_id, u.step, 'forward', u.outcome, u.reason, u.payload::jsonb
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(saga_id, step, outcome, reason, payload)
-WHERE b.saga_id = u.saga_id AND b.step = u.step AND b.action = 'forward'`,
+ON CONFLICT (saga_id, step, action) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason, payload = excluded.payload`,
+		// "b.saga_id = ANY($1)" repeats the join's condition as an index
+		// condition, for the same reason.
 		releaseForwards: `DELETE FROM ` + t + ` AS b USING unnest($1::uuid[], $2::text[]) AS u(saga_id, step)
-WHERE b.saga_id = u.saga_id AND b.step = u.step AND b.action = 'forward' AND b.outcome = 'pending'`,
+WHERE b.saga_id = ANY($1::uuid[]) AND b.saga_id = u.saga_id AND b.step = u.step AND b.action = 'forward' AND b.outcome = 'pending'`,
 		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
 VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
 ON CONFLICT DO NOTHING`,

@@ -37,3 +37,10 @@ func (p *Participant) HandleMessage(ctx context.Context, tx pgx.Tx, m message.Re
 	}
 	return items[0].dead
 }
+
+// BarrierStatements returns the SQL of the barrier's run of forwards in
+// schema: the claim and the record.
+func BarrierStatements(schema string) (claim, record string) {
+	b := newBarrier(schema)
+	return b.claimForwards, b.recordForwards
+}
