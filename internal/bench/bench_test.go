@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"image/png"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -115,6 +116,12 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"saga", bench.Config{DatabaseURL: "postgres://x", Saga: "nope"}, "Config.Saga"},
 		{"steps", bench.Config{DatabaseURL: "postgres://x", Steps: 99}, "Config.Steps"},
 		{"rate", bench.Config{DatabaseURL: "postgres://x", Rate: -1}, "Config.Rate"},
+		{"replicas without split", bench.Config{DatabaseURL: "postgres://x", Replicas: 2}, "Config.Replicas is 2 without Split"},
+		{"too many replicas", bench.Config{DatabaseURL: "postgres://x", Split: true, Replicas: 99}, "Config.Replicas is 99"},
+		{"negative replicas", bench.Config{DatabaseURL: "postgres://x", Split: true, Replicas: -1}, "Config.Replicas is -1"},
+		{"limit without split", bench.Config{DatabaseURL: "postgres://x", CPULimit: 0.3}, "without Split"},
+		{"negative limit", bench.Config{DatabaseURL: "postgres://x", Split: true, CPULimit: -1}, "Config.CPULimit is -1"},
+		{"tiny limit", bench.Config{DatabaseURL: "postgres://x", Split: true, CPULimit: 0.001}, "at least 0.01"},
 	} {
 		_, err := bench.Run(context.Background(), tc.cfg)
 		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.field)) {
@@ -203,6 +210,48 @@ func TestSplitRunsWorkersAsProcesses(t *testing.T) {
 		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%s worker (pid %d) gone", p.Role, p.PID), func() (bool, error) {
 			return errors.Is(syscall.Kill(p.PID, 0), syscall.ESRCH), nil
 		})
+	}
+}
+
+// Replicas of each role in CPU-limited cgroups: two orchestrator and two
+// participants worker processes, each confined to its limit (read back from
+// its cgroup), every saga completes, and the cgroups are gone after.
+func TestSplitReplicasRunInCPULimitedCgroups(t *testing.T) {
+	t.Parallel()
+	bin := testkit.BuildBinary(t, "../..")
+	ctx := testkit.Context(t, 2*time.Minute)
+	db := "sagaflow_bench_replicas_test_" + testkit.RandomSuffix(6)
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
+	var stdout, stderr testkit.Output
+	cmd := exec.CommandContext(ctx, bin, "bench", "--split", "--replicas", "2", "--cpu-limit", "0.5", "--partitions", "2",
+		"--json", "--database-url", databaseURL(), "--database", db,
+		"--steps", "2", "--warmup", "10", "--sagas", "100", "--concurrency", "16", "--max-conns", "4")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench --split --replicas 2 --cpu-limit 0.5: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, stdout.String())
+	}
+	if !res.AllComplete || res.Completed != 100 || res.Replicas != 2 {
+		t.Fatalf("result %+v: want 100 of 100 sagas completed by 2 replicas of each role", res)
+	}
+	want := []string{"driver", "orchestrator-1", "orchestrator-2", "participants-1", "participants-2"}
+	if got := roles(res.Processes); !slices.Equal(got, want) {
+		t.Fatalf("processes %v, want %v", got, want)
+	}
+	for _, p := range res.Processes[1:] {
+		if p.CPULimit != 0.5 || p.CPUSeconds <= 0 {
+			t.Errorf("worker %s: limit %v CPU, %v CPU seconds; want 0.5 and > 0", p.Role, p.CPULimit, p.CPUSeconds)
+		}
+	}
+	if res.Processes[0].CPULimit != 0 {
+		t.Errorf("driver limited to %v CPU, want no limit", res.Processes[0].CPULimit)
+	}
+	left, err := filepath.Glob(filepath.Join(bench.CgroupRoot, fmt.Sprintf("sagaflow-bench-%d", cmd.Process.Pid)))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("cgroups left after the run: %v %v", left, err)
 	}
 }
 

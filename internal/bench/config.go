@@ -100,6 +100,15 @@ type Config struct {
 	// worker processes (see RunWorker) instead of in this one, which keeps
 	// the saga starts, the completion tracker and the embedded broker.
 	Split bool
+	// Replicas is how many worker processes of each role a split run
+	// starts (0 or 1: one of each): replicas of the orchestrator share its
+	// consumer group and database, replicas of the participants theirs, as
+	// replicas of a deployment do.
+	Replicas int
+	// CPULimit, if above 0, confines each worker process of a split run to
+	// this many CPUs, through a cgroup v1 cpu controller of its own under
+	// CgroupRoot (the driver, Postgres and the broker stay unconfined).
+	CPULimit float64
 	// Worker is the command that runs one worker, before its flags
 	// (WorkerConfig.Args); default: this executable's WorkerSubcommand.
 	Worker []string
@@ -131,6 +140,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// maxReplicas bounds Config.Replicas; minCPULimit is the smallest
+// Config.CPULimit (the kernel's smallest quota is 1 ms a 100 ms period).
+const (
+	maxReplicas = 16
+	minCPULimit = 0.01
+)
+
+// replicas is how many workers of each role a split run starts.
+func (c Config) replicas() int { return max(c.Replicas, 1) }
+
 func (c Config) validate() error {
 	switch {
 	case c.DatabaseURL == "":
@@ -155,6 +174,25 @@ func (c Config) validate() error {
 		return fmt.Errorf("bench: Config.Lanes is %d, want >= 1", c.Lanes)
 	case c.MaxConns < 1:
 		return fmt.Errorf("bench: Config.MaxConns is %d, want >= 1", c.MaxConns)
+	case c.Replicas < 0 || c.Replicas > maxReplicas:
+		return fmt.Errorf("bench: Config.Replicas is %d, want 0..%d", c.Replicas, maxReplicas)
+	case c.Replicas > 1 && !c.Split:
+		return fmt.Errorf("bench: Config.Replicas is %d without Split: replicas are worker processes", c.Replicas)
+	case c.CPULimit < 0 || math.IsNaN(c.CPULimit) || math.IsInf(c.CPULimit, 0):
+		return fmt.Errorf("bench: Config.CPULimit is %v, want >= 0 CPUs", c.CPULimit)
+	case c.CPULimit > 0 && !c.Split:
+		return fmt.Errorf("bench: Config.CPULimit is %v without Split: the limit applies to worker processes", c.CPULimit)
+	case c.CPULimit > 0 && c.CPULimit < minCPULimit:
+		return fmt.Errorf("bench: Config.CPULimit is %v, want at least %v CPUs", c.CPULimit, minCPULimit)
 	}
 	return nil
+}
+
+// splitReplicas is Result.Replicas: the workers of each role, 0 unless
+// split.
+func splitReplicas(c Config) int {
+	if !c.Split {
+		return 0
+	}
+	return c.replicas()
 }

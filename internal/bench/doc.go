@@ -40,6 +40,9 @@
 // WorkerSubcommand); the driver keeps the saga starts, the tracker, the
 // counters and the embedded broker, and CPU per saga adds the workers' CPU
 // time (/proc/<pid>/stat) to the driver's (Result.Processes).
+// Config.Replicas starts that many workers of each role, and
+// Config.CPULimit confines each worker to a CPU quota in a cgroup v1 cpu
+// controller of its own: what a replica adds, measured on one machine.
 //
 // Sweep runs several concurrencies and Plot draws throughput and p99
 // latency against concurrency as a PNG with the standard library only.
@@ -60,5 +63,6 @@
 //     the per-consumer figures, the Postgres round trips, the host's CPU;
 //   - generic.go: the generic saga and its participants;
 //   - split.go, worker.go: split runs (the driver's side, the workers');
+//     cgroup.go: the CPU limit of each worker (Config.CPULimit);
 //   - median.go: Median of repeated runs; plot.go, font.go: Plot.
 package bench

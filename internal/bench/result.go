@@ -62,6 +62,8 @@ type Result struct {
 	HostSteal         float64 `json:"host_steal,omitempty"`
 	// Split: the orchestrator and the participants ran in worker processes.
 	Split bool `json:"split"`
+	// Replicas is the number of worker processes of each role (Split).
+	Replicas int `json:"replicas,omitempty"`
 	// Processes are the processes whose CPU time is counted: "bench" alone
 	// in one process; "driver", "orchestrator" and "participants" split.
 	Processes []ProcessCPU `json:"cpu_processes"`
@@ -76,10 +78,17 @@ type Result struct {
 type ProcessCPU struct {
 	// Role is "bench" (everything in one process: driver, embedded broker,
 	// orchestrator, participants), or with Split "driver" (saga starts,
-	// completion tracker, embedded broker), "orchestrator" or "participants".
+	// completion tracker, embedded broker), "orchestrator" or "participants"
+	// ("orchestrator-2" and so on with Config.Replicas).
 	Role       string  `json:"role"`
 	PID        int     `json:"pid"`
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// CPULimit is the worker's CPU limit (Config.CPULimit), and
+	// ThrottledSeconds how long the kernel held it back for its quota over
+	// the measured phase: a worker throttled for much of it was bound by
+	// its CPU.
+	CPULimit         float64 `json:"cpu_limit,omitempty"`
+	ThrottledSeconds float64 `json:"throttled_seconds,omitempty"`
 }
 
 // cpuDelta is after - before, process by process.
@@ -90,6 +99,7 @@ func cpuDelta(before, after []ProcessCPU) []ProcessCPU {
 		for _, b := range before {
 			if b.Role == a.Role && b.PID == a.PID {
 				out[i].CPUSeconds = a.CPUSeconds - b.CPUSeconds
+				out[i].ThrottledSeconds = a.ThrottledSeconds - b.ThrottledSeconds
 			}
 		}
 	}

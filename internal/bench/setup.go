@@ -75,7 +75,7 @@ func setup(ctx context.Context, c Config) (_ *stack, err error) {
 	if st.partPool, err = newPool(ctx, dbURL, c.MaxConns, participantsApp, st.trips); err != nil {
 		return nil, err
 	}
-	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric, Unsigned: c.Unsigned}
+	st.res = Result{Saga: c.Saga, Steps: c.Steps, Warmup: c.Warmup, Brokers: strings.Join(st.brokers, ","), Database: c.Database, Split: c.Split, Replicas: splitReplicas(c), Partitions: c.Partitions, Lanes: c.Lanes, BatchForward: c.BatchForward && c.Saga == SagaGeneric, Unsigned: c.Unsigned}
 	if c.Saga == SagaPlaceOrder {
 		st.res.Steps = 5
 	}

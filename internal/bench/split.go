@@ -29,13 +29,17 @@ const (
 	userHZ = 100
 )
 
-// workers are the two worker processes of a split run.
+// workers are the worker processes of a split run: Config.Replicas of
+// each role.
 type workers struct {
 	ws []*worker
 }
 
 type worker struct {
-	role   string
+	role string
+	// name is role, or role-N when a role has replicas.
+	name   string
+	cgroup *cpuCgroup // nil without Config.CPULimit
 	cmd    *exec.Cmd
 	stdin  io.Closer // the worker stops when it is closed
 	output []*lineWriter
@@ -80,13 +84,25 @@ func startWorkers(ctx context.Context, st *stack, fail context.CancelCauseFunc) 
 		}
 	}()
 	out := &lockedWriter{w: st.c.Stderr}
+	n := st.c.replicas()
 	for _, role := range []string{RoleOrchestrator, RoleParticipants} {
-		w, err := spawn(argv, workerConfig(st, role), out, fail)
-		if err != nil {
-			return ws, err
+		for i := range n {
+			name := role
+			if n > 1 {
+				name = role + "-" + strconv.Itoa(i+1)
+			}
+			w, err := spawn(argv, workerConfig(st, role), name, out, fail)
+			if err != nil {
+				return ws, err
+			}
+			ws.ws = append(ws.ws, w)
+			if st.c.CPULimit > 0 {
+				if w.cgroup, err = limitCPU(w.cmd.Process.Pid, name, st.c.CPULimit); err != nil {
+					return ws, fmt.Errorf("bench: %s worker (pid %d): %w", name, w.cmd.Process.Pid, err)
+				}
+			}
+			st.c.Logger.Info("bench: worker started", slog.String("worker", name), slog.Int("pid", w.cmd.Process.Pid))
 		}
-		ws.ws = append(ws.ws, w)
-		st.c.Logger.Info("bench: worker started", slog.String("role", role), slog.Int("pid", w.cmd.Process.Pid))
 	}
 	timer := time.NewTimer(workerReadyTimeout)
 	defer timer.Stop()
@@ -94,9 +110,9 @@ func startWorkers(ctx context.Context, st *stack, fail context.CancelCauseFunc) 
 		select {
 		case <-w.ready:
 		case <-w.done:
-			return ws, fmt.Errorf("bench: %s worker (pid %d) exited before it was ready: %v", w.role, w.cmd.Process.Pid, w.exitErr())
+			return ws, fmt.Errorf("bench: %s worker (pid %d) exited before it was ready: %v", w.name, w.cmd.Process.Pid, w.exitErr())
 		case <-timer.C:
-			return ws, fmt.Errorf("bench: %s worker (pid %d) not ready after %s", w.role, w.cmd.Process.Pid, workerReadyTimeout)
+			return ws, fmt.Errorf("bench: %s worker (pid %d) not ready after %s", w.name, w.cmd.Process.Pid, workerReadyTimeout)
 		case <-ctx.Done():
 			return ws, context.Cause(ctx) // ctx's own end, or another worker's early exit
 		}
@@ -104,14 +120,14 @@ func startWorkers(ctx context.Context, st *stack, fail context.CancelCauseFunc) 
 	return ws, nil
 }
 
-func spawn(argv []string, wc WorkerConfig, out io.Writer, fail context.CancelCauseFunc) (*worker, error) {
+func spawn(argv []string, wc WorkerConfig, name string, out io.Writer, fail context.CancelCauseFunc) (*worker, error) {
 	cmd := exec.Command(argv[0], slices.Concat(argv[1:], wc.Args())...)
 	cmd.Env = append(os.Environ(), wc.Env()...)
 	// Its own process group: a terminal's ^C reaches the driver alone,
 	// which then stops the workers in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	prefix := "[" + wc.Role + "] "
-	w := &worker{role: wc.Role, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+	prefix := "[" + name + "] "
+	w := &worker{role: wc.Role, name: name, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
 	var once sync.Once
 	stdout := &lineWriter{prefix: prefix, out: out, line: func(l []byte) bool {
 		if string(l) == WorkerReady {
@@ -137,7 +153,7 @@ func spawn(argv []string, wc WorkerConfig, out io.Writer, fail context.CancelCau
 		}
 		close(w.done)
 		if w.state.CompareAndSwap(running, exited) {
-			fail(fmt.Errorf("bench: %s worker (pid %d) exited early: %v", w.role, cmd.Process.Pid, w.exitErr()))
+			fail(fmt.Errorf("bench: %s worker (pid %d) exited early: %v", w.name, cmd.Process.Pid, w.exitErr()))
 		}
 	}()
 	return w, nil
@@ -149,9 +165,18 @@ func (ws *workers) cpu() ([]ProcessCPU, error) {
 	for _, w := range ws.ws {
 		s, err := procCPUSeconds(w.cmd.Process.Pid)
 		if err != nil {
-			return nil, fmt.Errorf("bench: CPU time of the %s worker: %w", w.role, err)
+			return nil, fmt.Errorf("bench: CPU time of the %s worker: %w", w.name, err)
 		}
-		out = append(out, ProcessCPU{Role: w.role, PID: w.cmd.Process.Pid, CPUSeconds: s})
+		p := ProcessCPU{Role: w.name, PID: w.cmd.Process.Pid, CPUSeconds: s}
+		if w.cgroup != nil {
+			if p.CPULimit, err = w.cgroup.quota(); err != nil {
+				return nil, fmt.Errorf("bench: CPU limit of the %s worker: %w", w.name, err)
+			}
+			if p.ThrottledSeconds, err = w.cgroup.throttled(); err != nil {
+				return nil, fmt.Errorf("bench: throttling of the %s worker: %w", w.name, err)
+			}
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }
@@ -178,12 +203,24 @@ func (ws *workers) stop() error {
 			// Killed by the SIGTERM itself (it came before the worker
 			// handled signals) is a stop as asked, too.
 			if w.err != nil && !terminatedBy(w.cmd, syscall.SIGTERM) {
-				errs = append(errs, fmt.Errorf("bench: %s worker (pid %d) stopped with %v", w.role, w.cmd.Process.Pid, w.err))
+				errs = append(errs, fmt.Errorf("bench: %s worker (pid %d) stopped with %v", w.name, w.cmd.Process.Pid, w.err))
 			}
 		case <-grace.Done():
 			_ = w.cmd.Process.Kill()
 			<-w.done
-			errs = append(errs, fmt.Errorf("bench: %s worker (pid %d) did not exit within %s of SIGTERM; killed", w.role, w.cmd.Process.Pid, workerStopGrace))
+			errs = append(errs, fmt.Errorf("bench: %s worker (pid %d) did not exit within %s of SIGTERM; killed", w.name, w.cmd.Process.Pid, workerStopGrace))
+		}
+	}
+	for _, w := range ws.ws {
+		if w.cgroup == nil {
+			continue
+		}
+		select {
+		case <-w.done:
+			if err := w.cgroup.remove(); err != nil {
+				errs = append(errs, fmt.Errorf("bench: %s worker: %w", w.name, err))
+			}
+		default: // still running (never told): its cgroup stays
 		}
 	}
 	return errors.Join(errs...)

@@ -39,7 +39,11 @@ throughput and p99 latency against concurrency into --plot.
 participants (with their relays) in two worker processes of this executable
 instead; this process keeps the saga starts (like a client app calling
 StartTx), the completion tracker, the counters and the embedded broker. CPU per
-saga is then the sum over the three processes (listed in the result).`,
+saga is then the sum over the three processes (listed in the result).
+--replicas N starts N worker processes of each role instead of one, and
+--cpu-limit C confines each worker to C CPUs in a cgroup of its own (the
+driver, Postgres and the broker stay unconfined): what a replica adds, on one
+machine; give the topics at least N partitions (--partitions).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := quietLogger(cmd, c.Log, true)
@@ -115,6 +119,8 @@ saga is then the sum over the three processes (listed in the result).`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (an array with --sweep)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file (with --split: of the driver only)")
 	f.BoolVar(&cfg.Split, "split", false, "run the orchestrator and the participants in two worker processes (this process starts the sagas and measures); CPU counts all three")
+	f.IntVar(&cfg.Replicas, "replicas", 1, "with --split: worker processes of each role (replicas of the orchestrator and of the participants sharing their consumer groups and database)")
+	f.Float64Var(&cfg.CPULimit, "cpu-limit", 0, "with --split: CPUs each worker process may use, through a cgroup v1 cpu controller of its own (0: no limit; needs a writable "+bench.CgroupRoot+")")
 	f.StringVar(&sweep, "sweep", "", "comma-separated concurrencies to run one after another, e.g. 8,16,32,64,128")
 	f.StringVar(&plotPath, "plot", "docs/perf/scaling.png", "with --sweep: PNG plot of throughput and p99 latency against concurrency")
 	f.StringVar(&replot, "replot", "", "redraw --plot from a --results JSON file of an earlier sweep, without running")
@@ -301,6 +307,10 @@ func printBench(w io.Writer, r bench.Result) {
 	if r.Split {
 		var ps []string
 		for _, p := range r.Processes {
+			if p.CPULimit > 0 {
+				ps = append(ps, fmt.Sprintf("%s %.2fs (limit %.2g CPU, throttled %.1fs)", p.Role, p.CPUSeconds, p.CPULimit, p.ThrottledSeconds))
+				continue
+			}
 			ps = append(ps, fmt.Sprintf("%s %.2fs", p.Role, p.CPUSeconds))
 		}
 		fmt.Fprintf(w, "  CPU (split)  %s\n", strings.Join(ps, ", "))
