@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -41,7 +42,9 @@ func outcomeOf(d *saga.Decision) (message.SagaOutcome, bool) {
 	}
 	o := message.SagaOutcome{
 		SagaID: n.ID, Type: n.Type, AggregateID: n.AggregateID, IdempotencyKey: n.IdempotencyKey,
-		Kind: kind, State: string(n.State), Data: n.Data, At: n.UpdatedAt,
+		Kind: kind, State: string(n.State), Data: n.Data,
+		// As stored: Postgres keeps microseconds.
+		At: n.UpdatedAt.Truncate(time.Microsecond),
 	}
 	if len(o.Data) == 0 {
 		o.Data = json.RawMessage("{}")
@@ -54,10 +57,28 @@ func outcomeOf(d *saga.Decision) (message.SagaOutcome, bool) {
 			o.Actor = j.Actor
 		}
 	}
-	if kind == message.OutcomeFlagged {
+	switch {
+	case kind == message.OutcomeFlagged:
 		o.Reason = n.Flag
+	case o.Reason == "" && n.State != saga.Completed:
+		o.Reason = failedStep(n)
 	}
 	return o, true
+}
+
+// failedStep says which step of in failed and why ("" if none did): the
+// reason of a saga that compensated or failed after a step's failure, when
+// the decision that ended it (the last compensation's answer) has none.
+func failedStep(in *saga.Instance) string {
+	for _, s := range in.Steps {
+		if s.State == saga.StepFailed {
+			if s.LastError == "" {
+				return fmt.Sprintf("step %q failed", s.Name)
+			}
+			return fmt.Sprintf("step %q failed: %s", s.Name, s.LastError)
+		}
+	}
+	return ""
 }
 
 // outcomeMessage is d's outcome record for the outbox (ok false: none),
