@@ -77,7 +77,7 @@ func TestDecodeSagaOutcome(t *testing.T) {
 		t.Fatalf("good outcome: %+v %v", o, err)
 	}
 	for body, want := range map[string]string{
-		`{"type":"t","kind":"finished"}`: `"saga_id" is missing`,
+		`{"type":"t","kind":"finished"}`:                 `"saga_id" is missing`,
 		strings.Replace(good, `"finished"`, `"done"`, 1): "kind",
 	} {
 		if _, err := message.DecodeSagaOutcome([]byte(body)); err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, message.ErrInvalid) {
