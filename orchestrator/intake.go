@@ -104,7 +104,7 @@ func (s *Service) intakeOne(ctx context.Context, tx pgx.Tx, hooks txhooks.Tx, m 
 	case s.cfg.StartTopic:
 		return s.intakeStart(ctx, tx, hooks, m)
 	case s.cfg.EventTopic:
-		return s.intakeEvent(ctx, tx, m)
+		return s.intakeEvent(ctx, tx, hooks, m)
 	}
 	return "", inbox.Permanent(fmt.Errorf("topic %q is neither the start topic %q nor the event topic %q", m.Topic, s.cfg.StartTopic, s.cfg.EventTopic))
 }
@@ -140,13 +140,16 @@ func (s *Service) intakeStart(ctx context.Context, tx pgx.Tx, hooks txhooks.Tx, 
 	return kafkaExisting, nil
 }
 
-// intakeEvent records an event record through SendEventTx.
-func (s *Service) intakeEvent(ctx context.Context, tx pgx.Tx, m message.Record) (string, error) {
+// intakeEvent records an event record through SendEventTx's code; the
+// commands it sends are dispatched after the inbox commits (or left to the
+// relay).
+func (s *Service) intakeEvent(ctx context.Context, tx pgx.Tx, hooks txhooks.Tx, m message.Record) (string, error) {
 	ev, err := message.DecodeEventRecord(m.Key, m.Value)
 	if err != nil {
 		return "", inbox.Permanent(err)
 	}
-	res, err := s.engine.SendEventTx(ctx, tx, ev.SagaID, ev.Name, ev.EventID, ev.Data)
+	pc := &postCommit{}
+	res, err := s.engine.sendEventTx(ctx, tx, ev.SagaID, ev.Name, ev.EventID, ev.Data, pc)
 	if err != nil {
 		var ee *saga.EventError
 		if errors.As(err, &ee) || errors.Is(err, saga.ErrNotFound) || errors.Is(err, saga.ErrUnknownType) {
@@ -154,6 +157,7 @@ func (s *Service) intakeEvent(ctx context.Context, tx pgx.Tx, m message.Record) 
 		}
 		return "", err
 	}
+	s.engine.afterInbox(hooks, pc)
 	if res.Duplicate {
 		return kafkaDuplicate, nil
 	}
