@@ -17,11 +17,13 @@ import (
 // Intake defaults: the topics other services start sagas and send events
 // on, and the suffix of the intake consumer's group.
 const (
-	StartTopicDefault  = message.StartTopicDefault
-	EventTopicDefault  = message.EventTopicDefault
-	IntakeGroupSuffix  = ".intake"
-	intakeSavepointErr = "intake: savepoint"
+	StartTopicDefault = message.StartTopicDefault
+	EventTopicDefault = message.EventTopicDefault
+	IntakeGroupSuffix = ".intake"
 )
+
+// intakeSavepointErr begins the errors of the savepoint around a record.
+const intakeSavepointErr = "intake: savepoint"
 
 // HandleIntake is the inbox handler of the start and event topics. Each
 // record runs in a savepoint of its own inside the inbox's batch
