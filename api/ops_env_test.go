@@ -127,10 +127,11 @@ func (e *opsEnv) drive(t *testing.T, id uuid.UUID, script map[string]answer) sag
 	return saga.Instance{}
 }
 
-// nextCommand returns the oldest command for saga id not answered yet.
+// nextCommand returns the oldest command for saga id not answered yet
+// (outcome records are not commands).
 func (e *opsEnv) nextCommand(t *testing.T, id uuid.UUID) (message.Command, bool) {
 	t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT id, value FROM orch.outbox ORDER BY id`)
+	rows, err := e.pool.Query(context.Background(), `SELECT id, value FROM orch.outbox WHERE topic <> $1 ORDER BY id`, orchestrator.OutcomeTopicDefault)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,15 @@
 //	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "sagaflow"})
 //	in, created, err := eng.StartTx(ctx, tx, orchestrator.StartRequest{...})
 //
+// Over Kafka, other services start sagas on the start topic (saga.starts:
+// the body of POST /sagas) and send external events on the event topic
+// (saga.events: the body of POST /sagas/{id}/events, keyed by saga id),
+// both consumed through the inbox by [Service.HandleIntake] and
+// dead-lettered with the reason when bad; every end of a saga and every
+// flag writes a record to the outcome topic (saga.outcomes, keyed by the
+// aggregate id; message.SagaOutcome) through the outbox, in the
+// transaction of the transition. The wire contract is docs/conformance.md.
+//
 // Reading: [Engine.Get] (one saga and its journal), [Engine.List]
 // (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];
 // [Engine.Operate] and [Engine.OperateMatching] apply operator actions;

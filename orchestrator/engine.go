@@ -53,6 +53,11 @@ type EngineConfig struct {
 	ReplyTopic string
 	// TopicPrefix is put before "<participant>.commands"; default none.
 	TopicPrefix string
+	// OutcomeTopic receives a record for every end of a saga (completed,
+	// compensated, failed) and every flag, written through the outbox in
+	// the transaction of the transition (keyed by the aggregate id; body
+	// message.SagaOutcome); default OutcomeTopicDefault.
+	OutcomeTopic string
 	// TimerInterval is how often due timers are looked for; default
 	// TimerIntervalDefault.
 	TimerInterval time.Duration
@@ -114,6 +119,7 @@ var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{0,200}$`)
 func (c EngineConfig) WithDefaults() EngineConfig {
 	c.Schema = cmp.Or(c.Schema, SchemaDefault)
 	c.ReplyTopic = cmp.Or(c.ReplyTopic, ReplyTopicDefault)
+	c.OutcomeTopic = cmp.Or(c.OutcomeTopic, OutcomeTopicDefault)
 	c.TimerInterval = cmp.Or(c.TimerInterval, TimerIntervalDefault)
 	c.TimerBatch = cmp.Or(c.TimerBatch, TimerBatchDefault)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
@@ -134,6 +140,8 @@ func (c EngineConfig) validate() error {
 	switch {
 	case c.ReplyTopic != "" && !topicRE.MatchString(c.ReplyTopic):
 		return fmt.Errorf("saga engine: EngineConfig.ReplyTopic %q is not a valid topic name", c.ReplyTopic)
+	case c.OutcomeTopic != "" && !topicRE.MatchString(c.OutcomeTopic):
+		return fmt.Errorf("saga engine: EngineConfig.OutcomeTopic %q is not a valid topic name", c.OutcomeTopic)
 	case !topicRE.MatchString(c.TopicPrefix):
 		return fmt.Errorf("saga engine: EngineConfig.TopicPrefix %q has characters a topic name cannot have", c.TopicPrefix)
 	case c.Schema != "" && !pgid.ValidIdentifier(c.Schema):
@@ -390,11 +398,13 @@ func sendBatch(ctx context.Context, tx querier, b *pgx.Batch, what string) error
 	return nil
 }
 
-// queueWrites adds to b the journal rows and the outbox rows of ds.
+// queueWrites adds to b the journal rows and the outbox rows of ds: their
+// commands, and the outcome record of each that ended or flagged its saga.
 func (e *Engine) queueWrites(b *pgx.Batch, ds []saga.Decision, pc *postCommit) error {
 	var journal []saga.JournalEntry
 	var msgs []outbox.Message
-	for _, d := range ds {
+	for i := range ds {
+		d := &ds[i]
 		journal = append(journal, d.Journal...)
 		for _, o := range d.Send {
 			c := o.Command
@@ -410,6 +420,11 @@ func (e *Engine) queueWrites(b *pgx.Batch, ds []saga.Decision, pc *postCommit) e
 			if s := e.cfg.Signing.Commands; s != nil {
 				s.SignString(m.Topic, m.Key, m.Value, m.Headers)
 			}
+			msgs = append(msgs, m)
+		}
+		if m, ok, err := e.outcomeMessage(d); err != nil {
+			return err
+		} else if ok {
 			msgs = append(msgs, m)
 		}
 	}

@@ -64,10 +64,11 @@ func order(id string) steps.Order {
 	return steps.Order{OrderID: id, Customer: "c1", SKU: "sku-1", Qty: 1, AmountCents: 1000}
 }
 
-// pendingCommands reads the unsent commands of the orchestrator's outbox.
+// pendingCommands reads the unsent commands of the orchestrator's outbox
+// (not its outcome records).
 func pendingCommands(t *testing.T, env *engineEnv) []message.Command {
 	t.Helper()
-	rows, err := env.pool.Query(context.Background(), `SELECT topic, value FROM orch.outbox ORDER BY id`)
+	rows, err := env.pool.Query(context.Background(), `SELECT topic, value FROM orch.outbox WHERE topic <> $1 ORDER BY id`, orchestrator.OutcomeTopicDefault)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,13 @@ func (e *Engine) SendEvent(ctx context.Context, sagaID uuid.UUID, name, eventID 
 // by the relay once tx commits. Any error means tx must be rolled back
 // (or the savepoint around the call released) by the caller.
 func (e *Engine) SendEventTx(ctx context.Context, tx pgx.Tx, sagaID uuid.UUID, name, eventID string, data json.RawMessage) (EventResult, error) {
-	out, err := e.sendEvent(ctx, tx, sagaID, name, eventID, data, nil)
+	return e.sendEventTx(ctx, tx, sagaID, name, eventID, data, nil)
+}
+
+// sendEventTx is SendEventTx collecting into pc (nil: none) what must run
+// after tx commits; the intake consumer hands pc to the inbox.
+func (e *Engine) sendEventTx(ctx context.Context, tx pgx.Tx, sagaID uuid.UUID, name, eventID string, data json.RawMessage, pc *postCommit) (EventResult, error) {
+	out, err := e.sendEvent(ctx, tx, sagaID, name, eventID, data, pc)
 	if err != nil {
 		e.countEvent(sagaID, err)
 	}

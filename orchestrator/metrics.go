@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/saga"
 )
 
@@ -32,6 +33,12 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	waitsTimedOut *prometheus.CounterVec
 	cancels       *prometheus.CounterVec
+	// outcomes counts the outcome records written, by saga type and state
+	// (completed, compensated, failed, or flagged); kafkaStarts and
+	// kafkaEvents the records of the start and event topics, by result.
+	outcomes    *prometheus.CounterVec
+	kafkaStarts *prometheus.CounterVec
+	kafkaEvents *prometheus.CounterVec
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -78,6 +85,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Wait steps whose deadline passed without their event, by saga type."}, []string{"type"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_cancelled_total",
 			Help: "Client cancels (POST /sagas/{id}/cancel), by saga type and result: accepted or refused (at or after the pivot)."}, []string{"type", "result"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "outcomes_written_total",
+			Help: "Outcome records written to the outcome topic's outbox, by saga type and state: completed, compensated, failed (an end) or flagged."}, []string{"type", "state"}),
+		kafkaStarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "kafka_starts_total",
+			Help: "Records of the start topic, by result: created (a new saga), existing (its type and idempotency key had one) or dead_lettered."}, []string{"result"}),
+		kafkaEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "kafka_events_total",
+			Help: "Records of the event topic, by result: recorded, duplicate (same event_id again, no-op) or dead_lettered."}, []string{"result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -92,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.outcomes, &m.kafkaStarts, &m.kafkaEvents}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -156,6 +169,38 @@ func (m *Metrics) InitTypes(sagaTypes ...string) {
 		for _, r := range []string{"accepted", "refused"} {
 			m.cancels.WithLabelValues(t, r)
 		}
+		for _, st := range []string{string(saga.Completed), string(saga.Compensated), string(saga.Failed), "flagged"} {
+			m.outcomes.WithLabelValues(t, st)
+		}
+	}
+	for _, r := range []string{kafkaCreated, kafkaExisting, kafkaDeadLettered} {
+		m.kafkaStarts.WithLabelValues(r)
+	}
+	for _, r := range []string{kafkaRecorded, kafkaDuplicate, kafkaDeadLettered} {
+		m.kafkaEvents.WithLabelValues(r)
+	}
+}
+
+// Results of the kafka_starts_total and kafka_events_total counters.
+const (
+	kafkaCreated      = "created"
+	kafkaExisting     = "existing"
+	kafkaRecorded     = "recorded"
+	kafkaDuplicate    = "duplicate"
+	kafkaDeadLettered = "dead_lettered"
+)
+
+// countStart and countEvent count one record of the start or event topic
+// by result.
+func (m *Metrics) countStart(result string) {
+	if m != nil {
+		m.kafkaStarts.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) countEvent(result string) {
+	if m != nil {
+		m.kafkaEvents.WithLabelValues(result).Inc()
 	}
 }
 
@@ -193,6 +238,13 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 	}
 	if d.Next.Flag != "" && prev.Flag == "" {
 		m.flagged.WithLabelValues(sagaType).Inc()
+	}
+	if o, ok := outcomeOf(&d); ok {
+		st := o.State
+		if o.Kind == message.OutcomeFlagged {
+			st = "flagged"
+		}
+		m.outcomes.WithLabelValues(sagaType, st).Inc()
 	}
 	for _, s := range d.Settled {
 		m.stepDuration.WithLabelValues(sagaType, s.Step, string(s.Action), string(s.Outcome)).Observe(s.Duration.Seconds())

@@ -43,8 +43,16 @@ type Config struct {
 	// SASL: see kafkaclient.Security); nil dials plain TCP.
 	Dialer *kafka.Dialer
 	// GroupID of the reply consumer; every replica uses the same. Default
-	// GroupIDDefault.
+	// GroupIDDefault. The intake consumer (start and event topics) uses
+	// GroupID + IntakeGroupSuffix.
 	GroupID string
+	// StartTopic carries starts from other services (the body of POST
+	// /sagas, message.StartRecord); default StartTopicDefault. EventTopic
+	// carries external events (the body of POST /sagas/{id}/events,
+	// message.EventRecord); default EventTopicDefault. Both are consumed
+	// through the inbox by the intake consumer, which runs with the reply
+	// consumer (RunSet.Replies); see HandleIntake.
+	StartTopic, EventTopic string
 	// Partitions and Replication for topics the service creates at start
 	// (reply topic, command topics of registered participants, their
 	// DLQs); defaults PartitionsDefault and ReplicationDefault.
@@ -72,6 +80,8 @@ type Config struct {
 // but for the fields the service gives its reply consumer's defaults.
 func (c Config) WithDefaults() Config {
 	c.GroupID = cmp.Or(c.GroupID, GroupIDDefault)
+	c.StartTopic = cmp.Or(c.StartTopic, StartTopicDefault)
+	c.EventTopic = cmp.Or(c.EventTopic, EventTopicDefault)
 	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
 	c.Replication = cmp.Or(c.Replication, ReplicationDefault)
 	if c.Logger == nil {
@@ -110,6 +120,12 @@ func (c Config) validate() error {
 		return errors.New("orchestrator: Config.Relay.Brokers is set; the service uses Config.Brokers: leave it empty")
 	case c.Relay.Dialer != nil:
 		return errors.New("orchestrator: Config.Relay.Dialer is set; the service uses Config.Dialer: leave it nil")
+	case c.StartTopic != "" && !topicRE.MatchString(c.StartTopic):
+		return fmt.Errorf("orchestrator: Config.StartTopic %q is not a valid topic name", c.StartTopic)
+	case c.EventTopic != "" && !topicRE.MatchString(c.EventTopic):
+		return fmt.Errorf("orchestrator: Config.EventTopic %q is not a valid topic name", c.EventTopic)
+	case c.StartTopic != "" && c.StartTopic == c.EventTopic:
+		return fmt.Errorf("orchestrator: Config.StartTopic and Config.EventTopic are both %q; they must differ", c.StartTopic)
 	case c.Partitions < 0:
 		return fmt.Errorf("orchestrator: Config.Partitions is %d, want > 0", c.Partitions)
 	case c.Replication < 0:
@@ -121,6 +137,8 @@ func (c Config) validate() error {
 }
 
 // RunSet picks what a process runs, so a deployment can split roles.
+// Replies runs the reply consumer and the intake consumer (start and
+// event topics).
 type RunSet struct {
 	Replies, Relay, Timers bool
 }
@@ -136,6 +154,7 @@ type Service struct {
 	log    *slog.Logger
 
 	replies  *inbox.Consumer // nil unless Run.Replies
+	intake   *inbox.Consumer // start and event topics; nil unless Run.Replies
 	relay    *relay.Relay    // nil unless Run.Relay
 	dispatch *relay.Relay    // the relay, when it dispatches the engine's commands
 }
@@ -186,6 +205,11 @@ func New(pool *pgxpool.Pool, reg *saga.Registry, cfg *Config) (*Service, error) 
 		if s.replies, err = inbox.New(pool, s.HandleReplies, &ic); err != nil {
 			return nil, fmt.Errorf("orchestrator: reply consumer: %w", err)
 		}
+		kc := c.Inbox
+		kc.Brokers, kc.Dialer, kc.GroupID, kc.Topics, kc.Schema = c.Brokers, c.Dialer, c.GroupID+IntakeGroupSuffix, []string{c.StartTopic, c.EventTopic}, eng.Outbox().Schema()
+		if s.intake, err = inbox.New(pool, s.HandleIntake, &kc); err != nil {
+			return nil, fmt.Errorf("orchestrator: intake consumer: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -203,9 +227,10 @@ func (s *Service) Migrations() ([]migrations.Set, error) {
 	return migrations.Orchestrator(s.engine.Outbox().Schema())
 }
 
-// Topics lists the topics the service produces to or consumes from.
+// Topics lists the topics the service produces to or consumes from: the
+// reply, outcome, start and event topics and the command topics.
 func (s *Service) Topics() []string {
-	t := []string{s.engine.ReplyTopic()}
+	t := []string{s.engine.ReplyTopic(), s.engine.OutcomeTopic(), s.cfg.StartTopic, s.cfg.EventTopic}
 	for _, p := range s.engine.Registry().Participants() {
 		t = append(t, s.engine.CommandTopic(p))
 	}
@@ -330,6 +355,9 @@ func (s *Service) Run(ctx context.Context) error {
 	var comps []func(context.Context) error
 	if s.replies != nil {
 		comps = append(comps, s.replies.Run)
+	}
+	if s.intake != nil {
+		comps = append(comps, s.intake.Run)
 	}
 	if s.relay != nil {
 		comps = append(comps, s.relay.Run)

@@ -20,7 +20,8 @@ import (
 // first.
 func commandHeaders(t *testing.T, env *engineEnv, sagaID string) []map[string]string {
 	t.Helper()
-	rows, err := env.pool.Query(context.Background(), `SELECT headers FROM orch.outbox WHERE headers->>'saga-id' = $1 ORDER BY id`, sagaID)
+	rows, err := env.pool.Query(context.Background(), `SELECT headers FROM orch.outbox WHERE headers->>'saga-id' = $1 AND topic <> $2 ORDER BY id`,
+		sagaID, orchestrator.OutcomeTopicDefault)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,7 @@ func (m *machine) finish() (Decision, error) {
 		m.d.Journal[i].From = m.prev.State
 		m.d.Journal[i].To = m.in.State
 	}
+	m.d.Flagged = m.in.Flag != "" && m.prev.Flag == ""
 	m.d.Next = m.in
 	return m.d, nil
 }

@@ -902,6 +902,9 @@ func TestDecideTransitions(t *testing.T) {
 			if (h.in.Flag != "") != row.wantFlag {
 				t.Fatalf("flag %q, want flagged=%v", h.in.Flag, row.wantFlag)
 			}
+			if newly := row.wantFlag && prev.Flag == ""; d.Flagged != newly {
+				t.Fatalf("Decision.Flagged %v, want %v (flag before %q, after %q)", d.Flagged, newly, prev.Flag, h.in.Flag)
+			}
 			if d.Late != row.wantLate || d.Illegal != row.wantIllegal {
 				t.Fatalf("late=%v illegal=%v, want %v %v", d.Late, d.Illegal, row.wantLate, row.wantIllegal)
 			}

@@ -379,6 +379,9 @@ type Decision struct {
 	// WaitsTimedOut counts the wait steps whose deadline passed in this
 	// decision (for metrics).
 	WaitsTimedOut int
+	// Flagged is set when this decision flagged the saga for an operator
+	// (Next.Flag set, the saga had none): the engine writes a flag outcome.
+	Flagged bool
 }
 
 // Difference is a disagreement between a saga and a participant's record,

@@ -244,7 +244,8 @@ func (h *harness) prepare(ctx context.Context, plan workload.Plan) error {
 	if _, err := migrations.Migrate(ctx, h.pool, append(sets, ps...)...); err != nil {
 		return fmt.Errorf("chaos: migrate: %w", err)
 	}
-	topics := []string{orchestrator.ReplyTopicDefault, orchestrator.ReplyTopicDefault + inbox.DLQSuffixDefault}
+	topics := []string{orchestrator.ReplyTopicDefault, orchestrator.ReplyTopicDefault + inbox.DLQSuffixDefault,
+		orchestrator.OutcomeTopicDefault, orchestrator.StartTopicDefault, orchestrator.EventTopicDefault}
 	topics = append(topics, ref.Topics()...)
 	if err := kafkaclient.EnsureTopics(ctx, h.brokers, PartitionsDefault, 1, topics...); err != nil {
 		return fmt.Errorf("chaos: create topics: %w", err)

@@ -288,6 +288,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			defer stopTracing()
 			svc, err := orchestrator.New(pool, reg, &orchestrator.Config{
 				Brokers: bs, Dialer: dialer, GroupID: cfg.Orchestrator.GroupID, Engine: ec, Logger: log,
+				StartTopic: cfg.Kafka.StartTopic, EventTopic: cfg.Kafka.EventTopic,
 				Partitions: cfg.Kafka.Partitions, Replication: cfg.Kafka.Replication,
 				Inbox: inbox.Config{Metrics: ms.Inbox, BatchSize: cfg.Orchestrator.InboxBatch},
 				Relay: relay.Config{Metrics: ms.Relay, BatchSize: cfg.Orchestrator.RelayBatch, KeepSent: cfg.Relay.KeepSent, Advanced: cfg.Relay.advanced()},
@@ -327,7 +328,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				log.Warn("the reads and the status page (saga data, journals, dead letters) are open to anyone who reaches http.addr: set http.protect_reads",
 					slog.String("addr", cfg.HTTP.Addr))
 			}
-			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema, svc.Engine().ReplyTopic()); err != nil {
+			if acfg.DeadLetters, err = dlq.New(apiPool, cfg.Orchestrator.Schema, consumedTopics(cfg, cfg.Orchestrator.Schema)...); err != nil {
 				return err
 			}
 			srv, err := api.New(apiEng, &acfg)

@@ -68,11 +68,12 @@ func withStore(cmd *cobra.Command, cfg *Config, run func(ctx context.Context, st
 }
 
 // consumedTopics is what the consumer of schema reads, as far as this
-// binary knows it: the reply topic for the orchestrator's schema, the
-// command topic for a reference participant's; nil for any other.
+// binary knows it: the reply, start and event topics for the
+// orchestrator's schema, the command topic for a reference participant's;
+// nil for any other.
 func consumedTopics(cfg *Config, schema string) []string {
 	if schema == cfg.Orchestrator.Schema {
-		return []string{cfg.Kafka.ReplyTopic}
+		return []string{cfg.Kafka.ReplyTopic, cfg.Kafka.StartTopic, cfg.Kafka.EventTopic}
 	}
 	for _, name := range reference.Names {
 		if schema == cfg.Participants.SchemaPrefix+name {

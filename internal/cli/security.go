@@ -135,7 +135,8 @@ func devBrokerPrincipals(cfg *Config, flag string) ([]devbroker.Principal, error
 		return nil, err
 	}
 	layout := devbroker.Layout{TopicPrefix: cfg.Kafka.TopicPrefix, ReplyTopic: cfg.Kafka.ReplyTopic,
-		OrchestratorGroup: cfg.Orchestrator.GroupID, Participants: reg.Participants()}
+		OrchestratorGroup: cfg.Orchestrator.GroupID, Participants: reg.Participants(),
+		OutcomeTopic: cfg.Kafka.OutcomeTopic, StartTopic: cfg.Kafka.StartTopic, EventTopic: cfg.Kafka.EventTopic}
 	var out []devbroker.Principal
 	for item := range strings.SplitSeq(flag, ",") {
 		item = strings.TrimSpace(item)

@@ -62,9 +62,12 @@ type KafkaConfig struct {
 	// is empty.
 	Brokers                 []string
 	TopicPrefix, ReplyTopic string
-	Partitions, Replication int
-	TLS                     kafkaclient.TLSConfig
-	SASL                    kafkaclient.SASLConfig
+	// OutcomeTopic, StartTopic and EventTopic are the orchestrator's
+	// saga-level topics.
+	OutcomeTopic, StartTopic, EventTopic string
+	Partitions, Replication              int
+	TLS                                  kafkaclient.TLSConfig
+	SASL                                 kafkaclient.SASLConfig
 }
 
 // OrchestratorConfig is orchestrator.*.
@@ -176,6 +179,7 @@ func (c *Config) bindings() []binding {
 	return []binding{
 		{"database.url", &d.URL}, {"database.max_conns", &d.MaxConns},
 		{"kafka.brokers", &k.Brokers}, {"kafka.topic_prefix", &k.TopicPrefix}, {"kafka.reply_topic", &k.ReplyTopic},
+		{"kafka.outcome_topic", &k.OutcomeTopic}, {"kafka.start_topic", &k.StartTopic}, {"kafka.event_topic", &k.EventTopic},
 		{"kafka.partitions", &k.Partitions}, {"kafka.replication", &k.Replication},
 		{"kafka.tls.enabled", &k.TLS.Enabled}, {"kafka.tls.ca_file", &k.TLS.CAFile}, {"kafka.tls.cert_file", &k.TLS.CertFile},
 		{"kafka.tls.key_file", &k.TLS.KeyFile}, {"kafka.tls.server_name", &k.TLS.ServerName},
@@ -375,8 +379,14 @@ func (c *Config) validate() error {
 		errs = append(errs, err)
 	}
 	k := c.Kafka
-	if err := message.CheckTopicName(k.ReplyTopic); err != nil {
-		bad("kafka.reply_topic", "must be a Kafka topic name ("+err.Error()+")", fmt.Sprintf("%q", k.ReplyTopic))
+	for _, tp := range []struct{ key, v string }{{"kafka.reply_topic", k.ReplyTopic}, {"kafka.outcome_topic", k.OutcomeTopic},
+		{"kafka.start_topic", k.StartTopic}, {"kafka.event_topic", k.EventTopic}} {
+		if err := message.CheckTopicName(tp.v); err != nil {
+			bad(tp.key, "must be a Kafka topic name ("+err.Error()+")", fmt.Sprintf("%q", tp.v))
+		}
+	}
+	if k.StartTopic == k.EventTopic {
+		bad("kafka.event_topic", "must differ from kafka.start_topic", fmt.Sprintf("%q", k.EventTopic))
 	}
 	atLeast("kafka.partitions", k.Partitions, 1)
 	atLeast("kafka.replication", k.Replication, 1)
@@ -515,6 +525,7 @@ func (c *Config) effective(key string) string {
 func (c *Config) engine() orchestrator.EngineConfig {
 	return orchestrator.EngineConfig{
 		Schema: c.Orchestrator.Schema, ReplyTopic: c.Kafka.ReplyTopic, TopicPrefix: c.Kafka.TopicPrefix,
+		OutcomeTopic:  c.Kafka.OutcomeTopic,
 		TimerInterval: c.Orchestrator.TimerInterval, TimerBatch: c.Orchestrator.TimerBatch,
 		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,

@@ -78,8 +78,13 @@ type Layout struct {
 	// saga.replies).
 	ReplyTopic string
 	// OrchestratorGroup is the reply consumer's group
-	// (orchestrator.group_id; default sagaflow-orchestrator).
+	// (orchestrator.group_id; default sagaflow-orchestrator); the intake
+	// consumer's is OrchestratorGroup + ".intake".
 	OrchestratorGroup string
+	// OutcomeTopic, StartTopic and EventTopic are the orchestrator's
+	// saga-level topics (kafka.outcome_topic, kafka.start_topic,
+	// kafka.event_topic; defaults saga.outcomes, saga.starts, saga.events).
+	OutcomeTopic, StartTopic, EventTopic string
 	// DLQSuffix ends the dead-letter topics (default .dlq).
 	DLQSuffix string
 	// Participants are the participants the orchestrator sends commands
@@ -90,6 +95,9 @@ type Layout struct {
 func (l Layout) withDefaults() Layout {
 	l.ReplyTopic = cmp.Or(l.ReplyTopic, "saga.replies")
 	l.OrchestratorGroup = cmp.Or(l.OrchestratorGroup, "sagaflow-orchestrator")
+	l.OutcomeTopic = cmp.Or(l.OutcomeTopic, "saga.outcomes")
+	l.StartTopic = cmp.Or(l.StartTopic, "saga.starts")
+	l.EventTopic = cmp.Or(l.EventTopic, "saga.events")
 	l.DLQSuffix = cmp.Or(l.DLQSuffix, ".dlq")
 	return l
 }
@@ -102,10 +110,12 @@ const OrchestratorName = "orchestrator"
 // docs/operations.md, "Kafka ACLs"): the orchestrator's when user is
 // OrchestratorName, else those of the participant of that name.
 //
-// The orchestrator reads the reply topic in its group, writes the command
-// topics of layout.Participants, the reply topic's dead-letter topic and
-// the reply topic itself (a redriven dead reply), and creates them and the
-// command topics' dead-letter topics (at start). A participant reads its own command topic in its group
+// The orchestrator reads the reply topic in its group and the start and
+// event topics in its intake group, writes the command topics of
+// layout.Participants, the outcome topic, the dead-letter topics of the
+// topics it reads and those topics themselves (a redriven dead record),
+// and creates them and the dead-letter topics of the command and outcome
+// topics (at start). A participant reads its own command topic in its group
 // ("<prefix><name>", the SDK's and the reference set's), writes the reply
 // topic, its command topic's dead-letter topic and its own command topic
 // (a redriven dead command keeps its orchestrator signature), and creates
@@ -115,9 +125,14 @@ func SagaflowACLs(layout Layout, user string) []ACL {
 	l := layout.withDefaults()
 	if user == OrchestratorName {
 		acls := []ACL{
-			{Resource: "topic", Name: l.ReplyTopic, Operations: []string{"read", "write", "create"}},
 			{Resource: "group", Name: l.OrchestratorGroup, Operations: []string{"read"}},
-			{Resource: "topic", Name: l.ReplyTopic + l.DLQSuffix, Operations: []string{"write", "create"}},
+			{Resource: "group", Name: l.OrchestratorGroup + ".intake", Operations: []string{"read"}},
+			{Resource: "topic", Name: l.OutcomeTopic, Operations: []string{"write", "create"}},
+			{Resource: "topic", Name: l.OutcomeTopic + l.DLQSuffix, Operations: []string{"create"}},
+		}
+		for _, t := range []string{l.ReplyTopic, l.StartTopic, l.EventTopic} {
+			acls = append(acls, ACL{Resource: "topic", Name: t, Operations: []string{"read", "write", "create"}},
+				ACL{Resource: "topic", Name: t + l.DLQSuffix, Operations: []string{"write", "create"}})
 		}
 		for _, p := range l.Participants {
 			cmd := l.TopicPrefix + p + ".commands"

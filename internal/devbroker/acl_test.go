@@ -15,7 +15,8 @@ import (
 
 // With principals the broker enforces the sagaflow ACLs: each principal
 // does what its row of the table allows (the orchestrator writes a command
-// topic and reads the reply topic, a participant writes the reply topic
+// topic and the outcome topic and reads the reply, start and event topics,
+// a participant writes the reply topic
 // and reads its own command topic) and is refused the rest (a participant
 // writing another participant's command topic or reading the reply topic;
 // a user without ACLs anything).
@@ -28,7 +29,7 @@ func TestPrincipalWithoutACLIsRefused(t *testing.T) {
 	}
 	principals = append(principals, devbroker.Principal{User: "nobody", Password: "nobody-pw"})
 	b, err := devbroker.Start(devbroker.Config{
-		Partitions: 1, Topics: []string{"saga.replies", "inventory.commands", "payment.commands"},
+		Partitions: 1, Topics: []string{"saga.replies", "inventory.commands", "payment.commands", "saga.outcomes", "saga.starts", "saga.events"},
 		SASL: devbroker.SASL{Mechanism: "PLAIN", User: "admin", Password: "admin-pw"}, Principals: principals,
 	})
 	if err != nil {
@@ -77,6 +78,10 @@ func TestPrincipalWithoutACLIsRefused(t *testing.T) {
 		{"inventory reads saga.replies", fetch("inventory", "saga.replies"), false},
 		{"payment reads inventory.commands", fetch("payment", "inventory.commands"), false},
 		{"nobody writes saga.replies", produce("nobody", "saga.replies"), false},
+		{"orchestrator writes saga.outcomes", produce("orchestrator", "saga.outcomes"), true},
+		{"orchestrator reads saga.starts", fetch("orchestrator", "saga.starts"), true},
+		{"orchestrator reads saga.events", fetch("orchestrator", "saga.events"), true},
+		{"inventory writes saga.outcomes", produce("inventory", "saga.outcomes"), false},
 	} {
 		switch {
 		case c.allowed && c.err != nil:

@@ -48,10 +48,15 @@ type collector struct {
 }
 
 func startCollector(brokers []string, topics ...string) *collector {
+	return startCollectorOf(brokers, topics, topicPartitions)
+}
+
+// startCollectorOf reads partitions 0 to partitions-1 of each topic.
+func startCollectorOf(brokers []string, topics []string, partitions int) *collector {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &collector{recs: map[string][]record{}, changed: make(chan struct{}), cancel: cancel}
 	for _, t := range topics {
-		for p := range topicPartitions {
+		for p := range partitions {
 			r := kafka.NewReader(kafka.ReaderConfig{
 				Brokers: brokers, Topic: t, Partition: p, MinBytes: 1, MaxBytes: 4 << 20,
 				MaxWait: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,

@@ -1,0 +1,81 @@
+package conformance_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/sagaflow/sagaflow/internal/devbroker"
+	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/participants/conformance"
+)
+
+// ReadOutcomes returns the outcome records per saga id, and names each
+// record that breaks the contract (a key other than the aggregate id, a
+// body that is not an outcome).
+func TestReadOutcomes(t *testing.T) {
+	t.Parallel()
+	b, err := devbroker.Start(devbroker.Config{Partitions: 2, Topics: []string{"saga.outcomes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := conformance.ReadOutcomes(ctx, b.Addrs(), "saga.outcomes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	id := uuid.New()
+	record := func(key string, o message.SagaOutcome) kafka.Message {
+		v, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kafka.Message{Key: []byte(key), Value: v, Headers: []kafka.Header{
+			{Key: message.HeaderMessageID, Value: []byte(uuid.NewString())}, {Key: message.HeaderSagaID, Value: []byte(o.SagaID.String())}}}
+	}
+	ok := message.SagaOutcome{SagaID: id, Type: "t", AggregateID: "order-1", IdempotencyKey: "order-1", Kind: message.OutcomeFinished,
+		State: "completed", Data: json.RawMessage(`{}`), At: time.Now().UTC()}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addrs()...), Topic: "saga.outcomes", Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, record("order-1", ok)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Wait(ctx, 30*time.Second, func(m map[uuid.UUID][]message.SagaOutcome) bool { return len(m[id]) == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := got[id][0]; o.State != "completed" || o.AggregateID != "order-1" {
+		t.Fatalf("read %+v", o)
+	}
+	if err := w.WriteMessages(ctx, record("order-2", ok), kafka.Message{Key: []byte("x"), Value: []byte(`{"nope":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{`key "order-2", want the aggregate id "order-1"`, `unknown field "nope"`}
+	named := func(err error) bool {
+		for _, w := range wants {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := r.Outcomes()
+		if named(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("error %v, want it to name each of %q", err, wants)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+}
