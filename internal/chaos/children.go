@@ -186,7 +186,7 @@ func signingEnv() ([]string, error) {
 		return nil, err
 	}
 	var parts []string
-	for _, name := range reference.Names {
+	for _, name := range reference.AllNames {
 		k, err := message.GenerateKey("chaos-" + name)
 		if err != nil {
 			return nil, err
