@@ -212,7 +212,7 @@ func printSummary(w io.Writer, s demo.Summary) {
 		fmt.Fprintf(w, "  %-12s %11d %11d\n", row.name, count(orderapi.SagaType, row.f), count(tripapi.SagaType, row.f))
 	}
 	if s.InvariantsOK {
-		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed order, none for compensated ones; nothing reserved for a trip without its charge, every confirmed reservation charged once, refused trips with nothing reserved or charged; every saga terminal)")
+		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed order, none for compensated ones; nothing reserved for a trip without its charge, every confirmed reservation charged once, refused trips with nothing reserved or charged, flight/hotel/car capacity conserved; every saga terminal)")
 		return
 	}
 	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))

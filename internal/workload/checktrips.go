@@ -27,6 +27,8 @@ const (
 //     completed one's are all confirmed and it is charged once;
 //   - every confirmed reservation is charged exactly once;
 //   - no reservation is held for a saga the orchestrator does not know;
+//   - every item's reserved counter equals the reservations holding a
+//     place (capacity conserved: nothing released twice or lost);
 //   - a refused trip (refused, by trip id = aggregate id) ends compensated
 //     with nothing reserved and nothing charged.
 //
@@ -49,12 +51,27 @@ func checkTrips(ctx context.Context, db participants.DB, s Schemas, sagas map[uu
 	tables := []struct {
 		name, schema string
 		read         func(context.Context, participants.DB, string) (map[uuid.UUID]string, error)
+		items        func(context.Context, participants.DB, string) (map[string]flights.Item, error)
 	}{
-		{tripapi.Flights, s.Flights, flights.States},
-		{tripapi.Hotels, s.Hotels, hotels.States},
-		{tripapi.Cars, s.Cars, cars.States},
+		{tripapi.Flights, s.Flights, flights.States, flights.Items},
+		{tripapi.Hotels, s.Hotels, hotels.States, hotels.Items},
+		{tripapi.Cars, s.Cars, cars.States, cars.Items},
 	}
 	for _, t := range tables {
+		items, err := t.items(ctx, db, t.schema)
+		if err != nil {
+			return fmt.Errorf("check: read %s items: %w", t.name, err)
+		}
+		names := make([]string, 0, len(items))
+		for name := range items {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if it := items[name]; it.Reserved != it.Held || it.Held > it.Capacity {
+				bad("%s item %s: reserved counter %d but %d reservations hold a place (capacity %d)", t.name, name, it.Reserved, it.Held, it.Capacity)
+			}
+		}
 		res, err := t.read(ctx, db, t.schema)
 		if err != nil {
 			return fmt.Errorf("check: read %s reservations: %w", t.name, err)

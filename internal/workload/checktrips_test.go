@@ -20,7 +20,8 @@ import (
 // for a clean trip): a turned-back trip still holding a reservation, a
 // confirmed reservation without a charge, a completed trip whose
 // reservation was never confirmed, a refused trip that was charged, a
-// reservation held for an unknown saga.
+// reservation held for an unknown saga, an item's reserved counter that
+// does not match its reservations.
 func TestCheckPlanTripInvariants(t *testing.T) {
 	ctx := testkit.Context(t, 60*time.Second)
 	pool := testkit.Pool(t)
@@ -53,7 +54,10 @@ func TestCheckPlanTripInvariants(t *testing.T) {
 		name   string
 		trip   trip
 		orphan string // a reservation state held for an unknown saga
-		want   []string
+		// counterOff adds to the flights' reserved counter (as a release
+		// lost or counted twice would leave it).
+		counterOff int
+		want       []string
 	}{
 		{name: "completed, all confirmed and charged", trip: trip{state: "completed", charged: true, res: ok(res{tripapi.Cars, "confirmed"})}},
 		{name: "compensated, all released", trip: trip{state: "compensated", res: []res{{tripapi.Flights, "released"}, {tripapi.Cars, "released"}}}},
@@ -70,6 +74,8 @@ func TestCheckPlanTripInvariants(t *testing.T) {
 			want: []string{"was refused but is completed", "was refused but has 1 charges"}},
 		{name: "reservation of an unknown saga", trip: trip{state: "compensated"}, orphan: "reserved",
 			want: []string{"cars reservation (reserved) held for saga"}},
+		{name: "reserved counter off", trip: trip{state: "completed", charged: true, res: ok()}, counterOff: 1,
+			want: []string{"flights item x: reserved counter 2 but 1 reservations hold a place (capacity 100)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +94,13 @@ VALUES ($1, 'book-trip', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, id, tripI
 			if tc.orphan != "" {
 				other := uuid.New()
 				exec(`INSERT INTO cars.reservations (saga_id, reservation_id, trip_id, customer, item, state) VALUES ($1, $2, 'lost', 'c', 'x', $3)`, other, "car-"+other.String(), tc.orphan)
+			}
+			for _, part := range reference.TripNames {
+				off := 0
+				if part == tripapi.Flights {
+					off = tc.counterOff
+				}
+				exec(`UPDATE `+part+`.items i SET reserved = $1 + (SELECT count(*) FROM `+part+`.reservations r WHERE r.item = i.item AND r.state IN ('reserved', 'confirmed'))`, off)
 			}
 			plan := workload.Plan{Refused: map[string]bool{}}
 			if tc.trip.refused {
