@@ -2,18 +2,25 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/api"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 type listAnswer struct {
@@ -188,5 +195,63 @@ func TestStatsCountsAndOutbox(t *testing.T) {
 	}
 	if code, body := env.do(t, http.MethodGet, "/stats?window=-1s", "", ""); code != http.StatusBadRequest || !strings.Contains(body, "window") {
 		t.Fatalf("bad window = %d %s; want 400 naming window", code, body)
+	}
+}
+
+// A book-trip's three reservations, in flight together, are the saga's
+// active steps side by side (JSON active_steps, each member's group, the
+// page's "in flight together"); once they succeeded, the saga waits for its
+// approval: waiting_for names the step, the event and the deadline, and
+// the page shows it.
+func TestStatusShowsGroupMembersAndWhatASagaWaitsFor(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnv(t, nil)
+	ctx := context.Background()
+	trip := steps.Trip{TripID: "trip-1", Customer: "c", Flight: "LH100", Hotel: "ritz", Car: "mini", AmountCents: 1000, NeedsApproval: true}
+	in, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: tripapi.SagaType, IdempotencyKey: trip.TripID, AggregateID: trip.TripID, Data: trip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []string{tripapi.StepReserveFlight, tripapi.StepReserveHotel, tripapi.StepReserveCar}
+	var v api.SagaView
+	env.getJSON(t, "/sagas/"+in.ID.String(), &v)
+	if !slices.Equal(v.ActiveSteps, members) || len(v.WaitingFor) != 0 {
+		t.Fatalf("active steps %v, waiting for %v; want the three reservations and nothing", v.ActiveSteps, v.WaitingFor)
+	}
+	for _, s := range v.Steps[:3] {
+		if s.Group != tripapi.GroupReserve || s.State != saga.StepRunning {
+			t.Errorf("step %s: group %q state %s, want group %s, running", s.Name, s.Group, s.State, tripapi.GroupReserve)
+		}
+	}
+	st, page := env.do(t, http.MethodGet, "/ui/sagas/"+in.ID.String(), "", "")
+	if want := "in flight together</span><code>reserve-flight</code> · <code>reserve-hotel</code> · <code>reserve-car</code>"; st != http.StatusOK || !strings.Contains(page, want) {
+		t.Fatalf("page %d lacks %q:\n%s", st, want, page)
+	}
+	if strings.Contains(page, `class="waiting"`) {
+		t.Fatal("the page shows a wait before the saga reached it")
+	}
+
+	for range members {
+		c, ok := env.nextCommand(t, in.ID)
+		if !ok {
+			t.Fatal("fewer than three reservation commands in the outbox")
+		}
+		out, _ := json.Marshal(tripapi.ReserveResult{ReservationID: "r-" + c.Step})
+		r := message.Reply{MessageID: uuid.New(), InReplyTo: c.MessageID, SagaID: in.ID, Step: c.Step, Action: c.Action, Outcome: message.Success, Payload: out}
+		if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error { return env.eng.ApplyReply(ctx, tx, r) }); err != nil {
+			t.Fatalf("reply to %s: %v", c.Step, err)
+		}
+	}
+	v = api.SagaView{}
+	env.getJSON(t, "/sagas/"+in.ID.String(), &v)
+	if !slices.Equal(v.ActiveSteps, []string{tripapi.StepAwaitApproval}) || len(v.WaitingFor) != 1 {
+		t.Fatalf("active steps %v, waiting for %+v; want the approval only", v.ActiveSteps, v.WaitingFor)
+	}
+	if w := v.WaitingFor[0]; w.Step != tripapi.StepAwaitApproval || w.Event != tripapi.EventApproval || w.DeadlineAt == nil || !w.DeadlineAt.After(time.Now()) {
+		t.Fatalf("waiting for %+v; want event approval at await-approval with a deadline ahead", w)
+	}
+	_, page = env.do(t, http.MethodGet, "/ui/sagas/"+in.ID.String(), "", "")
+	if want := "waiting for</span>event <code>approval</code> at await-approval, until"; !strings.Contains(page, want) || strings.Contains(page, `id="in-flight"`) {
+		t.Fatalf("page lacks %q (or still shows members in flight):\n%s", want, page)
 	}
 }

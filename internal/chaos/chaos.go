@@ -21,6 +21,7 @@ import (
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // schemas the children use (no prefixes).
@@ -29,6 +30,7 @@ func schemas() workload.Schemas {
 	return workload.Schemas{
 		Orchestrator: orchestrator.SchemaDefault, Inventory: o.Schema(orderapi.Inventory), Coupon: o.Schema(orderapi.Coupon),
 		Payment: o.Schema(orderapi.Payment), Shipping: o.Schema(orderapi.Shipping), Points: o.Schema(orderapi.Points),
+		Flights: o.Schema(tripapi.Flights), Hotels: o.Schema(tripapi.Hotels), Cars: o.Schema(tripapi.Cars),
 	}
 }
 
@@ -154,7 +156,7 @@ func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err e
 
 	// Schemas, topics and the plan's stock before any child runs.
 	plan := workload.NewPlan(workload.Mix{
-		Orders: cfg.Sagas, Seed: cfg.Seed, OutOfStockRate: workload.OutOfStockRateDefault,
+		Orders: cfg.Sagas - cfg.trips(), Trips: cfg.trips(), Seed: cfg.Seed, OutOfStockRate: workload.OutOfStockRateDefault,
 		CouponTakenRate: workload.CouponTakenRateDefault, DeclineRate: workload.DeclineRateDefault,
 		LimitCents: workload.LimitCentsDefault,
 	})
@@ -233,7 +235,7 @@ func (h *harness) prepare(ctx context.Context, plan workload.Plan) error {
 	if err != nil {
 		return err
 	}
-	ref, err := reference.New(h.pool, reference.Options{Brokers: h.brokers, Partitions: PartitionsDefault})
+	ref, err := reference.New(h.pool, reference.Options{Trips: true, Brokers: h.brokers, Partitions: PartitionsDefault})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/sagaflow/sagaflow/internal/chaos"
 	"github.com/sagaflow/sagaflow/internal/cli"
 	"github.com/sagaflow/sagaflow/internal/testkit"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // TestMain lets the test binary stand in for the orchestrator binary: the
@@ -54,6 +56,10 @@ func TestHarnessTiny(t *testing.T) {
 	}
 	if got := res.Completed + res.Compensated; got != 40 {
 		t.Errorf("completed %d + compensated %d = %d sagas, want 40", res.Completed, res.Compensated, got)
+	}
+	// A quarter of them (chaos.TripShareDefault) are trips.
+	if o, tr := res.ByType[orderapi.SagaType], res.ByType[tripapi.SagaType]; o == nil || tr == nil || o.Sagas != 30 || tr.Sagas != 10 {
+		t.Errorf("by type %+v, want 30 place-order and 10 book-trip sagas", res.ByType)
 	}
 	if res.Duplicates == 0 && res.Stops == 0 && res.Cuts == 0 {
 		t.Errorf("no fault was injected: %s", res.Line())

@@ -12,12 +12,16 @@ import (
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/cars"
+	"github.com/sagaflow/sagaflow/participants/flights"
+	"github.com/sagaflow/sagaflow/participants/hotels"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/points"
 	"github.com/sagaflow/sagaflow/participants/shipping"
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 const maxViolations = 100
@@ -35,7 +39,7 @@ func ident(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
 
 func (h *harness) allSchemas() []string {
 	s := schemas()
-	return []string{s.Orchestrator, s.Inventory, s.Coupon, s.Payment, s.Shipping, s.Points}
+	return []string{s.Orchestrator, s.Inventory, s.Coupon, s.Payment, s.Shipping, s.Points, s.Flights, s.Hotels, s.Cars}
 }
 
 // pending counts non-terminal sagas and live unsent outbox rows.
@@ -109,18 +113,19 @@ func (h *harness) check(ctx context.Context, plan workload.Plan, res *Result) er
 
 func (h *harness) checkIn(ctx context.Context, db pgx.Tx, plan workload.Plan, res *Result) error {
 	sc := schemas()
-	rep, err := workload.Check(ctx, db, sc, plan.Stock, false)
+	rep, err := workload.CheckPlan(ctx, db, sc, plan, false)
 	if err != nil {
 		return err
 	}
 	res.Completed, res.Compensated, res.Failed = rep.Completed, rep.Compensated, rep.Failed
 	res.Stuck = rep.NonTerminal
+	res.ByType = rep.ByType
 	for _, v := range rep.Violations {
 		res.violate("%s", v)
 	}
-	if rep.Sagas != len(plan.Orders) {
-		res.Lost += len(plan.Orders) - rep.Sagas
-		res.violate("%d orders started but %d sagas exist", len(plan.Orders), rep.Sagas)
+	if want := len(plan.Orders) + len(plan.Trips); rep.Sagas != want {
+		res.Lost += want - rep.Sagas
+		res.violate("%d orders and %d trips started but %d sagas exist", len(plan.Orders), len(plan.Trips), rep.Sagas)
 	}
 
 	// Outboxes: unsent or parked rows.
@@ -168,7 +173,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 
 	// Barrier rows of every participant, by (saga, step, action).
 	barrier := map[string]barrierRow{}
-	for _, p := range []string{sc.Inventory, sc.Coupon, sc.Payment, sc.Shipping, sc.Points} {
+	for _, p := range []string{sc.Inventory, sc.Coupon, sc.Payment, sc.Shipping, sc.Points, sc.Flights, sc.Hotels, sc.Cars} {
 		rows, err := db.Query(ctx, `SELECT saga_id, step, action, outcome, reason, closed FROM `+ident(p, "barrier"))
 		if err != nil {
 			return fmt.Errorf("chaos: read %s.barrier: %w", p, err)
@@ -234,11 +239,18 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 	if err != nil {
 		return err
 	}
+	bookings, err := tripReservations(ctx, db, sc)
+	if err != nil {
+		return err
+	}
 
 	lost := map[uuid.UUID]bool{}
 	double := map[uuid.UUID]bool{}
 	afterPivot := map[uuid.UUID]bool{}
-	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints}
+	// Every step of both sagas (their names are distinct but for the
+	// pivot, charge-payment, which both send to payment).
+	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints,
+		tripapi.StepReserveFlight, tripapi.StepReserveHotel, tripapi.StepReserveCar, tripapi.StepConfirmFlight, tripapi.StepConfirmHotel, tripapi.StepConfirmCar}
 	for id, s := range sagas {
 		terminal := saga.State(s.state).Terminal()
 		pivotDone := charges[id] > 0
@@ -297,6 +309,12 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 			double[id] = true
 			res.violate("saga %s: reservation %s without a recorded compensation", id, r.State)
 		}
+		for _, b := range bookings {
+			if v := b.check(id, barrier); v != "" {
+				double[id] = true
+				res.violate("%s", v)
+			}
+		}
 	}
 	for _, c := range cmds {
 		s, ok := sagas[c.saga]
@@ -340,4 +358,51 @@ WHERE message_id IS NOT NULL AND NOT ignored GROUP BY saga_id, message_id, event
 		res.violate("%d sagas not terminal after %s", res.Stuck, h.cfg.QuiesceTimeout)
 	}
 	return nil
+}
+
+// booking is one trip participant's reservations (state by saga) and the
+// step that makes and releases them.
+type booking struct {
+	participant, step string
+	states            map[uuid.UUID]string
+}
+
+// tripReservations reads the flights, hotels and cars reservations.
+func tripReservations(ctx context.Context, db pgx.Tx, sc workload.Schemas) ([]booking, error) {
+	out := []booking{
+		{participant: tripapi.Flights, step: tripapi.StepReserveFlight},
+		{participant: tripapi.Hotels, step: tripapi.StepReserveHotel},
+		{participant: tripapi.Cars, step: tripapi.StepReserveCar},
+	}
+	read := map[string]func(context.Context, participants.DB, string) (map[uuid.UUID]string, error){
+		tripapi.Flights: flights.States, tripapi.Hotels: hotels.States, tripapi.Cars: cars.States,
+	}
+	schema := map[string]string{tripapi.Flights: sc.Flights, tripapi.Hotels: sc.Hotels, tripapi.Cars: sc.Cars}
+	for i := range out {
+		st, err := read[out[i].participant](ctx, db, schema[out[i].participant])
+		if err != nil {
+			return nil, fmt.Errorf("chaos: read %s reservations: %w", out[i].participant, err)
+		}
+		out[i].states = st
+	}
+	return out, nil
+}
+
+// check compares saga id's reservation with its reserve step's barrier: a
+// released reservation needs a compensation that undid it, a held one
+// none. It returns the violation, or "".
+func (b booking) check(id uuid.UUID, barrier map[string]barrierRow) string {
+	st, ok := b.states[id]
+	if !ok {
+		return ""
+	}
+	c, hasComp := barrier[barrierKey(id, b.step, "compensate")]
+	undone := hasComp && c.outcome == "success" && c.reason != participants.ReasonEmpty
+	switch {
+	case st != "released" && undone:
+		return fmt.Sprintf("saga %s: %s reservation compensated but still %s", id, b.participant, st)
+	case st == "released" && !undone:
+		return fmt.Sprintf("saga %s: %s reservation released without a recorded compensation", id, b.participant)
+	}
+	return ""
 }

@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // TestCheckFindsViolations writes, by hand, the traces of each violation
@@ -27,7 +30,7 @@ func TestCheckFindsViolations(t *testing.T) {
 	t.Parallel()
 	ctx := testkit.Context(t, 30*time.Second)
 	pool := testkit.Pool(t)
-	ref, err := reference.New(pool, reference.Options{})
+	ref, err := reference.New(pool, reference.Options{Trips: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +96,87 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', $4, 1, now(), now())`, id, id.St
 	}
 	if res.OK() {
 		t.Error("OK() with violations")
+	}
+}
+
+// TestCheckFindsTripViolations writes the traces of book-trip sagas by
+// hand: a clean trip turned back (flight reserved then released by its
+// compensation), a flight released with no compensation recorded, a hotel
+// compensated but still reserved, and a compensation of a reservation
+// after the trip was charged. check counts the last three and names them.
+func TestCheckFindsTripViolations(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	pool := testkit.Pool(t)
+	ref, err := reference.New(pool, reference.Options{Trips: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator(orchestrator.SchemaDefault)), testkit.MustSets(t)(ref.Migrations()))
+	h := &harness{cfg: Config{QuiesceTimeout: time.Second}, pool: pool}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for _, p := range reference.TripNames {
+		exec(`INSERT INTO ` + p + `.items (item, capacity) VALUES ('x', 10)`)
+	}
+	addTrip := func(state string) uuid.UUID {
+		id := uuid.New()
+		exec(`INSERT INTO sagaflow.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, data, steps, version, created_at, updated_at)
+VALUES ($1, 'book-trip', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, id, id.String(), state)
+		return id
+	}
+	reserve := func(part string, id uuid.UUID, state string) {
+		exec(`INSERT INTO `+part+`.reservations (saga_id, reservation_id, trip_id, customer, item, state) VALUES ($1, $2, $3, 'c', 'x', $4)`, id, part+id.String(), "trip-"+id.String(), state)
+	}
+	barrier := func(part string, id uuid.UUID, step, action string) {
+		exec(`INSERT INTO `+part+`.barrier (saga_id, step, action, outcome) VALUES ($1, $2, $3, 'success')`, id, step, action)
+	}
+
+	clean := addTrip("compensated")
+	reserve(tripapi.Flights, clean, "released")
+	barrier(tripapi.Flights, clean, tripapi.StepReserveFlight, "forward")
+	barrier(tripapi.Flights, clean, tripapi.StepReserveFlight, "compensate")
+
+	unrecorded := addTrip("compensated")
+	reserve(tripapi.Flights, unrecorded, "released")
+	barrier(tripapi.Flights, unrecorded, tripapi.StepReserveFlight, "forward")
+
+	stillHeld := addTrip("compensated")
+	reserve(tripapi.Hotels, stillHeld, "reserved")
+	barrier(tripapi.Hotels, stillHeld, tripapi.StepReserveHotel, "forward")
+	barrier(tripapi.Hotels, stillHeld, tripapi.StepReserveHotel, "compensate")
+
+	charged := addTrip("completed")
+	barrier(tripapi.Cars, charged, tripapi.StepReserveCar, "forward")
+	barrier(tripapi.Cars, charged, tripapi.StepReserveCar, "compensate")
+	exec(`INSERT INTO payment.ledger (saga_id, order_id, customer, amount_cents, kind) VALUES ($1, 't', 'c', 100, 'charge')`, charged)
+
+	var res Result
+	if err := h.check(ctx, workload.Plan{Trips: make([]steps.Trip, 4)}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.DoubleEffects != 2 || res.CompensatedAfterPivot != 1 {
+		t.Errorf("double effects %d (want 2), compensated after pivot %d (want 1)\n%v", res.DoubleEffects, res.CompensatedAfterPivot, res.Violations)
+	}
+	for _, want := range []string{
+		"saga " + unrecorded.String() + ": flights reservation released without a recorded compensation",
+		"saga " + stillHeld.String() + ": hotels reservation compensated but still reserved",
+		"saga " + charged.String() + ": pivot succeeded but reserve-car received a compensation",
+	} {
+		if !slices.Contains(res.Violations, want) {
+			t.Errorf("no violation %q in\n%v", want, res.Violations)
+		}
+	}
+	for _, v := range res.Violations {
+		if strings.Contains(v, clean.String()) {
+			t.Errorf("violation for the clean trip: %s", v)
+		}
+	}
+	if c := res.ByType[tripapi.SagaType]; c == nil || c.Sagas != 4 {
+		t.Errorf("by type %+v, want 4 book-trip sagas", res.ByType)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // config is the YAML the children share: short step timeouts so faults
@@ -67,9 +68,26 @@ sagas:
         timeout: %s
         retry:
           max_interval: 10s
-`, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
+%s`, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
 		orderapi.StepReserveInventory, st, orderapi.StepLockCoupon, st,
-		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st)
+		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st, tripConfig(st))
+}
+
+// tripConfig is the book-trip part of the children's YAML, on the same
+// pattern: reservations like place-order's steps before the pivot, the
+// pivot re-sent for long, the confirmations like its steps after it.
+func tripConfig(st time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s:\n    steps:\n", tripapi.SagaType)
+	for _, s := range []string{tripapi.StepReserveFlight, tripapi.StepReserveHotel, tripapi.StepReserveCar} {
+		fmt.Fprintf(&b, "      %s:\n        timeout: %s\n        retry:\n          max_attempts: 8\n          max_interval: 15s\n", s, st)
+	}
+	fmt.Fprintf(&b, "      %s:\n        timeout: %s\n        deadline: 30m\n        retry:\n          initial_interval: 100ms\n          max_interval: 10s\n          max_attempts: 100000\n",
+		tripapi.StepChargePayment, 2*st)
+	for _, s := range []string{tripapi.StepConfirmFlight, tripapi.StepConfirmHotel, tripapi.StepConfirmCar} {
+		fmt.Fprintf(&b, "      %s:\n        timeout: %s\n        retry:\n          max_interval: 10s\n", s, 2*st)
+	}
+	return b.String()
 }
 
 // spawn writes the children's config and starts two orchestrator replicas
@@ -186,7 +204,7 @@ func signingEnv() ([]string, error) {
 		return nil, err
 	}
 	var parts []string
-	for _, name := range reference.Names {
+	for _, name := range reference.AllNames {
 		k, err := message.GenerateKey("chaos-" + name)
 		if err != nil {
 			return nil, err

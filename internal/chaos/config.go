@@ -18,7 +18,10 @@ const (
 	QuiesceTimeoutDefault = 3 * time.Minute
 	StepTimeoutDefault    = 500 * time.Millisecond
 	ConcurrencyDefault    = 8
-	PartitionsDefault     = 8
+	// TripShareDefault is the share of Config.Sagas that are book-trip
+	// sagas (the rest place-order).
+	TripShareDefault  = 0.25
+	PartitionsDefault = 8
 	// ChildEnv is set to 1 in every child's environment, so a test binary
 	// standing in for the orchestrator binary knows to run the command line.
 	ChildEnv = "SAGAFLOW_CHAOS_CHILD"
@@ -40,6 +43,11 @@ const (
 type Config struct {
 	Seed  int64
 	Sagas int
+	// TripShare is the share of Sagas started as book-trip sagas (some
+	// with a car, some needing an approval the harness gives or refuses
+	// through the events API), the rest place-order; 0: TripShareDefault;
+	// negative: none.
+	TripShare float64
 	// Duration of the injection phase; the sagas are started spread over
 	// its first 80%.
 	Duration time.Duration
@@ -96,6 +104,7 @@ func (c Config) WithDefaults() Config {
 	c.StepTimeout = cmp.Or(c.StepTimeout, StepTimeoutDefault)
 	c.QuiesceTimeout = cmp.Or(c.QuiesceTimeout, QuiesceTimeoutDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.TripShare = cmp.Or(c.TripShare, TripShareDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,6 +115,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Sagas < 1:
 		return fmt.Errorf("chaos: Config.Sagas is %d, want at least 1", c.Sagas)
+	case c.TripShare > 1:
+		return fmt.Errorf("chaos: Config.TripShare is %v, want at most 1 (negative: no trips)", c.TripShare)
 	case c.Duration <= 0:
 		return fmt.Errorf("chaos: Config.Duration is %s, want > 0", c.Duration)
 	case c.FaultEvery <= 0:
@@ -132,6 +143,14 @@ func (c Config) validate() error {
 		return errors.New("chaos: Config.KillBroker needs BrokerStopCmd and BrokerStartCmd")
 	}
 	return nil
+}
+
+// trips is how many of Sagas are book-trip sagas.
+func (c Config) trips() int {
+	if c.TripShare <= 0 {
+		return 0
+	}
+	return int(float64(c.Sagas)*c.TripShare + 0.5)
 }
 
 // noFaults reports whether c injects nothing.

@@ -1,11 +1,15 @@
 // Package chaos is the fault harness behind `orchestrator chaos`.
 //
 // Run starts two orchestrator replicas (`serve`) and two reference
-// participant processes (`participants`, each running all five
-// participants in the same consumer groups) as separate OS processes, each
-// connected to Postgres and to the Kafka broker through its own loopback
-// fault proxy (package faultproxy). It drives a seeded place-order workload
-// through the replicas' HTTP API and meanwhile, from the same seed:
+// participant processes (`participants`, each running all eight
+// participants, place-order's five and book-trip's three, in the same
+// consumer groups) as separate OS processes, each connected to Postgres and
+// to the Kafka broker through its own loopback fault proxy (package
+// faultproxy). It drives a seeded mixed workload through the replicas' HTTP
+// API, place-order sagas and Config.TripShare of book-trip sagas (with and
+// without a car, some for a sold-out hotel, some needing an approval it
+// gives or refuses through POST /sagas/{id}/events), and meanwhile, from
+// the same seed:
 //
 //   - SIGKILLs random children and restarts them after a short pause;
 //   - cuts and restores a child's Postgres connection, or the broker's;
@@ -18,11 +22,14 @@
 //
 // Then it stops injecting, restores everything, waits for quiescence (every
 // saga terminal, every outbox drained) and checks from the databases:
-// workload.Check (terminal, stock conserved, one charge/shipment/points
-// entry per completed saga, coupons), each forward effect at most once, each
-// compensation only for an effect that happened, nothing compensated once
-// the pivot (charge-payment) succeeded, no command sent without a recorded
-// outcome at its participant, no reply applied twice. The Result counts the
+// workload.CheckPlan (terminal, stock conserved, one charge/shipment/points
+// entry per completed order, coupons; for trips nothing reserved without a
+// charge, every confirmed reservation charged once, refused trips with
+// nothing reserved or charged), each forward effect at most once, each
+// compensation only for an effect that happened (a flight, hotel or car
+// released only by a recorded compensation), nothing compensated once the
+// pivot (charge-payment, both sagas') succeeded, no command sent without a
+// recorded outcome at its participant, no reply applied twice. The Result counts the
 // faults injected and the violations found.
 //
 // Goodput: with Config.Twin, Run first runs the fault-free twin of the run

@@ -118,11 +118,11 @@ func TestTwinConfig(t *testing.T) {
 	if a, b := (&harness{cfg: cfg}).config(), (&harness{cfg: tw}).config(); a != b {
 		t.Errorf("children's configuration differs:\n%s\ntwin:\n%s", a, b)
 	}
-	if tw.Seed != cfg.Seed || tw.Sagas != cfg.Sagas || tw.Duration != cfg.Duration || tw.StepTimeout != cfg.StepTimeout ||
+	if tw.Seed != cfg.Seed || tw.Sagas != cfg.Sagas || tw.TripShare != cfg.TripShare || tw.Duration != cfg.Duration || tw.StepTimeout != cfg.StepTimeout ||
 		tw.QuiesceTimeout != cfg.QuiesceTimeout || tw.Concurrency != cfg.Concurrency || tw.Executable != cfg.Executable {
 		t.Errorf("twin %+v differs from %+v beyond faults and database", tw, cfg)
 	}
-	mix := workload.Mix{Orders: cfg.Sagas, Seed: cfg.Seed, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1}
+	mix := workload.Mix{Orders: cfg.Sagas - cfg.trips(), Trips: cfg.trips(), Seed: cfg.Seed, OutOfStockRate: 0.1, CouponTakenRate: 0.1, DeclineRate: 0.1}
 	a, _ := json.Marshal(workload.NewPlan(mix))
 	// The injector drawing from its source does not move the plan's.
 	in := newInjector(&harness{cfg: cfg}, cfg.Seed)

@@ -223,7 +223,7 @@ func (in *injector) stopParticipant() {
 // exact copies (key, value, headers) to the same partition.
 func (in *injector) duplicate(ctx context.Context) {
 	topics := []string{orchestrator.ReplyTopicDefault, orchestrator.ReplyTopicDefault}
-	for _, p := range reference.Names {
+	for _, p := range reference.AllNames {
 		topics = append(topics, p+".commands")
 	}
 	topic := topics[in.r.IntN(len(topics))]

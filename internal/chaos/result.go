@@ -1,6 +1,10 @@
 package chaos
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sagaflow/sagaflow/internal/workload"
+)
 
 // Result is what a run injected and found.
 type Result struct {
@@ -17,6 +21,9 @@ type Result struct {
 	TwinCompleted *int `json:"twin_completed"`
 	// Twin holds the key figures of the twin run; nil when none ran.
 	Twin *TwinResult `json:"twin"`
+	// ByType counts the sagas of each type (place-order, book-trip) by
+	// end state.
+	ByType map[string]*workload.Counts `json:"by_type"`
 	// Faults injected.
 	Kills        int64 `json:"kills"`
 	Crashes      int64 `json:"crashes"` // exits the harness did not cause (restarted too)
@@ -34,7 +41,7 @@ type Result struct {
 	CompensatedAfterPivot int   `json:"compensated_after_pivot"`
 	DoubleTransitions     int   `json:"double_transitions"`
 	Undrained             int64 `json:"undrained"`
-	// Violations lists every violation found (capped), workload.Check's
+	// Violations lists every violation found (capped), workload.CheckPlan's
 	// included; the twin's come first, prefixed "twin: ".
 	Violations     []string `json:"violations"`
 	ElapsedSeconds float64  `json:"elapsed_seconds"`

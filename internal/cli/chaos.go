@@ -18,6 +18,7 @@ func chaosCmd(c *Config) *cobra.Command {
 		asJSON                  bool
 		seed                    int64
 		sagas, concurrency      int
+		tripShare               float64
 		duration, faultEvery    time.Duration
 		stepTimeout, quiesce    time.Duration
 		database, workDir       string
@@ -68,7 +69,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 			}
 			log := quietLogger(cmd, c.Log, true)
 			res, err := chaos.Run(cmd.Context(), chaos.Config{
-				Seed: seed, Sagas: sagas, Duration: duration, DatabaseURL: c.Database.URL, Database: database,
+				Seed: seed, Sagas: sagas, TripShare: tripShare, Duration: duration, DatabaseURL: c.Database.URL, Database: database,
 				Brokers: c.Kafka.Brokers, KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
 				FaultEvery: faultEvery, Faults: faults, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
 				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted,
@@ -111,7 +112,8 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the line of figures")
 	f.Int64Var(&seed, "seed", 1, "seed of the workload and of every fault decision")
-	f.IntVar(&sagas, "sagas", chaos.SagasDefault, "place-order sagas to start")
+	f.IntVar(&sagas, "sagas", chaos.SagasDefault, "sagas to start: place-order and book-trip (--trip-share of them)")
+	f.Float64Var(&tripShare, "trip-share", chaos.TripShareDefault, "share of --sagas started as book-trip sagas, some needing an approval the harness gives or refuses through the events API (negative: none)")
 	f.DurationVar(&duration, "duration", chaos.DurationDefault, "how long faults are injected (sagas start over its first 80%)")
 	f.DurationVar(&faultEvery, "fault-every", chaos.FaultEveryDefault, "mean time between two injected faults")
 	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated: "+strings.Join(chaos.FaultKinds, ",")+" (default all), or "+chaos.FaultsNone)

@@ -535,7 +535,7 @@ func migrateCmd(cfg *Config) *cobra.Command {
 				return err
 			}
 			if withParticipants {
-				set, err := reference.New(pool, reference.Options{SchemaPrefix: cfg.Participants.SchemaPrefix})
+				set, err := reference.New(pool, reference.Options{SchemaPrefix: cfg.Participants.SchemaPrefix, Trips: cfg.Participants.Trips})
 				if err != nil {
 					return err
 				}

@@ -20,6 +20,8 @@ import (
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // probeTimeout bounds the look for a Postgres at the default address.
@@ -30,8 +32,8 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	var uiAddr string
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the place-order demo end to end (embedded broker unless --brokers; a throwaway Postgres unless one answers) and check invariants",
-		Long: "Run the place-order demo end to end and check its invariants. Without --brokers an embedded broker is started. " +
+		Short: "Run the demo (place-order and book-trip sagas) end to end (embedded broker unless --brokers; a throwaway Postgres unless one answers) and check invariants",
+		Long: "Run a mixed workload of place-order and book-trip sagas end to end (trips' approvals given or refused through the events API) and check their invariants. Without --brokers an embedded broker is started. " +
 			"With --embedded-postgres, or when database.url is not configured (SAGAFLOW_DATABASE_URL, --database-url, a config file) " +
 			"and no Postgres answers at its default address, a throwaway Postgres is started from the machine's server binaries " +
 			"(initdb and postgres; fsync off) and removed when the demo ends.",
@@ -50,6 +52,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 				Mix: workload.Mix{
 					Orders: d.Orders, Seed: d.Seed, OutOfStockRate: d.OutOfStockRate, CouponTakenRate: d.CouponTakenRate,
 					DeclineRate: d.DeclineRate, LimitCents: c.Participants.PaymentLimitCents,
+					Trips: int(float64(d.Orders)*d.TripRatio + 0.5),
 				},
 				ShippingFailRate: d.ShippingFailRate, PointsFailRate: d.PointsFailRate,
 				Concurrency: d.Concurrency, Timeout: d.Timeout,
@@ -109,6 +112,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	f.StringVar(&uiAddr, "ui-addr", "127.0.0.1:0", "listen address of the status page with --ui (port 0: a free one)")
 	f.Int("orders", 0, "orders to place (demo.orders)")
 	f.Int64("seed", 0, "seed of the orders (demo.seed)")
+	f.Float64("trip-ratio", 0, "book-trip sagas per order, besides the orders (demo.trip_ratio)")
 	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
 	f.Float64("coupon-taken-rate", 0, "share of orders using a contested coupon (demo.coupon_taken_rate)")
 	f.Float64("decline-rate", 0, "share of orders over the payment limit (demo.decline_rate)")
@@ -118,7 +122,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	f.Duration("timeout", 0, "bound on the wait for terminal sagas (demo.timeout)")
 	f.String("database", "", "database the demo creates afresh (demo.database)")
 	for flag, key := range map[string]string{
-		"orders": "demo.orders", "seed": "demo.seed", "out-of-stock-rate": "demo.out_of_stock_rate",
+		"orders": "demo.orders", "seed": "demo.seed", "trip-ratio": "demo.trip_ratio", "out-of-stock-rate": "demo.out_of_stock_rate",
 		"coupon-taken-rate": "demo.coupon_taken_rate", "decline-rate": "demo.decline_rate",
 		"shipping-fail-rate": "demo.shipping_fail_rate", "points-fail-rate": "demo.points_fail_rate",
 		"concurrency": "demo.concurrency", "timeout": "demo.timeout", "database": "demo.database",
@@ -188,10 +192,27 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 }
 
 func printSummary(w io.Writer, s demo.Summary) {
-	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
-	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
+	fmt.Fprintf(w, "demo: %d orders and %d trips in %.2fs (%.0f sagas/s)\n", s.Orders, s.Trips, s.ElapsedSeconds, s.SagasPerSecond)
+	fmt.Fprintf(w, "  %-12s %11s %11s\n", "", "place-order", "book-trip")
+	count := func(typ string, f func(*workload.Counts) int) int {
+		if c := s.Sagas[typ]; c != nil {
+			return f(c)
+		}
+		return 0
+	}
+	for _, row := range []struct {
+		name string
+		f    func(*workload.Counts) int
+	}{
+		{"completed", func(c *workload.Counts) int { return c.Completed }},
+		{"compensated", func(c *workload.Counts) int { return c.Compensated }},
+		{"failed", func(c *workload.Counts) int { return c.Failed }},
+		{"non-terminal", func(c *workload.Counts) int { return c.NonTerminal }},
+	} {
+		fmt.Fprintf(w, "  %-12s %11d %11d\n", row.name, count(orderapi.SagaType, row.f), count(tripapi.SagaType, row.f))
+	}
 	if s.InvariantsOK {
-		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
+		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed order, none for compensated ones; nothing reserved for a trip without its charge, every confirmed reservation charged once, refused trips with nothing reserved or charged, flight/hotel/car capacity conserved; every saga terminal)")
 		return
 	}
 	fmt.Fprintf(w, "invariants: VIOLATED (%d)\n", len(s.Violations))

@@ -75,7 +75,7 @@ func consumedTopics(cfg *Config, schema string) []string {
 	if schema == cfg.Orchestrator.Schema {
 		return []string{cfg.Kafka.ReplyTopic, cfg.Kafka.StartTopic, cfg.Kafka.EventTopic}
 	}
-	for _, name := range reference.Names {
+	for _, name := range reference.AllNames {
 		if schema == cfg.Participants.SchemaPrefix+name {
 			return []string{message.CommandTopic(cfg.Kafka.TopicPrefix, name)}
 		}

@@ -259,6 +259,10 @@ func printStatus(w io.Writer, s api.SagaView, n int, now time.Time) error {
 	if s.NextWakeup != nil {
 		fmt.Fprintf(w, "timer    %s\n", s.NextWakeup.UTC().Format(time.RFC3339))
 	}
+	if len(s.ActiveSteps) > 1 {
+		// a parallel group's members in flight, side by side
+		fmt.Fprintf(w, "active   %s\n", safe(strings.Join(s.ActiveSteps, " | ")))
+	}
 	for _, wv := range s.WaitingFor {
 		deadline := "no deadline"
 		if wv.DeadlineAt != nil {

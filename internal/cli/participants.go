@@ -22,7 +22,7 @@ import (
 func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "participants",
-		Short: "Run the five reference participants against Postgres and Kafka",
+		Short: "Run the reference participants (place-order's five, book-trip's three) against Postgres and Kafka",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			p, err := setupProcess(ctx, cfg, "participants")
@@ -34,6 +34,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			pc := cfg.Participants
 			cfg.Security.warn(log, true)
 			set, err := reference.New(pool, reference.Options{
+				Trips:   pc.Trips,
 				Brokers: bs, Dialer: dialer, TopicPrefix: cfg.Kafka.TopicPrefix, SchemaPrefix: pc.SchemaPrefix,
 				ReplyTopics:      []string{cfg.Kafka.ReplyTopic},
 				ShippingFailRate: pc.ShippingFailRate, PointsFailRate: pc.PointsFailRate,
@@ -57,7 +58,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 						items[s] = stock
 					}
 				}
-				return workload.Seed(ctx, pool, seed, workload.Plan{Stock: items})
+				return workload.Seed(ctx, pool, seed, workload.Plan{Stock: items, Capacity: tripCapacity(pc.Trips, stock)})
 			}
 			prep := &preparer{}
 			sets, err := set.Migrations()
@@ -91,10 +92,28 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			return serveHTTP(ctx, log, httpAddrs{api: pc.HTTPAddr}, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
 		},
 	}
-	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items to this at start")
+	cmd.Flags().Int("seed-stock", 0, "if > 0, set the stock of participants.items (and with participants.trips the capacity of the demo's flights, hotels and cars) to this at start")
+	cmd.Flags().Bool("trips", true, "run book-trip's participants (flights, hotels, cars) too (participants.trips)")
+	_ = v.BindPFlag("participants.trips", cmd.Flags().Lookup("trips"))
 	cmd.Flags().String("items", "", "comma-separated items seeded by --seed-stock (participants.items)")
 	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
 	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
 	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
 	return cmd
+}
+
+// tripCapacity is the capacity --seed-stock gives every item of
+// workload.TripItems when the trip participants run; nil otherwise.
+func tripCapacity(trips bool, n int) map[string]map[string]int {
+	if !trips {
+		return nil
+	}
+	out := map[string]map[string]int{}
+	for part, items := range workload.TripItems {
+		out[part] = map[string]int{}
+		for _, it := range items {
+			out[part][it] = n
+		}
+	}
+	return out
 }

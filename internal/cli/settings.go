@@ -112,6 +112,8 @@ type ParticipantsConfig struct {
 	Items                            string
 	ShippingFailRate, PointsFailRate float64
 	PaymentLimitCents, Seed          int64
+	// Trips runs flights, hotels and cars too.
+	Trips bool
 }
 
 // RetentionConfig is retention.*.
@@ -151,6 +153,7 @@ type ShutdownConfig struct{ Timeout time.Duration }
 type DemoConfig struct {
 	Orders, Concurrency                          int
 	Seed                                         int64
+	TripRatio                                    float64
 	OutOfStockRate, CouponTakenRate, DeclineRate float64
 	ShippingFailRate, PointsFailRate             float64
 	Timeout                                      time.Duration
@@ -203,6 +206,7 @@ func (c *Config) bindings() []binding {
 		{"participants.schema_prefix", &p.SchemaPrefix}, {"participants.shipping_fail_rate", &p.ShippingFailRate},
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
 		{"participants.seed", &p.Seed}, {"participants.http_addr", &p.HTTPAddr}, {"participants.items", &p.Items},
+		{"participants.trips", &p.Trips},
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
 		{"retention.finished_saga_after", &r.FinishedSagaAfter},
 		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter},
@@ -212,7 +216,7 @@ func (c *Config) bindings() []binding {
 		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"tracing.otlp_endpoint", &c.Tracing.OTLPEndpoint}, {"tracing.service_name", &c.Tracing.ServiceName},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
-		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
+		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.trip_ratio", &m.TripRatio}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
 		{"demo.coupon_taken_rate", &m.CouponTakenRate}, {"demo.decline_rate", &m.DeclineRate},
 		{"demo.shipping_fail_rate", &m.ShippingFailRate}, {"demo.points_fail_rate", &m.PointsFailRate},
 		{"demo.concurrency", &m.Concurrency}, {"demo.timeout", &m.Timeout}, {"demo.database", &m.Database},
@@ -474,6 +478,9 @@ func (c *Config) validate() error {
 	m := c.Demo
 	atLeast("demo.orders", m.Orders, 1)
 	atLeast("demo.concurrency", m.Concurrency, 1)
+	if m.TripRatio < 0 {
+		bad("demo.trip_ratio", "must be at least 0", m.TripRatio)
+	}
 	positive("demo.timeout", m.Timeout)
 	rate("demo.out_of_stock_rate", m.OutOfStockRate)
 	rate("demo.coupon_taken_rate", m.CouponTakenRate)

@@ -187,7 +187,9 @@ func TestServeSIGTERMDrainsAndLosesNothing(t *testing.T) {
 
 // TestParticipantsHTTPAndSIGTERM runs the built binary's `participants
 // --http-addr`: /healthz and /readyz answer, /metrics passes promtool and
-// has the relay and outbox gauges of all five outboxes, and SIGTERM exits 0.
+// has the relay and outbox gauges of all eight outboxes (place-order's five
+// participants and book-trip's three, participants.trips being on by
+// default), and SIGTERM exits 0.
 func TestParticipantsHTTPAndSIGTERM(t *testing.T) {
 	t.Parallel()
 	bin := testkit.BuildBinary(t, "../..")
@@ -234,11 +236,16 @@ func TestParticipantsHTTPAndSIGTERM(t *testing.T) {
 		t.Errorf("/healthz = %d %q %v", code, body, err)
 	}
 	var scrape string
-	testkit.Eventually(t, 30*time.Second, "outbox gauges of the five participants", func() (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "outbox gauges of the eight participants", func() (bool, error) {
 		_, body, err := get("/metrics")
 		scrape = body
-		return err == nil && strings.Count(body, "sagaflow_outbox_pending{") == 5, nil
+		return err == nil && strings.Count(body, "sagaflow_outbox_pending{") == len(reference.AllNames), nil
 	})
+	for _, name := range reference.TripNames {
+		if !strings.Contains(scrape, `sagaflow_outbox_pending{outbox="`+name+`"}`) {
+			t.Errorf("/metrics has no outbox gauge of %s:\n%s", name, scrape)
+		}
+	}
 	if !strings.Contains(scrape, `sagaflow_inbox_messages_total{consumer=`) {
 		t.Errorf("/metrics has no inbox counters:\n%s", scrape)
 	}

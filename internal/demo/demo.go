@@ -1,8 +1,11 @@
 // Package demo runs the whole product in one process: an embedded
 // Kafka-protocol broker (unless brokers are given), the orchestrator
-// service and the five reference participants as separate component groups
-// that share nothing but Postgres and Kafka, a seeded place-order workload
-// with a failure mix, and the invariant check.
+// service and the reference participants (place-order's five, and with
+// trips book-trip's flights, hotels and cars) as separate component groups
+// that share nothing but Postgres and Kafka, a seeded mixed workload of
+// place-order and book-trip sagas with a failure mix (the trips' approvals
+// given or refused through the events API, POST /sagas/{id}/events, served
+// on a loopback port for the run), and the invariant check.
 package demo
 
 import (
@@ -10,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -18,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/inbox"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/metricset"
@@ -67,19 +73,22 @@ type Config struct {
 	ReplyKeys   map[string]message.Key
 }
 
-// Summary is the demo's result.
+// Summary is the demo's result. Completed, Compensated, Failed and
+// NonTerminal count every saga; Sagas counts them by type.
 type Summary struct {
-	Orders         int      `json:"orders"`
-	Completed      int      `json:"completed"`
-	Compensated    int      `json:"compensated"`
-	Failed         int      `json:"failed"`
-	NonTerminal    int      `json:"non_terminal"`
-	InvariantsOK   bool     `json:"invariants_ok"`
-	Violations     []string `json:"violations"`
-	ElapsedSeconds float64  `json:"elapsed_seconds"`
-	SagasPerSecond float64  `json:"sagas_per_second"`
-	Brokers        string   `json:"brokers"`
-	Database       string   `json:"database"`
+	Orders         int                         `json:"orders"`
+	Trips          int                         `json:"trips"`
+	Sagas          map[string]*workload.Counts `json:"sagas"`
+	Completed      int                         `json:"completed"`
+	Compensated    int                         `json:"compensated"`
+	Failed         int                         `json:"failed"`
+	NonTerminal    int                         `json:"non_terminal"`
+	InvariantsOK   bool                        `json:"invariants_ok"`
+	Violations     []string                    `json:"violations"`
+	ElapsedSeconds float64                     `json:"elapsed_seconds"`
+	SagasPerSecond float64                     `json:"sagas_per_second"`
+	Brokers        string                      `json:"brokers"`
+	Database       string                      `json:"database"`
 }
 
 // FreshDatabaseURL drops and creates database name on the server of base
@@ -264,6 +273,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, err
 	}
 	parts, err := reference.New(partPool, reference.Options{
+		Trips:   cfg.Mix.Trips > 0,
 		Brokers: brokers, ShippingFailRate: cfg.ShippingFailRate, PointsFailRate: cfg.PointsFailRate,
 		Seed: cfg.Mix.Seed, PaymentLimitCents: cfg.Mix.LimitCents, Logger: log.With(slog.String("component", "participants")),
 		InboxMetrics: im, RelayMetrics: rm, KeepSent: cfg.KeepSent,
@@ -293,7 +303,13 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		cfg.OnReady(svc)
 	}
 
-	if _, err := workload.StartAll(ctx, svc.Engine(), plan, cfg.Concurrency); err != nil {
+	approver, closeAPI, err := eventsAPI(svc.Engine(), log)
+	if err != nil {
+		stop()
+		return Summary{}, errors.Join(err, <-errc, <-errc)
+	}
+	defer closeAPI()
+	if _, err := workload.StartMixed(ctx, svc.Engine(), approver, plan, cfg.Concurrency); err != nil {
 		stop()
 		return Summary{}, errors.Join(err, <-errc, <-errc)
 	}
@@ -308,7 +324,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if left > 0 {
 		log.Warn("timed out waiting for sagas", slog.Int64("non_terminal", left))
 	}
-	rep, err := workload.Check(ctx, orchPool, schemas, plan.Stock, false)
+	rep, err := workload.CheckPlan(ctx, orchPool, schemas, plan, false)
 	stop()
 	runErr := errors.Join(<-errc, <-errc)
 	if err != nil {
@@ -317,21 +333,46 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if runErr != nil {
 		return Summary{}, runErr
 	}
+	want := len(plan.Orders) + len(plan.Trips)
 	sum := Summary{
-		Orders: len(plan.Orders), Completed: rep.Completed, Compensated: rep.Compensated, Failed: rep.Failed,
-		NonTerminal: rep.NonTerminal + (len(plan.Orders) - rep.Sagas), InvariantsOK: rep.OK() && rep.Sagas == len(plan.Orders),
+		Orders: len(plan.Orders), Trips: len(plan.Trips), Sagas: rep.ByType,
+		Completed: rep.Completed, Compensated: rep.Compensated, Failed: rep.Failed,
+		NonTerminal: rep.NonTerminal + (want - rep.Sagas), InvariantsOK: rep.OK() && rep.Sagas == want,
 		Violations: rep.Violations, ElapsedSeconds: elapsed.Seconds(), Brokers: strings.Join(brokers, ","), Database: redact(dbURL),
 	}
 	if sum.Violations == nil {
 		sum.Violations = []string{}
 	}
-	if rep.Sagas != len(plan.Orders) {
-		sum.Violations = append(sum.Violations, fmt.Sprintf("%d orders but %d sagas", len(plan.Orders), rep.Sagas))
+	if rep.Sagas != want {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("%d orders and %d trips but %d sagas", len(plan.Orders), len(plan.Trips), rep.Sagas))
 	}
 	if elapsed > 0 {
-		sum.SagasPerSecond = float64(len(plan.Orders)) / elapsed.Seconds()
+		sum.SagasPerSecond = float64(want) / elapsed.Seconds()
 	}
 	return sum, nil
+}
+
+// eventsAPI serves the HTTP API over eng on a free loopback port for the
+// run, and returns an approver that sends the trips' approvals through it
+// (POST /sagas/{id}/events) and the function that stops it.
+func eventsAPI(eng *orchestrator.Engine, log *slog.Logger) (workload.Approver, func(), error) {
+	srv, err := api.New(eng, &api.Config{Logger: log.With(slog.String("component", "api"))})
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: events API: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: events API listener: %w", err)
+	}
+	lim := api.Limits{}.WithDefaults()
+	hs := api.NewHTTPServer(srv, lim, log)
+	go func() { _ = hs.Serve(api.LimitListener(ln, lim)) }()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}
+	return workload.HTTPApprover{Base: "http://" + ln.Addr().String(), Client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}}, stop, nil
 }
 
 func wrap(what string, err error) error {

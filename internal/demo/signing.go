@@ -45,7 +45,7 @@ func signing(cfg *Config) (orchestrator.Signing, []message.Key, map[string]messa
 	if g.Replies == nil && len(replyKeys) == 0 {
 		g.Replies = &message.Keyring{}
 		replyKeys = map[string]message.Key{}
-		for _, name := range reference.Names {
+		for _, name := range reference.AllNames {
 			k, err := message.GenerateKey("demo-" + name)
 			if err != nil {
 				return g, nil, nil, err

@@ -14,10 +14,13 @@ import (
 	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
-// TestDemoWorkloadSeparateGroups runs the demo workload: the orchestrator
-// service and the five reference participants run as component groups with
+// TestDemoWorkloadSeparateGroups runs the demo's mixed workload (orders and
+// trips, approvals through the events API): the orchestrator service and
+// the reference participants run as component groups with
 // their own pools, sharing nothing but Postgres and the broker, and the
 // invariants are checked from the participants' own tables.
 func TestDemoWorkloadSeparateGroups(t *testing.T) {
@@ -33,7 +36,7 @@ func TestDemoWorkloadSeparateGroups(t *testing.T) {
 		DatabaseURL: dbURL,
 		Brokers:     brokers,
 		Mix: workload.Mix{
-			Orders: 300, Seed: 7,
+			Orders: 300, Seed: 7, Trips: 80,
 			OutOfStockRate:  workload.OutOfStockRateDefault,
 			CouponTakenRate: workload.CouponTakenRateDefault,
 			DeclineRate:     workload.DeclineRateDefault,
@@ -60,7 +63,13 @@ func TestDemoWorkloadSeparateGroups(t *testing.T) {
 	if sum.Completed == 0 || sum.Compensated == 0 {
 		t.Errorf("completed=%d compensated=%d: want both non-zero with the failure mix on", sum.Completed, sum.Compensated)
 	}
-	if got := sum.Completed + sum.Compensated + sum.Failed; got != sum.Orders {
-		t.Errorf("completed+compensated+failed = %d, want %d orders", got, sum.Orders)
+	if got := sum.Completed + sum.Compensated + sum.Failed; got != sum.Orders+sum.Trips {
+		t.Errorf("completed+compensated+failed = %d, want %d orders + %d trips", got, sum.Orders, sum.Trips)
+	}
+	for typ, want := range map[string]int{orderapi.SagaType: 300, tripapi.SagaType: 80} {
+		c := sum.Sagas[typ]
+		if c == nil || c.Sagas != want || c.Completed == 0 || c.Compensated == 0 {
+			t.Errorf("%s sagas: %+v, want %d with both completed and compensated ones", typ, c, want)
+		}
 	}
 }

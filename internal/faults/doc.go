@@ -6,8 +6,9 @@
 // participants as separate component groups with their own pools), injects
 // its fault by stopping a component between steps, re-producing consumed
 // records or rewriting the outbox as a crash would leave it, and then checks
-// the invariants from the databases with workload.Check plus the window's
-// own assertion.
+// the invariants from the databases with workload.CheckPlan plus the
+// window's own assertion. The windows a parallel group, a wait or a cancel
+// opens run book-trip trips (groups_test.go).
 //
 // Run them with: go test -race -run 'TestWindow' ./faults/
 package faults

@@ -56,12 +56,17 @@ type env struct {
 	// (orchestrator.EngineConfig.OnFinished), with their state.
 	endedMu sync.Mutex
 	ended   map[uuid.UUID]saga.State
+	// trips: the participants include book-trip's (flights, hotels, cars).
+	trips bool
 }
 
 type envOpts struct {
 	orders   int
 	seed     int64
 	override func(*saga.Registry) error
+	// trips runs book-trip's participants too (the trips themselves are
+	// the test's: env.useTrips).
+	trips bool
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -69,7 +74,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.seed == 0 {
 		o.seed = 1
 	}
-	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t), keepSent: true}
+	e := &env{t: t, url: testkit.Database(t), brokers: testkit.Brokers(t), keepSent: true, trips: o.trips}
 	sfx := testkit.RandomSuffix(4)
 	e.prefix = "f" + sfx + "."
 	e.replies = "f" + sfx + ".saga.replies"
@@ -152,6 +157,7 @@ func (e *env) pool() *pgxpool.Pool {
 func (e *env) participantsOn(pool *pgxpool.Pool) *reference.Set {
 	e.t.Helper()
 	s, err := reference.New(pool, reference.Options{
+		Trips:   e.trips,
 		Brokers: e.brokers, TopicPrefix: e.prefix, Partitions: 4, Seed: 7, ReplyTopics: append([]string{e.replies}, e.extraReplies...),
 		PaymentLimitCents: workload.LimitCentsDefault, InboxMetrics: e.im, RelayMetrics: e.rm, KeepSent: e.keepSent,
 	})
@@ -261,15 +267,15 @@ func (e *env) waitTerminal(timeout time.Duration) {
 func (e *env) checkInvariants(allowFailed bool) workload.Report {
 	e.t.Helper()
 	ctx := testkit.Context(e.t, 30*time.Second)
-	rep, err := workload.Check(ctx, e.check, e.schemas, e.plan.Stock, allowFailed)
+	rep, err := workload.CheckPlan(ctx, e.check, e.schemas, e.plan, allowFailed)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if !rep.OK() {
 		e.t.Fatalf("invariants violated: %v", rep.Violations)
 	}
-	if rep.Sagas != len(e.plan.Orders) {
-		e.t.Fatalf("%d orders but %d sagas", len(e.plan.Orders), rep.Sagas)
+	if rep.Sagas != len(e.plan.Orders)+len(e.plan.Trips) {
+		e.t.Fatalf("%d orders and %d trips but %d sagas", len(e.plan.Orders), len(e.plan.Trips), rep.Sagas)
 	}
 	// No transition applied twice: a reply message id moves a saga at most
 	// once (ignored/late rows are not transitions).
@@ -284,7 +290,7 @@ func (e *env) checkInvariants(allowFailed bool) workload.Report {
 	// Each (saga, step, action) executed at most once by a participant is the
 	// barrier's primary key; every forward that succeeded on a compensated
 	// saga must have its compensation recorded.
-	for _, s := range []string{e.schemas.Inventory, e.schemas.Coupon} {
+	for _, s := range e.compensable() {
 		var n int
 		if err := e.check.QueryRow(ctx, `SELECT count(*) FROM `+s+`.barrier f JOIN `+e.schemas.Orchestrator+`.sagas g ON g.id = f.saga_id
 			WHERE f.action = 'forward' AND f.outcome = 'success' AND NOT f.closed AND g.state = 'compensated'
@@ -331,7 +337,21 @@ func (e *env) unsent() (int, error) {
 
 func (e *env) allSchemas() []string {
 	s := e.schemas
-	return []string{s.Orchestrator, s.Inventory, s.Coupon, s.Payment, s.Shipping, s.Points}
+	all := []string{s.Orchestrator, s.Inventory, s.Coupon, s.Payment, s.Shipping, s.Points}
+	if e.trips {
+		all = append(all, s.Flights, s.Hotels, s.Cars)
+	}
+	return all
+}
+
+// compensable are the schemas of the participants whose steps come before
+// a pivot (their effects are compensated when the saga turns back).
+func (e *env) compensable() []string {
+	s := e.schemas
+	if e.trips {
+		return []string{s.Inventory, s.Coupon, s.Flights, s.Hotels, s.Cars}
+	}
+	return []string{s.Inventory, s.Coupon}
 }
 
 // count runs a count query.

@@ -13,16 +13,33 @@ import (
 	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/points"
 	"github.com/sagaflow/sagaflow/participants/shipping"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 // Report is what Check found.
 type Report struct {
-	Sagas       int      `json:"sagas"`
-	Completed   int      `json:"completed"`
-	Compensated int      `json:"compensated"`
-	Failed      int      `json:"failed"`
-	NonTerminal int      `json:"non_terminal"`
-	Violations  []string `json:"violations"`
+	Sagas       int `json:"sagas"`
+	Completed   int `json:"completed"`
+	Compensated int `json:"compensated"`
+	Failed      int `json:"failed"`
+	NonTerminal int `json:"non_terminal"`
+	// ByType counts the sagas of each type (place-order, book-trip).
+	ByType     map[string]*Counts `json:"by_type"`
+	Violations []string           `json:"violations"`
+}
+
+// Counts are the sagas of one type by end state.
+type Counts struct {
+	Sagas       int `json:"sagas"`
+	Completed   int `json:"completed"`
+	Compensated int `json:"compensated"`
+	Failed      int `json:"failed"`
+	NonTerminal int `json:"non_terminal"`
+}
+
+// sagaRow is one saga as the checks read it.
+type sagaRow struct {
+	typ, state, aggregate string
 }
 
 // OK reports whether no invariant was violated.
@@ -38,9 +55,18 @@ const maxViolations = 50
 //     stock of every item, and only completed sagas hold a reservation;
 //   - no coupon is locked by a saga that did not complete;
 //   - one charge per completed saga, none for a compensated one;
-//   - exactly one shipment and one points entry per completed saga, none
-//     for a compensated one.
+//   - exactly one shipment and one points entry per completed place-order
+//     saga, none for a compensated one nor for any other saga type;
+//   - the trip invariants of checkTrips for book-trip sagas (no trip is
+//     taken as refused: CheckPlan knows which are).
 func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[string]int, allowFailed bool) (Report, error) {
+	return CheckPlan(ctx, db, s, Plan{Stock: initialStock}, allowFailed)
+}
+
+// CheckPlan is Check with the plan's initial stock and its refused trips
+// (which must end compensated with nothing reserved and nothing charged).
+func CheckPlan(ctx context.Context, db participants.DB, s Schemas, plan Plan, allowFailed bool) (Report, error) {
+	initialStock := plan.Stock
 	var rep Report
 	bad := func(format string, args ...any) {
 		if len(rep.Violations) < maxViolations {
@@ -49,39 +75,38 @@ func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[
 			rep.Violations = append(rep.Violations, "... more violations not listed")
 		}
 	}
-	states := map[uuid.UUID]string{}
-	rows, err := db.Query(ctx, `SELECT id, state FROM `+quote(s.Orchestrator)+`.sagas`)
+	sagas, err := readSagas(ctx, db, s.Orchestrator)
 	if err != nil {
-		return rep, fmt.Errorf("check: read sagas: %w", err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		var st string
-		if err := rows.Scan(&id, &st); err != nil {
-			rows.Close()
-			return rep, err
-		}
-		states[id] = st
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return rep, err
 	}
-	rep.Sagas = len(states)
-	for id, st := range states {
-		switch st {
+	states := make(map[uuid.UUID]string, len(sagas))
+	rep.Sagas = len(sagas)
+	rep.ByType = map[string]*Counts{}
+	for id, sg := range sagas {
+		states[id] = sg.state
+		c := rep.ByType[sg.typ]
+		if c == nil {
+			c = &Counts{}
+			rep.ByType[sg.typ] = c
+		}
+		c.Sagas++
+		switch sg.state {
 		case "completed":
 			rep.Completed++
+			c.Completed++
 		case "compensated":
 			rep.Compensated++
+			c.Compensated++
 		case "failed":
 			rep.Failed++
+			c.Failed++
 			if !allowFailed {
-				bad("saga %s is failed (needs an operator)", id)
+				bad("saga %s (%s) is failed (needs an operator)", id, sg.typ)
 			}
 		default:
 			rep.NonTerminal++
-			bad("saga %s is still %s", id, st)
+			c.NonTerminal++
+			bad("saga %s (%s) is still %s", id, sg.typ, sg.state)
 		}
 	}
 
@@ -136,25 +161,34 @@ func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[
 		what string
 		read func(context.Context, participants.DB, string) (map[uuid.UUID]int, error)
 		sch  string
+		// only: the saga type that has these; other types have none.
+		only string
 	}{
 		{"charge", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return payment.Charges(ctx, p, sc)
-		}, s.Payment},
+		}, s.Payment, ""},
 		{"shipment", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return shipping.Shipments(ctx, p, sc)
-		}, s.Shipping},
+		}, s.Shipping, orderapi.SagaType},
 		{"points entry", func(ctx context.Context, p participants.DB, sc string) (map[uuid.UUID]int, error) {
 			return points.Entries(ctx, p, sc)
-		}, s.Points},
+		}, s.Points, orderapi.SagaType},
 	}
+	var charges map[uuid.UUID]int
 	for _, ps := range perSaga {
 		counts, err := ps.read(ctx, db, ps.sch)
 		if err != nil {
 			return rep, fmt.Errorf("check: read %ss: %w", ps.what, err)
 		}
+		if charges == nil {
+			charges = counts
+		}
 		for id, st := range states {
 			n := counts[id]
 			switch {
+			case ps.only != "" && sagas[id].typ != ps.only && n != 0:
+				bad("%s saga %s has %d %ss, want 0", sagas[id].typ, id, n, ps.what)
+			case ps.only != "" && sagas[id].typ != ps.only:
 			case st == "completed" && n != 1:
 				bad("completed saga %s has %d %ss, want exactly 1", id, n, ps.what)
 			case st == "compensated" && n != 0:
@@ -169,5 +203,27 @@ func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[
 			}
 		}
 	}
+	if err := checkTrips(ctx, db, s, sagas, charges, plan.Refused, bad); err != nil {
+		return rep, err
+	}
 	return rep, nil
+}
+
+// readSagas reads every saga's type, state and aggregate id.
+func readSagas(ctx context.Context, db participants.DB, schema string) (map[uuid.UUID]sagaRow, error) {
+	rows, err := db.Query(ctx, `SELECT id, type, state, aggregate_id FROM `+quote(schema)+`.sagas`)
+	if err != nil {
+		return nil, fmt.Errorf("check: read sagas: %w", err)
+	}
+	defer rows.Close()
+	out := map[uuid.UUID]sagaRow{}
+	for rows.Next() {
+		var id uuid.UUID
+		var r sagaRow
+		if err := rows.Scan(&id, &r.typ, &r.state, &r.aggregate); err != nil {
+			return nil, fmt.Errorf("check: read sagas: %w", err)
+		}
+		out[id] = r
+	}
+	return out, rows.Err()
 }

@@ -1,8 +1,10 @@
-// Package workload drives the reference place-order saga: it plans a seeded
-// set of orders with a failure mix (out of stock, coupon taken, payment
-// declined), seeds the reference participants' tables, starts the sagas,
-// waits until every one is terminal, and checks the invariants from the
-// participants' own tables. The demo, the end-to-end test, the fault
+// Package workload drives the reference sagas: it plans a seeded set of
+// place-order orders with a failure mix (out of stock, coupon taken,
+// payment declined) and, with Mix.Trips, book-trip trips (with and without
+// a car, some needing an approval the workload gives or refuses, some for
+// a sold-out hotel), seeds the reference participants' tables, starts the
+// sagas and sends the approvals, waits until every one is terminal, and
+// checks the invariants from the participants' own tables. The demo, the end-to-end test, the fault
 // harness and the benchmark share it.
 package workload
 
@@ -25,6 +27,7 @@ import (
 	"github.com/sagaflow/sagaflow/saga"
 	"github.com/sagaflow/sagaflow/steps"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
+	"github.com/sagaflow/sagaflow/steps/tripapi"
 )
 
 // Defaults of the failure mix.
@@ -51,13 +54,23 @@ type Mix struct {
 	DeclineRate float64
 	// LimitCents is the payment participant's limit.
 	LimitCents int64
+	// Trips is the number of book-trip sagas besides the orders (0: none;
+	// their mix is TripCarRate, TripApprovalRate, TripRefuseRate,
+	// TripSoldOutRate).
+	Trips int
 }
 
-// Plan is a concrete workload: the orders and the initial stock.
+// Plan is a concrete workload: the orders and the initial stock, the trips
+// and the capacity of their items.
 type Plan struct {
 	Orders  []steps.Order
 	Stock   map[string]int
 	Coupons []string
+	Trips   []steps.Trip `json:",omitempty"`
+	// Refused are the trips (by trip id) whose approval is refused.
+	Refused map[string]bool `json:",omitempty"`
+	// Capacity of every trip item, by participant and item.
+	Capacity map[string]map[string]int `json:",omitempty"`
 }
 
 // NewPlan builds the orders for m, deterministically from m.Seed.
@@ -106,15 +119,19 @@ func NewPlan(m Mix) Plan {
 			p.Coupons = append(p.Coupons, o.Coupon)
 		}
 	}
+	newTrips(m, &p)
 	return p
 }
 
-// Schemas names where the reference participants keep their tables.
+// Schemas names where the reference participants keep their tables
+// (Flights, Hotels and Cars empty when the set runs no trip participants).
 type Schemas struct {
 	Orchestrator, Inventory, Coupon, Payment, Shipping, Points string
+	Flights, Hotels, Cars                                      string
 }
 
-// Seed writes the plan's stock and coupons into the participants' tables.
+// Seed writes the plan's stock and coupons, and its trip items' capacity,
+// into the participants' tables.
 func Seed(ctx context.Context, pool *pgxpool.Pool, s Schemas, p Plan) error {
 	if err := inventory.Seed(ctx, pool, s.Inventory, p.Stock); err != nil {
 		return fmt.Errorf("seed inventory: %w", err)
@@ -122,7 +139,7 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, s Schemas, p Plan) error {
 	if err := coupon.Seed(ctx, pool, s.Coupon, p.Coupons...); err != nil {
 		return fmt.Errorf("seed coupons: %w", err)
 	}
-	return nil
+	return seedTrips(ctx, pool, s, p)
 }
 
 // Starter starts sagas (an engine, or an HTTP client in a split setup).
@@ -130,13 +147,29 @@ type Starter interface {
 	Start(ctx context.Context, req orchestrator.StartRequest) (saga.Instance, bool, error)
 }
 
-// StartAll starts one saga per order with concurrency workers and returns
-// the saga ids in plan order.
+// StartAll starts one saga per order (and per trip, see StartMixed) with
+// concurrency workers and returns the saga ids in p.Starts() order. A plan
+// with trips needing an approval needs StartMixed.
 func StartAll(ctx context.Context, st Starter, p Plan, concurrency int) ([]uuid.UUID, error) {
+	return StartMixed(ctx, st, nil, p, concurrency)
+}
+
+// StartMixed starts p.Starts() with concurrency workers: each worker
+// starts a saga and, for a trip that needs one, sends its approval
+// (p.Approval) through ap at once, usually before the saga reaches its
+// wait (the engine keeps an early event). It returns the saga ids in
+// p.Starts() order.
+func StartMixed(ctx context.Context, st Starter, ap Approver, p Plan, concurrency int) ([]uuid.UUID, error) {
 	if concurrency <= 0 {
 		concurrency = 8
 	}
-	ids := make([]uuid.UUID, len(p.Orders))
+	starts := p.Starts()
+	for _, s := range starts {
+		if s.Trip != nil && s.Trip.NeedsApproval && ap == nil {
+			return nil, fmt.Errorf("start: trip %s needs an approval but no Approver was given", s.Trip.TripID)
+		}
+	}
+	ids := make([]uuid.UUID, len(starts))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -147,15 +180,20 @@ func StartAll(ctx context.Context, st Starter, p Plan, concurrency int) ([]uuid.
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(p.Orders) || ctx.Err() != nil {
+				if i >= len(starts) || ctx.Err() != nil {
 					return
 				}
-				o := p.Orders[i]
-				in, _, err := st.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: o.OrderID, AggregateID: o.OrderID, Data: o})
+				s := starts[i]
+				in, _, err := st.Start(ctx, s.Request)
+				if err == nil && s.Trip != nil && s.Trip.NeedsApproval {
+					if err = ap.Approve(ctx, in.ID, p.Approval(*s.Trip)); err != nil {
+						err = fmt.Errorf("approval: %w", err)
+					}
+				}
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("start order %s: %w", o.OrderID, err)
+						firstErr = fmt.Errorf("start %s %s: %w", s.Request.Type, s.Request.AggregateID, err)
 					}
 					mu.Unlock()
 					return
@@ -217,6 +255,12 @@ func SchemasOf(orchestrator string, set *reference.Set) Schemas {
 			s.Shipping = p.Schema()
 		case orderapi.Points:
 			s.Points = p.Schema()
+		case tripapi.Flights:
+			s.Flights = p.Schema()
+		case tripapi.Hotels:
+			s.Hotels = p.Schema()
+		case tripapi.Cars:
+			s.Cars = p.Schema()
 		}
 	}
 	return s

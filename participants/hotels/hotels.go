@@ -46,6 +46,15 @@ func Seed(ctx context.Context, db participants.DB, schema string, capacity map[s
 	return booking.Seed(ctx, db, schema, capacity)
 }
 
+// Item is a hotel's counters: capacity, the reserved counter and the
+// reservations that hold a place (reserved or confirmed).
+type Item = booking.Item
+
+// Items returns every hotel's counters.
+func Items(ctx context.Context, db participants.DB, schema string) (map[string]Item, error) {
+	return booking.Items(ctx, db, schema)
+}
+
 // States returns every reservation's state (reserved, confirmed,
 // released) by saga.
 func States(ctx context.Context, db participants.DB, schema string) (map[uuid.UUID]string, error) {

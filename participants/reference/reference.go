@@ -2,8 +2,9 @@
 // place-order saga (inventory, coupon, payment, shipping, points) together,
 // each in its own Postgres schema with its own outbox, inbox, barrier and
 // relay; with Options.Trips also the book-trip saga's flights, hotels and
-// cars (TripNames). The demo, the end-to-end tests and `orchestrator
-// participants` use it.
+// cars (TripNames). The demo (with trips when it runs any), the end-to-end
+// tests and `orchestrator participants` (trips on unless
+// participants.trips is off) use it.
 package reference
 
 import (
@@ -91,6 +92,11 @@ var Names = []string{orderapi.Inventory, orderapi.Coupon, orderapi.Payment, orde
 // TripNames are the book-trip saga's own participants (its payment is
 // place-order's), in saga order; Options.Trips adds them.
 var TripNames = []string{tripapi.Flights, tripapi.Hotels, tripapi.Cars}
+
+// AllNames are every reference participant: Names, then TripNames (the
+// signing keys, dead-letter topics and fault injection of a run that may
+// include trips).
+var AllNames = append(append([]string(nil), Names...), TripNames...)
 
 // names are the participants of a set under o.
 func (o Options) names() []string {

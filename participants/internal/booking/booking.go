@@ -164,3 +164,37 @@ ON CONFLICT (item) DO UPDATE SET capacity = EXCLUDED.capacity`, item, n); err !=
 func States(ctx context.Context, db participants.DB, schema string) (map[uuid.UUID]string, error) {
 	return refstep.Read[uuid.UUID, string](ctx, db, "reservations", `SELECT saga_id, state FROM `+refstep.Table(schema, "reservations"))
 }
+
+// Item is one bookable item's counters: its capacity, its reserved counter
+// (what the reserve and release handlers keep) and the reservations that
+// hold a place (reserved or confirmed). Reserved equals Held while nothing
+// is lost or counted twice.
+type Item struct {
+	Capacity, Reserved, Held int
+}
+
+// Items returns every item's counters (the invariant checks compare
+// Reserved with Held).
+func Items(ctx context.Context, db participants.DB, schema string) (map[string]Item, error) {
+	rows, err := db.Query(ctx, `SELECT i.item, i.capacity, i.reserved,
+  count(r.saga_id) FILTER (WHERE r.state IN ('reserved', 'confirmed'))
+FROM `+refstep.Table(schema, "items")+` i LEFT JOIN `+refstep.Table(schema, "reservations")+` r ON r.item = i.item
+GROUP BY i.item, i.capacity, i.reserved`)
+	if err != nil {
+		return nil, fmt.Errorf("items: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]Item{}
+	for rows.Next() {
+		var name string
+		var it Item
+		if err := rows.Scan(&name, &it.Capacity, &it.Reserved, &it.Held); err != nil {
+			return nil, fmt.Errorf("items: %w", err)
+		}
+		out[name] = it
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("items: %w", err)
+	}
+	return out, nil
+}
