@@ -236,38 +236,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 		)
 	}
 	if s := c.OrchestratorSchema; s != "" {
-		sg := pgx.Identifier{s, "sagas"}.Sanitize()
-		jn := pgx.Identifier{s, "journal"}.Sanitize()
-		// finished_at >= created_at, so created_at < cutoff narrows the scan
-		// to the creation-order index (sagas_created_idx), read oldest
-		// first from the last batch's last saga on ($3, $4). SKIP LOCKED
-		// leaves a saga being touched (an operator, a late reply) for the
-		// next cycle. A saga with a journal entry that has an actor (an
-		// operator's action, the reconciler's repair) is audited: it waits
-		// for FailedSagaAfter, like failed sagas.
-		audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
-		purge := func(where string) string {
-			return `WITH victims AS (
-	SELECT id, created_at FROM ` + sg + ` s
-	WHERE ` + where + ` AND created_at < $1 AND finished_at < $1 AND (created_at, id) > ($3, $4::uuid)
-	ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
-), j AS (
-	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
-), d AS (
-	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
-), last AS (
-	SELECT created_at, id FROM victims ORDER BY created_at DESC, id DESC LIMIT 1
-)
-SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j),
-	coalesce((SELECT created_at FROM last), $3), coalesce((SELECT id FROM last), $4::uuid)::text`
-		}
 		sagas, journal := s+".sagas", s+".journal"
+		finished, failed := sagaPurgeSQL(s)
 		for _, k := range []struct {
 			after time.Duration
 			q     string
 		}{
-			{c.FinishedSagaAfter, purge(`state IN ('completed', 'compensated') AND NOT ` + audited)},
-			{c.FailedSagaAfter, purge(`(state = 'failed' OR (state IN ('completed', 'compensated') AND ` + audited + `))`)},
+			{c.FinishedSagaAfter, finished},
+			{c.FailedSagaAfter, failed},
 		} {
 			p.jobs = append(p.jobs, job{table: sagas, after: k.after,
 				run: func(ctx context.Context, cutoff time.Time, limit int, from *position) (map[string]int64, error) {
@@ -281,6 +257,41 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j),
 		}
 	}
 	return p, nil
+}
+
+// sagaPurgeSQL returns the statements that delete a batch of the finished
+// sagas of schema, and of the failed and audited ones, with their journal:
+// $1 the cutoff, $2 the batch size, ($3, $4) the position (created_at,
+// id) of the last saga the batch before deleted; they answer the sagas and
+// journal rows deleted and the new position.
+//
+// finished_at >= created_at, so created_at < cutoff narrows the scan to
+// the creation-order index (sagas_created_idx), read oldest first from the
+// position on. SKIP LOCKED leaves a saga being touched (an operator, a
+// late reply) for the next cycle. A saga with a journal entry that has an
+// actor (an operator's action, the reconciler's repair) is audited: it
+// waits for FailedSagaAfter, like failed sagas.
+func sagaPurgeSQL(schema string) (finished, failed string) {
+	sg := pgx.Identifier{schema, "sagas"}.Sanitize()
+	jn := pgx.Identifier{schema, "journal"}.Sanitize()
+	audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
+	purge := func(where string) string {
+		return `WITH victims AS (
+	SELECT id, created_at FROM ` + sg + ` s
+	WHERE ` + where + ` AND created_at < $1 AND finished_at < $1 AND (created_at, id) > ($3, $4::uuid)
+	ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+), j AS (
+	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
+), d AS (
+	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
+), last AS (
+	SELECT created_at, id FROM victims ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j),
+	coalesce((SELECT created_at FROM last), $3), coalesce((SELECT id FROM last), $4::uuid)::text`
+	}
+	return purge(`state IN ('completed', 'compensated') AND NOT ` + audited),
+		purge(`(state = 'failed' OR (state IN ('completed', 'compensated') AND ` + audited + `))`)
 }
 
 // barrier purges <schema>.barrier when the schema has one (a
