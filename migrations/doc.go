@@ -22,7 +22,10 @@
 // under a session advisory lock, so processes starting at once apply each
 // version exactly once; the history is the schema_migrations table of each
 // schema. [History] lists what was applied and [Pending] counts what is
-// missing (the orchestrator's /readyz uses it). Run migrations at start
+// missing (the orchestrator's /readyz uses it). A file whose first line
+// is [NoTransactionMarker] runs its statements one by one outside a
+// transaction instead, for CREATE INDEX CONCURRENTLY on a large table
+// (every statement must be safe to repeat). Run migrations at start
 // (or with `orchestrator migrate`), never inside a caller's transaction.
 // Versions need not be contiguous, only unique within a set: they apply in
 // order, and a missing lower version is applied after higher ones.

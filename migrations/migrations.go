@@ -43,7 +43,22 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// NoTransaction: the file's first line is NoTransactionMarker, and its
+	// statements run one by one outside a transaction (CREATE INDEX
+	// CONCURRENTLY cannot run inside one). See [NoTransactionMarker].
+	NoTransaction bool
 }
+
+// NoTransactionMarker, as the first line of a migration file, makes
+// Migrate run the file's statements one at a time outside a transaction,
+// so that CREATE INDEX CONCURRENTLY and DROP INDEX CONCURRENTLY build and
+// drop an index on a large table without blocking its writes. Each
+// statement ends a line with ";" (no function bodies). A run cut off
+// midway is run again from its first statement on the next Migrate, so
+// every statement must be safe to repeat (IF EXISTS, IF NOT EXISTS, and
+// DROP INDEX CONCURRENTLY IF EXISTS before a CREATE INDEX CONCURRENTLY,
+// which could have left an invalid index).
+const NoTransactionMarker = "-- sagaflow:no-transaction"
 
 // Set is a named, ordered list of migrations applied into one Postgres
 // schema. The SQL refers to the schema as {{schema}}.
@@ -107,10 +122,13 @@ func FromFS(name, schema string, fsys fs.FS) (Set, error) {
 		if err != nil {
 			return Set{}, err
 		}
+		sql := strings.ReplaceAll(string(b), "{{schema}}", pgx.Identifier{schema}.Sanitize())
+		first, _, _ := strings.Cut(sql, "\n")
 		s.Migrations = append(s.Migrations, Migration{
-			Version: v,
-			Name:    m[2],
-			SQL:     strings.ReplaceAll(string(b), "{{schema}}", pgx.Identifier{schema}.Sanitize()),
+			Version:       v,
+			Name:          m[2],
+			SQL:           sql,
+			NoTransaction: strings.TrimSpace(first) == NoTransactionMarker,
 		})
 	}
 	sort.Slice(s.Migrations, func(i, j int) bool { return s.Migrations[i].Version < s.Migrations[j].Version })
@@ -186,13 +204,19 @@ CREATE TABLE IF NOT EXISTS `+schema+`.schema_migrations (
 			if done[m.Version] {
 				continue
 			}
-			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			record := `INSERT INTO ` + schema + `.schema_migrations (set_name, version, name) VALUES ($1, $2, $3)`
+			var err error
+			if m.NoTransaction {
+				err = applyOutsideTx(ctx, conn.Conn(), m.SQL, record, s.Name, m.Version, m.Name)
+			} else {
+				err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, m.SQL); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, record, s.Name, m.Version, m.Name)
 					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.schema_migrations (set_name, version, name) VALUES ($1, $2, $3)`, s.Name, m.Version, m.Name)
-				return err
-			})
+				})
+			}
 			if err != nil {
 				return applied, fmt.Errorf("migrate set %q in schema %q: version %03d_%s: %w", s.Name, s.Schema, m.Version, m.Name, err)
 			}

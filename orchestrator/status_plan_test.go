@@ -190,7 +190,7 @@ func TestSagaIndexesAreLean(t *testing.T) {
 		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
 		"sagas: CREATE INDEX sagas_created_idx ON orch.sagas USING btree (created_at DESC, id DESC)",
 		"sagas: CREATE INDEX sagas_finished_idx ON orch.sagas USING btree (finished_at) WHERE (finished_at IS NOT NULL)",
-		"sagas: CREATE INDEX sagas_open_idx ON orch.sagas USING btree (created_at, id) WHERE (state <> ALL (ARRAY['completed'::text, 'compensated'::text]))",
+		"sagas: CREATE INDEX sagas_open_idx ON orch.sagas USING btree (created_at, id) INCLUDE (state, type) WHERE (state <> ALL (ARRAY['completed'::text, 'compensated'::text]))",
 		"sagas: CREATE INDEX sagas_state_created_idx ON orch.sagas USING btree (state, created_at DESC, id DESC) WHERE (state = ANY (ARRAY['completed'::text, 'compensated'::text]))",
 		"sagas: CREATE INDEX sagas_type_created_idx ON orch.sagas USING btree (type, created_at DESC, id DESC)",
 		"sagas: CREATE UNIQUE INDEX sagas_idempotency_key_idx ON orch.sagas USING btree (idempotency_key, type)",

@@ -8,7 +8,9 @@
 // n)), one statement per transaction, so no lock is held for long and the
 // relay, the inbox and the engine keep running beside it. A cycle repeats a
 // table's batch until one comes back short, then moves on; cycles run every
-// Config.Interval.
+// Config.Interval. Saga batches go oldest first, each from the last saga
+// the batch before it deleted (keyset on created_at, id), so a cycle does
+// not pass again over what it deleted.
 //
 // # Guarantees
 //

@@ -186,7 +186,17 @@ type Purger struct {
 type job struct {
 	table string        // qualified name, the metric label
 	after time.Duration // age window
-	run   func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error)
+	run   func(ctx context.Context, cutoff time.Time, limit int, from *position) (map[string]int64, error)
+}
+
+// position is where a cycle's batches of a saga job have come to in
+// (created_at, id) order: each batch starts after the last saga the one
+// before it deleted, instead of passing again over the index entries (and
+// the dead rows) of the sagas deleted since the last vacuum. The zero
+// position is the start.
+type position struct {
+	createdAt time.Time
+	id        string
 }
 
 // New checks cfg and returns a Purger over pool.
@@ -226,39 +236,20 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 		)
 	}
 	if s := c.OrchestratorSchema; s != "" {
-		sg := pgx.Identifier{s, "sagas"}.Sanitize()
-		jn := pgx.Identifier{s, "journal"}.Sanitize()
-		// finished_at >= created_at, so created_at < cutoff narrows the scan
-		// to the (state, created_at) index. SKIP LOCKED leaves a saga being
-		// touched (an operator, a late reply) for the next cycle. A saga
-		// with a journal entry that has an actor (an operator's action,
-		// the reconciler's repair) is audited: it waits for FailedSagaAfter,
-		// like failed sagas.
-		audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
-		purge := func(where string) string {
-			return `WITH victims AS (
-	SELECT id FROM ` + sg + ` s
-	WHERE ` + where + ` AND created_at < $1 AND finished_at < $1
-	ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
-), j AS (
-	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
-), d AS (
-	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
-)
-SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j)`
-		}
 		sagas, journal := s+".sagas", s+".journal"
+		finished, failed := sagaPurgeSQL(s)
 		for _, k := range []struct {
 			after time.Duration
 			q     string
 		}{
-			{c.FinishedSagaAfter, purge(`state IN ('completed', 'compensated') AND NOT ` + audited)},
-			{c.FailedSagaAfter, purge(`(state = 'failed' OR (state IN ('completed', 'compensated') AND ` + audited + `))`)},
+			{c.FinishedSagaAfter, finished},
+			{c.FailedSagaAfter, failed},
 		} {
 			p.jobs = append(p.jobs, job{table: sagas, after: k.after,
-				run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
+				run: func(ctx context.Context, cutoff time.Time, limit int, from *position) (map[string]int64, error) {
 					var ns, nj int64
-					if err := p.pool.QueryRow(ctx, k.q, cutoff, limit).Scan(&ns, &nj); err != nil {
+					id := cmp.Or(from.id, "00000000-0000-0000-0000-000000000000")
+					if err := p.pool.QueryRow(ctx, k.q, cutoff, limit, from.createdAt, id).Scan(&ns, &nj, &from.createdAt, &from.id); err != nil {
 						return nil, err
 					}
 					return map[string]int64{sagas: ns, journal: nj}, nil
@@ -266,6 +257,41 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j)`
 		}
 	}
 	return p, nil
+}
+
+// sagaPurgeSQL returns the statements that delete a batch of the finished
+// sagas of schema, and of the failed and audited ones, with their journal:
+// $1 the cutoff, $2 the batch size, ($3, $4) the position (created_at,
+// id) of the last saga the batch before deleted; they answer the sagas and
+// journal rows deleted and the new position.
+//
+// finished_at >= created_at, so created_at < cutoff narrows the scan to
+// the creation-order index (sagas_created_idx), read oldest first from the
+// position on. SKIP LOCKED leaves a saga being touched (an operator, a
+// late reply) for the next cycle. A saga with a journal entry that has an
+// actor (an operator's action, the reconciler's repair) is audited: it
+// waits for FailedSagaAfter, like failed sagas.
+func sagaPurgeSQL(schema string) (finished, failed string) {
+	sg := pgx.Identifier{schema, "sagas"}.Sanitize()
+	jn := pgx.Identifier{schema, "journal"}.Sanitize()
+	audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
+	purge := func(where string) string {
+		return `WITH victims AS (
+	SELECT id, created_at FROM ` + sg + ` s
+	WHERE ` + where + ` AND created_at < $1 AND finished_at < $1 AND (created_at, id) > ($3, $4::uuid)
+	ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+), j AS (
+	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
+), d AS (
+	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
+), last AS (
+	SELECT created_at, id FROM victims ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j),
+	coalesce((SELECT created_at FROM last), $3), coalesce((SELECT id FROM last), $4::uuid)::text`
+	}
+	return purge(`state IN ('completed', 'compensated') AND NOT ` + audited),
+		purge(`(state = 'failed' OR (state IN ('completed', 'compensated') AND ` + audited + `))`)
 }
 
 // barrier purges <schema>.barrier when the schema has one (a
@@ -276,7 +302,7 @@ func (p *Purger) barrier(schema string, after time.Duration) job {
 	b := pgx.Identifier{schema, "barrier"}.Sanitize()
 	q := `DELETE FROM ` + b + ` WHERE (saga_id, step, action) IN (
 	SELECT saga_id, step, action FROM ` + b + ` WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
-	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
+	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int, _ *position) (map[string]int64, error) {
 		var exists bool
 		if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b).Scan(&exists); err != nil || !exists {
 			return map[string]int64{}, err
@@ -290,7 +316,7 @@ func (p *Purger) barrier(schema string, after time.Duration) job {
 }
 
 func (p *Purger) simple(table string, after time.Duration, q string) job {
-	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int) (map[string]int64, error) {
+	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int, _ *position) (map[string]int64, error) {
 		tag, err := p.pool.Exec(ctx, q, cutoff, limit)
 		if err != nil {
 			return nil, err
@@ -308,8 +334,9 @@ func (p *Purger) PurgeOnce(ctx context.Context, now time.Time) (map[string]int64
 	var errs []error
 	for _, j := range p.jobs {
 		cutoff := now.Add(-j.after)
+		var from position
 		for ctx.Err() == nil {
-			n, err := j.run(ctx, cutoff, p.cfg.BatchSize)
+			n, err := j.run(ctx, cutoff, p.cfg.BatchSize, &from)
 			if err != nil {
 				if p.cfg.Metrics != nil {
 					p.cfg.Metrics.errors.Inc()
