@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/metricset"
@@ -50,7 +51,7 @@ type stack struct {
 }
 
 func setup(ctx context.Context, c Config) (_ *stack, err error) {
-	dbURL, err := demo.FreshDatabaseURL(ctx, c.DatabaseURL, c.Database)
+	dbURL, err := dburl.Fresh(ctx, c.DatabaseURL, c.Database)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

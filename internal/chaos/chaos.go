@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/faultproxy"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
@@ -118,7 +119,7 @@ func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err e
 	}
 
 	// Database, fresh, and the harness's own direct pool.
-	dbURL, err := demo.FreshDatabaseURL(ctx, cfg.DatabaseURL, cfg.Database)
+	dbURL, err := dburl.Fresh(ctx, cfg.DatabaseURL, cfg.Database)
 	if err != nil {
 		return res, err
 	}
@@ -223,6 +224,9 @@ func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err e
 		res.Crashes += int64(crashes)
 	}
 	if err := h.check(ctx, plan, &res); err != nil {
+		return res, err
+	}
+	if err := h.checkOutcomes(ctx, &res); err != nil {
 		return res, err
 	}
 	res.ElapsedSeconds = time.Since(began).Seconds()

@@ -10,9 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/internal/workload"
+	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/cars"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/participants/flights"
 	"github.com/sagaflow/sagaflow/participants/hotels"
 	"github.com/sagaflow/sagaflow/participants/inventory"
@@ -405,4 +407,37 @@ func (b booking) check(id uuid.UUID, barrier map[string]barrierRow) string {
 		return fmt.Sprintf("saga %s: %s reservation released without a recorded compensation", id, b.participant)
 	}
 	return ""
+}
+
+// outcomeWait bounds the wait for the outcome records of the sagas that
+// ended (the outboxes are drained by then: they are on the broker).
+const outcomeWait = time.Minute
+
+// checkOutcomes reads the outcome topic from its start and checks that
+// every saga that ended is on it exactly once (workload.CheckOutcomes).
+func (h *harness) checkOutcomes(ctx context.Context, res *Result) error {
+	r, err := conformance.ReadOutcomes(ctx, h.brokers, orchestrator.OutcomeTopicDefault)
+	if err != nil {
+		return fmt.Errorf("chaos: read the outcome topic: %w", err)
+	}
+	defer r.Close()
+	ended := res.Completed + res.Compensated + res.Failed
+	got, werr := r.Wait(ctx, outcomeWait, func(o map[uuid.UUID][]message.SagaOutcome) bool {
+		return workload.FinishedOutcomes(o) >= ended
+	})
+	if werr != nil && ctx.Err() != nil {
+		return werr
+	}
+	if werr != nil {
+		res.violate("outcome topic: %v", werr)
+	}
+	bad, err := workload.CheckOutcomes(ctx, h.pool, orchestrator.SchemaDefault, got)
+	if err != nil {
+		return err
+	}
+	for _, v := range bad {
+		res.violate("%s", v)
+	}
+	res.Outcomes = workload.FinishedOutcomes(got)
+	return nil
 }

@@ -41,6 +41,10 @@ type Result struct {
 	CompensatedAfterPivot int   `json:"compensated_after_pivot"`
 	DoubleTransitions     int   `json:"double_transitions"`
 	Undrained             int64 `json:"undrained"`
+	// Outcomes counts the finished records read from the outcome topic
+	// after the run (each message id once), checked against the sagas:
+	// every end exactly once.
+	Outcomes int `json:"outcomes"`
 	// Violations lists every violation found (capped), workload.CheckPlan's
 	// included; the twin's come first, prefixed "twin: ".
 	Violations     []string `json:"violations"`

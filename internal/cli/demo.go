@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -85,7 +87,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 			if ui {
 				dbURL := cfg.DatabaseURL
 				if cfg.FreshDatabase != "" {
-					if dbURL, err = demo.WithDatabase(dbURL, cfg.FreshDatabase); err != nil {
+					if dbURL, err = dburl.WithDatabase(dbURL, cfg.FreshDatabase); err != nil {
 						return err
 					}
 				}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/dburl"
 )
 
 func writeConfig(t *testing.T, yaml string) string {
@@ -109,7 +109,7 @@ func TestRedactConnectionStrings(t *testing.T) {
 		"host=h password=":                               "host=h password=xxxxx",
 		"host=/var/run/postgresql password=a\\ b dbname": "host=/var/run/postgresql password=xxxxx dbname",
 	} {
-		got := demo.Redact(in)
+		got := dburl.Redact(in)
 		if got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}

@@ -15,11 +15,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/conformance"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
@@ -76,128 +78,22 @@ type Config struct {
 // Summary is the demo's result. Completed, Compensated, Failed and
 // NonTerminal count every saga; Sagas counts them by type.
 type Summary struct {
-	Orders         int                         `json:"orders"`
-	Trips          int                         `json:"trips"`
-	Sagas          map[string]*workload.Counts `json:"sagas"`
-	Completed      int                         `json:"completed"`
-	Compensated    int                         `json:"compensated"`
-	Failed         int                         `json:"failed"`
-	NonTerminal    int                         `json:"non_terminal"`
-	InvariantsOK   bool                        `json:"invariants_ok"`
-	Violations     []string                    `json:"violations"`
-	ElapsedSeconds float64                     `json:"elapsed_seconds"`
-	SagasPerSecond float64                     `json:"sagas_per_second"`
-	Brokers        string                      `json:"brokers"`
-	Database       string                      `json:"database"`
-}
-
-// FreshDatabaseURL drops and creates database name on the server of base
-// and returns its URL.
-func FreshDatabaseURL(ctx context.Context, base, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return "", fmt.Errorf("connect to Postgres at %s: %w (is it running? pg_ctlcluster --skip-systemctl-redirect 15 main start; or run the demo on a throwaway server: demo --embedded-postgres)", redact(base), err)
-	}
-	defer conn.Close(ctx)
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-		return "", fmt.Errorf("drop database %s: %w", name, err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	return WithDatabase(base, name)
-}
-
-// WithDatabase is the URL base with its database replaced by name.
-func WithDatabase(base, name string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil || u.Scheme == "" {
-		return "", fmt.Errorf("database url %q must be a postgres:// URL to derive the demo database", redact(base))
-	}
-	u.Path = "/" + name
-	return u.String(), nil
-}
-
-func redact(dsn string) string { return Redact(dsn) }
-
-// Redact hides the password of a Postgres connection string for printing:
-// the URL form's (postgres://user:secret@host/db, and a password query
-// parameter) and the keyword form's (host=h password=secret, quoted or
-// not) become xxxxx.
-func Redact(dsn string) string {
-	if p, err := url.Parse(dsn); err == nil && (p.Scheme == "postgres" || p.Scheme == "postgresql") {
-		if p.User != nil {
-			if _, has := p.User.Password(); has {
-				p.User = url.UserPassword(p.User.Username(), "xxxxx")
-			}
-		}
-		if q := p.Query(); q.Has("password") {
-			q.Set("password", "xxxxx")
-			p.RawQuery = q.Encode()
-		}
-		return p.String()
-	}
-	return redactKeywords(dsn)
-}
-
-// redactKeywords replaces the value of every password keyword of a
-// keyword/value connection string (libpq's syntax: key = value, values
-// single-quoted with backslash escapes or bare up to a space).
-func redactKeywords(dsn string) string {
-	var b strings.Builder
-	i := 0
-	for i < len(dsn) {
-		// copy the spaces and the key, up to and with the '='
-		start := i
-		for i < len(dsn) && isSpace(dsn[i]) {
-			i++
-		}
-		keyStart := i
-		for i < len(dsn) && dsn[i] != '=' && !isSpace(dsn[i]) {
-			i++
-		}
-		key := dsn[keyStart:i]
-		for i < len(dsn) && isSpace(dsn[i]) {
-			i++
-		}
-		if i >= len(dsn) || dsn[i] != '=' {
-			b.WriteString(dsn[start:i])
-			continue
-		}
-		i++
-		for i < len(dsn) && isSpace(dsn[i]) {
-			i++
-		}
-		b.WriteString(dsn[start:i])
-		valStart := i
-		if i < len(dsn) && dsn[i] == '\'' {
-			for i++; i < len(dsn) && dsn[i] != '\''; i++ {
-				if dsn[i] == '\\' {
-					i++
-				}
-			}
-			i = min(i+1, len(dsn))
-		} else {
-			for i < len(dsn) && !isSpace(dsn[i]) {
-				if dsn[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i = min(i, len(dsn))
-		}
-		if strings.EqualFold(key, "password") {
-			b.WriteString("xxxxx")
-		} else {
-			b.WriteString(dsn[valStart:i])
-		}
-	}
-	return b.String()
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+	Orders      int                         `json:"orders"`
+	Trips       int                         `json:"trips"`
+	Sagas       map[string]*workload.Counts `json:"sagas"`
+	Completed   int                         `json:"completed"`
+	Compensated int                         `json:"compensated"`
+	Failed      int                         `json:"failed"`
+	NonTerminal int                         `json:"non_terminal"`
+	// Outcomes counts the finished records read from the outcome topic
+	// (one per saga that ended, checked against the database).
+	Outcomes       int      `json:"outcomes"`
+	InvariantsOK   bool     `json:"invariants_ok"`
+	Violations     []string `json:"violations"`
+	ElapsedSeconds float64  `json:"elapsed_seconds"`
+	SagasPerSecond float64  `json:"sagas_per_second"`
+	Brokers        string   `json:"brokers"`
+	Database       string   `json:"database"`
 }
 
 // Run runs the demo and returns its summary. An error means the demo could
@@ -218,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	dbURL := cfg.DatabaseURL
 	if cfg.FreshDatabase != "" {
 		var err error
-		if dbURL, err = FreshDatabaseURL(ctx, cfg.DatabaseURL, cfg.FreshDatabase); err != nil {
+		if dbURL, err = dburl.Fresh(ctx, cfg.DatabaseURL, cfg.FreshDatabase); err != nil {
 			return Summary{}, err
 		}
 	}
@@ -303,6 +199,14 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		cfg.OnReady(svc)
 	}
 
+	// The outcome topic read from its start, as an initiating service
+	// would: after the run every saga's end is on it exactly once.
+	outcomes, err := conformance.ReadOutcomes(ctx, brokers, svc.Engine().OutcomeTopic())
+	if err != nil {
+		stop()
+		return Summary{}, errors.Join(err, <-errc, <-errc)
+	}
+	defer outcomes.Close()
 	approver, closeAPI, err := eventsAPI(svc.Engine(), log)
 	if err != nil {
 		stop()
@@ -325,6 +229,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		log.Warn("timed out waiting for sagas", slog.Int64("non_terminal", left))
 	}
 	rep, err := workload.CheckPlan(ctx, orchPool, schemas, plan, false)
+	var ends int
+	if err == nil {
+		ends, err = checkOutcomes(ctx, orchPool, schemas.Orchestrator, outcomes, rep.Completed+rep.Compensated+rep.Failed, &rep)
+	}
 	stop()
 	runErr := errors.Join(<-errc, <-errc)
 	if err != nil {
@@ -338,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		Orders: len(plan.Orders), Trips: len(plan.Trips), Sagas: rep.ByType,
 		Completed: rep.Completed, Compensated: rep.Compensated, Failed: rep.Failed,
 		NonTerminal: rep.NonTerminal + (want - rep.Sagas), InvariantsOK: rep.OK() && rep.Sagas == want,
-		Violations: rep.Violations, ElapsedSeconds: elapsed.Seconds(), Brokers: strings.Join(brokers, ","), Database: redact(dbURL),
+		Outcomes: ends, Violations: rep.Violations, ElapsedSeconds: elapsed.Seconds(), Brokers: strings.Join(brokers, ","), Database: dburl.Redact(dbURL),
 	}
 	if sum.Violations == nil {
 		sum.Violations = []string{}
@@ -350,6 +258,31 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		sum.SagasPerSecond = float64(want) / elapsed.Seconds()
 	}
 	return sum, nil
+}
+
+// outcomeWait bounds the wait for the outcome records of the sagas that
+// ended: they are published right after their transitions commit.
+const outcomeWait = 30 * time.Second
+
+// checkOutcomes waits until the outcome topic holds ended finished records
+// (or outcomeWait passed), then checks them against the sagas and adds
+// what is wrong to rep's violations. It returns the finished records read.
+func checkOutcomes(ctx context.Context, pool *pgxpool.Pool, schema string, r *conformance.OutcomeReader, ended int, rep *workload.Report) (int, error) {
+	got, werr := r.Wait(ctx, outcomeWait, func(o map[uuid.UUID][]message.SagaOutcome) bool {
+		return workload.FinishedOutcomes(o) >= ended
+	})
+	if werr != nil && ctx.Err() != nil {
+		return 0, werr
+	}
+	bad, err := workload.CheckOutcomes(ctx, pool, schema, got)
+	if err != nil {
+		return 0, err
+	}
+	if werr != nil {
+		bad = append(bad, "outcome topic: "+werr.Error())
+	}
+	rep.Violations = append(rep.Violations, bad...)
+	return workload.FinishedOutcomes(got), nil
 }
 
 // eventsAPI serves the HTTP API over eng on a free loopback port for the

@@ -25,6 +25,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/tail"
+
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -175,7 +179,7 @@ type EmbeddedPostgres struct {
 	exited  chan struct{} // closed when the postmaster has exited
 	waitErr error
 	log     *slog.Logger
-	out     *tailBuffer
+	out     *tail.Buffer
 	once    sync.Once
 	stopErr error
 }
@@ -217,7 +221,7 @@ func StartEmbeddedPostgres(ctx context.Context, opts EmbeddedOptions) (*Embedded
 	if err != nil {
 		return nil, fmt.Errorf("embedded postgres: %w", err)
 	}
-	p := &EmbeddedPostgres{dir: dir, dataDir: filepath.Join(dir, "data"), log: log, out: &tailBuffer{max: 16 << 10}}
+	p := &EmbeddedPostgres{dir: dir, dataDir: filepath.Join(dir, "data"), log: log, out: tail.New(16 << 10)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -247,7 +251,7 @@ func StartEmbeddedPostgres(ctx context.Context, opts EmbeddedOptions) (*Embedded
 	initdb.Dir, initdb.Env = dir, serverEnv()
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("embedded postgres: %s: %w\n%s", bins.Initdb, err, tail(out, 4<<10))
+		return nil, fmt.Errorf("embedded postgres: %s: %w\n%s", bins.Initdb, err, lastBytes(out, 4<<10))
 	}
 	_ = os.Remove(pwFile)
 
@@ -274,14 +278,14 @@ func StartEmbeddedPostgres(ctx context.Context, opts EmbeddedOptions) (*Embedded
 		log.Debug("embedded postgres did not start; retrying on another port", slog.String("error", err.Error()))
 	}
 	ok = true
-	log.Info("throwaway Postgres started (fsync off; removed on exit)", slog.String("url", Redact(p.url)),
+	log.Info("throwaway Postgres started (fsync off; removed on exit)", slog.String("url", dburl.Redact(p.url)),
 		slog.String("data_dir", p.dataDir), slog.String("server", bins.Postgres))
 	return p, nil
 }
 
 // start starts the postmaster on port.
 func (p *EmbeddedPostgres) start(ctx context.Context, bin string, cred *syscall.Credential, port int) error {
-	p.out.reset()
+	p.out.Reset()
 	cmd := exec.Command(bin, "-D", p.dataDir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.dir,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
@@ -500,46 +504,9 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func tail(b []byte, n int) string {
+func lastBytes(b []byte, n int) string {
 	if len(b) > n {
 		b = b[len(b)-n:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// Tail keeps the last bytes written to it: a child process's output, for
-// error messages.
-type Tail = tailBuffer
-
-// NewTail returns a Tail that keeps the last max bytes.
-func NewTail(max int) *Tail { return &tailBuffer{max: max} }
-
-// tailBuffer keeps the last max bytes written to it (the server's log, for
-// error messages).
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
-}
-
-func (t *tailBuffer) reset() {
-	t.mu.Lock()
-	t.buf = t.buf[:0]
-	t.mu.Unlock()
 }

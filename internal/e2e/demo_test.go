@@ -66,6 +66,11 @@ func TestDemoWorkloadSeparateGroups(t *testing.T) {
 	if got := sum.Completed + sum.Compensated + sum.Failed; got != sum.Orders+sum.Trips {
 		t.Errorf("completed+compensated+failed = %d, want %d orders + %d trips", got, sum.Orders, sum.Trips)
 	}
+	// Every end is on the outcome topic exactly once (the demo checks each
+	// record against its saga; here the count).
+	if sum.Outcomes != sum.Orders+sum.Trips {
+		t.Errorf("%d finished records on the outcome topic, want one per saga: %d", sum.Outcomes, sum.Orders+sum.Trips)
+	}
 	for typ, want := range map[string]int{orderapi.SagaType: 300, tripapi.SagaType: 80} {
 		c := sum.Sagas[typ]
 		if c == nil || c.Sagas != want || c.Completed == 0 || c.Compensated == 0 {

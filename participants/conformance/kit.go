@@ -11,12 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sagaflow/sagaflow/internal/dburl"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
-	"github.com/sagaflow/sagaflow/internal/demo"
 	"github.com/sagaflow/sagaflow/internal/devbroker"
 	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/message"
@@ -265,14 +266,14 @@ func scratchDatabase(ctx context.Context, base string) (string, func() error, er
 	name := "sfconformance_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		return "", nil, fmt.Errorf("conformance: connect to Postgres at %s for the scratch database: %w", demo.Redact(base), err)
+		return "", nil, fmt.Errorf("conformance: connect to Postgres at %s for the scratch database: %w", dburl.Redact(base), err)
 	}
 	defer conn.Close(context.Background())
 	ident := pgx.Identifier{name}.Sanitize()
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
 		return "", nil, fmt.Errorf("conformance: create scratch database %s: %w", name, err)
 	}
-	url, err := demo.WithDatabase(base, name)
+	url, err := dburl.WithDatabase(base, name)
 	drop := func() error {
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -42,9 +42,13 @@ func ReadOutcomes(ctx context.Context, brokers []string, topic string) (*Outcome
 
 // Outcomes returns the outcome records read so far by saga id, in the
 // order of their partition (a saga's records share its aggregate's
-// partition). A record that breaks the contract is an error naming it.
+// partition), each message id once: a record the orchestrator's relay
+// published again after a crash carries the same message id, and a
+// consumer deduplicating by message id (as the wire contract asks) takes
+// it once. A record that breaks the contract is an error naming it.
 func (r *OutcomeReader) Outcomes() (map[uuid.UUID][]message.SagaOutcome, error) {
 	out := map[uuid.UUID][]message.SagaOutcome{}
+	seen := map[string]bool{}
 	var errs []error
 	for _, rec := range r.c.records(r.topic) {
 		o, err := checkOutcome(rec)
@@ -52,6 +56,11 @@ func (r *OutcomeReader) Outcomes() (map[uuid.UUID][]message.SagaOutcome, error) 
 			errs = append(errs, fmt.Errorf("outcome at %s/%d offset %d: %w", rec.topic, rec.partition, rec.offset, err))
 			continue
 		}
+		id, _ := rec.header(message.HeaderMessageID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		out[o.SagaID] = append(out[o.SagaID], o)
 	}
 	r.c.mu.Lock()

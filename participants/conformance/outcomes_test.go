@@ -55,6 +55,24 @@ func TestReadOutcomes(t *testing.T) {
 	if o := got[id][0]; o.State != "completed" || o.AggregateID != "order-1" {
 		t.Fatalf("read %+v", o)
 	}
+	// The same record published again (a relay that crashed after the
+	// broker took it) carries the same message id: read once. A second
+	// record of the saga with a message id of its own is read as well.
+	again := record("order-1", ok)
+	again.Headers[0].Value = []byte(uuid.NewString())
+	// A last record of another saga on the same partition (same key) marks
+	// the end of what to read.
+	last := ok
+	last.SagaID = uuid.New()
+	if err := w.WriteMessages(ctx, again, again, record("order-1", ok), record("order-1", last)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = r.Wait(ctx, 30*time.Second, func(m map[uuid.UUID][]message.SagaOutcome) bool { return len(m[last.SagaID]) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got[id]); n != 3 {
+		t.Fatalf("%d records of saga %s, want 3 (the copy with a message id already read is dropped)", n, id)
+	}
 	if err := w.WriteMessages(ctx, record("order-2", ok), kafka.Message{Key: []byte("x"), Value: []byte(`{"nope":1}`)}); err != nil {
 		t.Fatal(err)
 	}

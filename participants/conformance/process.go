@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sagaflow/sagaflow/internal/demo"
+	"github.com/sagaflow/sagaflow/internal/tail"
 )
 
 // stopGrace is how long the participant has to exit after SIGTERM before
@@ -21,7 +21,7 @@ const stopGrace = 5 * time.Second
 // of its own.
 type process struct {
 	cmd    *exec.Cmd
-	out    *demo.Tail
+	out    *tail.Buffer
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
 	once   sync.Once
@@ -36,7 +36,7 @@ func startProcess(command, dir string, env []string, out io.Writer) (*process, e
 	// Its own group, so the shell's children are stopped with it; and
 	// killed if the kit dies (Linux).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &process{cmd: cmd, out: demo.NewTail(8 << 10), exited: make(chan struct{})}
+	p := &process{cmd: cmd, out: tail.New(8 << 10), exited: make(chan struct{})}
 	var w io.Writer = p.out
 	if out != nil {
 		w = io.MultiWriter(p.out, out)
