@@ -42,6 +42,7 @@ func ExampleDefinition_Build() {
 	//   charge-payment    pivot       -> payment.commands (timeout 10s, compensable false)
 	//   create-shipment   retryable   -> shipping.commands (timeout 10s, compensable false)
 	//   award-points      retryable   -> points.commands (timeout 10s, compensable false)
+	//   confirm-stock     retryable   -> inventory.commands (timeout 10s, compensable false)
 	// true
 	// saga definition "book-room", step "email": runs after the pivot and must not have a Compensation
 }

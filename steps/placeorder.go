@@ -8,10 +8,15 @@
 //	charge-payment    (payment,   pivot)
 //	create-shipment   (shipping,  retryable)
 //	award-points      (points,    retryable)
+//	confirm-stock     (inventory, retryable)
 //
 // A failure before or at the pivot releases the coupon and the stock, in
-// that order; once the payment is charged, shipping and points are retried
-// until they succeed. A timeout only re-sends (the outcome is unknown): the
+// that order; once the payment is charged, shipping, points and the stock
+// confirmation are retried until they succeed. reserve-inventory holds the
+// units (a semantic lock, package participants/holds) and confirm-stock,
+// the last step, turns the reservation into a sale, so no reservation
+// outlives its saga: a completed order's stock is sold, a compensated
+// one's released. A timeout only re-sends (the outcome is unknown): the
 // steps keep the default deadlines, so a step before the pivot gives up
 // after 2 minutes without a definite answer (as the saga's own Deadline
 // does for that whole phase) and the payment after 10 minutes (failed, for
@@ -145,6 +150,11 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 				},
 				OnSuccess: merge(func(o *Order, r orderapi.AwardPointsResult) { o.PointsBalance = r.Balance }),
 				Timeout:   10 * time.Second, Retry: fast,
+			},
+			{
+				Name: orderapi.StepConfirmStock, Participant: orderapi.Inventory, Kind: saga.Retryable,
+				Command: func(o Order) (any, error) { return orderapi.ConfirmStock{OrderID: o.OrderID}, nil },
+				Timeout: 10 * time.Second, Retry: fast,
 			},
 		},
 	}

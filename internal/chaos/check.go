@@ -238,7 +238,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 	lost := map[uuid.UUID]bool{}
 	double := map[uuid.UUID]bool{}
 	afterPivot := map[uuid.UUID]bool{}
-	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints}
+	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock}
 	for id, s := range sagas {
 		terminal := saga.State(s.state).Terminal()
 		pivotDone := charges[id] > 0
@@ -293,9 +293,12 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		case hasRes && r.State == inventory.StateReserved && undone:
 			double[id] = true
 			res.violate("saga %s: reservation compensated but still reserved", id)
-		case hasRes && r.State != inventory.StateReserved && !undone:
+		case hasRes && r.State == inventory.StateReleased && !undone:
 			double[id] = true
 			res.violate("saga %s: reservation %s without a recorded compensation", id, r.State)
+		case hasRes && r.State == inventory.StateSold && barrier[barrierKey(id, orderapi.StepConfirmStock, "forward")].outcome != "success":
+			double[id] = true
+			res.violate("saga %s: reservation sold without a recorded %s", id, orderapi.StepConfirmStock)
 		}
 	}
 	for _, c := range cmds {

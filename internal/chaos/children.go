@@ -67,9 +67,14 @@ sagas:
         timeout: %s
         retry:
           max_interval: 10s
+      %s:
+        timeout: %s
+        retry:
+          max_interval: 10s
 `, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
 		orderapi.StepReserveInventory, st, orderapi.StepLockCoupon, st,
-		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st)
+		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st,
+		orderapi.StepConfirmStock, 2*st)
 }
 
 // spawn writes the children's config and starts two orchestrator replicas
