@@ -62,7 +62,7 @@ func TestCheckFindsReservationsThatOutliveTheirSaga(t *testing.T) {
 		{"completed and sold", "completed", []func(uuid.UUID){reserve, confirm}, 0},
 		{"compensated and released", "compensated", []func(uuid.UUID){reserve, release}, 0},
 		{"failed, held for an operator", "failed", []func(uuid.UUID){reserve}, 0},
-		{"completed, never confirmed", "completed", []func(uuid.UUID){reserve}, 2},  // reservation and hold
+		{"completed, never confirmed", "completed", []func(uuid.UUID){reserve}, 2},    // reservation and hold
 		{"compensated, never released", "compensated", []func(uuid.UUID){reserve}, 2}, // reservation and hold
 	}
 	ids := make([]uuid.UUID, len(cases))
