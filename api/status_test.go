@@ -36,7 +36,7 @@ func TestStatusGetShowsStepsJournalAndPivot(t *testing.T) {
 
 	var v api.SagaView
 	env.getJSON(t, "/sagas/"+failed.String(), &v)
-	if v.State != saga.Failed || v.DefVersion != 1 || v.Type != orderapi.SagaType || v.CurrentStep != orderapi.StepCreateShipment {
+	if v.State != saga.Failed || v.DefVersion != 2 || v.Type != orderapi.SagaType || v.CurrentStep != orderapi.StepCreateShipment {
 		t.Fatalf("failed saga: state %s version %d type %s current %q", v.State, v.DefVersion, v.Type, v.CurrentStep)
 	}
 	if len(v.Steps) != 6 {

@@ -109,7 +109,7 @@ func TestDefinitionBuildAcceptsPlaceOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PlaceOrder: %v", err)
 	}
-	if def.Name != "place-order" || def.Version != 1 || len(def.Steps) != 6 {
+	if def.Name != "place-order" || def.Version != 2 || len(def.Steps) != 6 {
 		t.Fatalf("place-order built as %q v%d with %d steps", def.Name, def.Version, len(def.Steps))
 	}
 	if def.Pivot != 2 || def.Steps[def.Pivot].Name != "charge-payment" {

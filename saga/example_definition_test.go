@@ -36,7 +36,7 @@ func ExampleDefinition_Build() {
 	fmt.Println(errors.Is(err, saga.ErrInvalidDefinition))
 	fmt.Println(err)
 	// Output:
-	// place-order v1, pivot "charge-payment"
+	// place-order v2, pivot "charge-payment"
 	//   reserve-inventory compensable -> inventory.commands (timeout 10s, compensable true)
 	//   lock-coupon       compensable -> coupon.commands (timeout 10s, compensable true)
 	//   charge-payment    pivot       -> payment.commands (timeout 10s, compensable false)

@@ -10,6 +10,9 @@
 //	award-points      (points,    retryable)
 //	confirm-stock     (inventory, retryable)
 //
+// (Version 2; version 1, without confirm-stock, stays registered for the
+// sagas started before it: PlaceOrderV1Definition.)
+//
 // A failure before or at the pivot releases the coupon and the stock, in
 // that order; once the payment is charged, shipping, points and the stock
 // confirmation are retried until they succeed. reserve-inventory holds the
@@ -112,7 +115,7 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 	fast := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2}
 	return saga.Definition[Order]{
 		Name:     orderapi.SagaType,
-		Version:  1,
+		Version:  2,
 		Deadline: 2 * time.Minute,
 		Steps: []saga.Step[Order]{
 			{
@@ -163,10 +166,23 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 // PlaceOrder returns the validated place-order definition.
 func PlaceOrder() (*saga.Def, error) { return PlaceOrderDefinition().Build() }
 
-// Register registers every reference saga in r: place-order and
-// book-trip.
+// PlaceOrderV1Definition is place-order version 1: the same steps without
+// confirm-stock. It stays registered so that sagas started before version
+// 2 finish on the steps they were started with; new sagas use version 2.
+func PlaceOrderV1Definition() saga.Definition[Order] {
+	d := PlaceOrderDefinition()
+	d.Version = 1
+	d.Steps = d.Steps[:len(d.Steps)-1]
+	return d
+}
+
+// PlaceOrderV1 returns the validated place-order version 1.
+func PlaceOrderV1() (*saga.Def, error) { return PlaceOrderV1Definition().Build() }
+
+// Register registers every reference saga in r: place-order (versions 1
+// and 2) and book-trip.
 func Register(r *saga.Registry) error {
-	for _, build := range []func() (*saga.Def, error){PlaceOrder, BookTrip} {
+	for _, build := range []func() (*saga.Def, error){PlaceOrderV1, PlaceOrder, BookTrip} {
 		d, err := build()
 		if err != nil {
 			return err
