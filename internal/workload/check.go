@@ -41,7 +41,8 @@ const maxViolations = 50
 //     reservations' totals, and a saga that ended holds no reservation
 //     (a completed saga's is sold, a compensated one's released);
 //   - no hold (package participants/holds) outlives its saga: a completed
-//     saga's holds are confirmed, a compensated one's released;
+//     saga's holds are confirmed, a compensated one's released, and a
+//     SKU's holds agree with its reserved and sold units;
 //   - no coupon is locked by a saga that did not complete;
 //   - one charge per completed saga, none for a compensated one;
 //   - exactly one shipment and one points entry per completed saga, none
@@ -130,7 +131,7 @@ func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[
 			bad("item %s: reserved %d and sold %d but reservations reserved total %d and sold total %d", sku, it.Reserved, it.Sold, reservedBySKU[sku], soldBySKU[sku])
 		}
 	}
-	if err := checkHolds(ctx, db, s.Inventory, states, bad); err != nil {
+	if err := checkHolds(ctx, db, s.Inventory, states, stock, bad); err != nil {
 		return rep, err
 	}
 
@@ -189,20 +190,39 @@ func Check(ctx context.Context, db participants.DB, s Schemas, initialStock map[
 
 // checkHolds reports every hold of the inventory schema that outlived its
 // saga: a completed saga's hold must be confirmed, a compensated one's
-// released (a failed saga's waits for an operator).
-func checkHolds(ctx context.Context, db participants.DB, schema string, states map[uuid.UUID]string, bad func(string, ...any)) error {
+// released (a failed saga's waits for an operator). The holds of a SKU
+// must also agree with its stock: held ones total its reserved units,
+// confirmed ones its sold units.
+func checkHolds(ctx context.Context, db participants.DB, schema string, states map[uuid.UUID]string, stock map[string]inventory.Item, bad func(string, ...any)) error {
 	hs, err := holds.For(schema).List(ctx, db, holds.Filter{})
 	if err != nil {
 		return fmt.Errorf("check: read holds: %w", err)
 	}
 	want := map[string]string{"completed": holds.Confirmed, "compensated": holds.Released}
+	held, confirmed := map[string]int{}, map[string]int{}
 	for _, h := range hs {
+		switch h.State {
+		case holds.Held:
+			held[h.Resource] += int(h.Quantity)
+		case holds.Confirmed:
+			confirmed[h.Resource] += int(h.Quantity)
+		}
 		st, known := states[h.SagaID]
 		switch w, ended := want[st]; {
 		case !known:
 			bad("hold of %d %s (step %s) by saga %s that the orchestrator does not know", h.Quantity, h.Resource, h.Step, h.SagaID)
 		case ended && h.State != w:
 			bad("saga %s is %s but its hold of %d %s (step %s, since %s) is %s, want %s", h.SagaID, st, h.Quantity, h.Resource, h.Step, h.Since.UTC().Format(time.RFC3339), h.State, w)
+		}
+	}
+	skus := make([]string, 0, len(stock))
+	for sku := range stock {
+		skus = append(skus, sku)
+	}
+	sort.Strings(skus)
+	for _, sku := range skus {
+		if it := stock[sku]; it.Reserved != held[sku] || it.Sold != confirmed[sku] {
+			bad("item %s: reserved %d and sold %d but its holds hold %d and confirmed %d", sku, it.Reserved, it.Sold, held[sku], confirmed[sku])
 		}
 	}
 	return nil

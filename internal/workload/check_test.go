@@ -101,6 +101,21 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, ids[i],
 			t.Errorf("%s: violations naming the saga:\n%s\nwant %d, one of them its held hold", c.name, strings.Join(lines, "\n"), c.violations)
 		}
 	}
+	// A hold the stock does not account for (units held but not moved to
+	// reserved) is reported per SKU.
+	if _, err := k.Pool.Exec(ctx, `INSERT INTO inventory.holds (saga_id, step, resource, quantity) VALUES ($1, 'hand-held', 'sku-a', 4)`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	again, err := workload.Check(ctx, k.Pool, workload.Schemas{
+		Orchestrator: orchestrator.SchemaDefault, Inventory: k.Schema(), Coupon: orderapi.Coupon,
+		Payment: orderapi.Payment, Shipping: orderapi.Shipping, Points: orderapi.Points,
+	}, stock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "item sku-a: reserved 3 and sold 1 but its holds hold 7 and confirmed 1"; !strings.Contains(strings.Join(again.Violations, "\n"), want) {
+		t.Errorf("violations lack %q:\n%s", want, strings.Join(again.Violations, "\n"))
+	}
 	// The other checks still run (no charge was made in this test).
 	if want := fmt.Sprintf("completed saga %s has 0 charges", ids[0]); !strings.Contains(strings.Join(rep.Violations, "\n"), want) {
 		t.Errorf("violations do not include %q (the other checks still run):\n%s", want, strings.Join(rep.Violations, "\n"))
