@@ -212,8 +212,8 @@ func TestByValueKeepsLargeOrdersOffTheAutomaticPath(t *testing.T) {
 	t.Parallel()
 	const limit = 10_000
 	for _, c := range []struct {
-		name      string
-		limit     int64
+		name        string
+		limit       int64
 		wantCharges int
 	}{
 		{"without the rule", math.MaxInt64, 1},
