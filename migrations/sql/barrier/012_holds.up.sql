@@ -20,3 +20,5 @@ CREATE INDEX holds_resource_idx ON {{schema}}.holds (resource, since);
 -- The holds still held, oldest first (an operator's list, the invariant
 -- checks); small, since a hold is settled when its saga ends.
 CREATE INDEX holds_held_since_idx ON {{schema}}.holds (since) WHERE state = 'held';
+-- Retention purges the settled holds by age (retention.barrier_after).
+CREATE INDEX holds_settled_idx ON {{schema}}.holds (settled_at) WHERE state <> 'held';
