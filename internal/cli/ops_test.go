@@ -114,7 +114,7 @@ func TestOpsStatusAndList(t *testing.T) {
 		t.Fatalf("status: exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{
-		"state    failed", "step     " + orderapi.StepCreateShipment, "type     place-order (definition v1)",
+		"state    failed", "step     " + orderapi.StepCreateShipment, "type     place-order (definition v2)",
 		"charge-payment [pivot]", "> " + orderapi.StepCreateShipment, "carrier refused: address unknown", "journal (", "step failed",
 	} {
 		if !strings.Contains(out, want) {
