@@ -169,8 +169,8 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 			return participants.Result{}, fmt.Errorf("inventory reserve saga %s: %w", cmd.SagaID, err)
 		}
 		return ok, nil
-	case prior != nil && *prior == StateReserved:
-		return ok, nil // a copy of a forward that already took effect
+	case prior != nil && (*prior == StateReserved || *prior == StateSold):
+		return ok, nil // a copy of a forward that already took effect (and maybe was confirmed)
 	case prior != nil:
 		return participants.Fail(reasonCompensated), nil
 	}
@@ -185,7 +185,7 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 		return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q: look up reservation and sku: %w", cmd.SagaID, in.SKU, err)
 	}
 	switch {
-	case state != nil && *state == StateReserved:
+	case state != nil && (*state == StateReserved || *state == StateSold):
 		return ok, nil
 	case state != nil:
 		return participants.Fail(reasonCompensated), nil

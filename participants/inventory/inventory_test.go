@@ -351,6 +351,12 @@ func TestReserveHoldsAndConfirmSells(t *testing.T) {
 			t.Fatalf("%s: holds = %+v, want the hold confirmed", round, hs)
 		}
 	}
+	// A copy of the reserve after the sale (defence in depth beside the
+	// barrier) answers the reservation again and moves nothing.
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3)), message.Success, "")
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Sold: 3}); got != want {
+		t.Fatalf("after a reserve copy following the sale: stock = %+v, want %+v", got, want)
+	}
 }
 
 func TestReleaseReleasesTheHold(t *testing.T) {
