@@ -260,6 +260,7 @@ func TestGetShowsStateStepsAndJournal(t *testing.T) {
 		{orderapi.StepChargePayment, "pivot", "pending", orderapi.Payment},
 		{orderapi.StepCreateShipment, "retryable", "pending", orderapi.Shipping},
 		{orderapi.StepAwardPoints, "retryable", "pending", orderapi.Points},
+		{orderapi.StepConfirmStock, "retryable", "pending", orderapi.Inventory},
 	}
 	if len(stepsOut) != len(want) {
 		t.Fatalf("%d steps, want %d: %v", len(stepsOut), len(want), stepsOut)

@@ -80,6 +80,7 @@ var okOutputs = map[string]any{
 	orderapi.StepChargePayment:    orderapi.ChargePaymentResult{PaymentID: "pay-1"},
 	orderapi.StepCreateShipment:   orderapi.CreateShipmentResult{ShipmentID: "ship-1"},
 	orderapi.StepAwardPoints:      orderapi.AwardPointsResult{Balance: 42},
+	orderapi.StepConfirmStock:     orderapi.ConfirmStockResult{Sold: 1},
 }
 
 // drive answers saga id's commands with script (success when it has no

@@ -110,7 +110,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	detailDOM := browse(t, bin, "--dump-dom", detailURL)
 	detail := visible(detailDOM)
 	mustContain(t, "the failed saga's page", detail, failed.String(), "failed", "PIVOT · no return",
-		orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints,
+		orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock,
 		"carrier refused: address unknown", "Retry now", "Compensate now", "Resolve", "Admin token", "Journal", "step failed")
 	pivotRow := detailDOM[strings.Index(detailDOM, `data-step="`+orderapi.StepChargePayment+`"`):]
 	pivotRow = pivotRow[:strings.Index(pivotRow, "</tr>")]

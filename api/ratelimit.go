@@ -108,8 +108,11 @@ func (l *failureLimiter) size() int {
 // Config.TrustProxy it is the last address of X-Forwarded-For, the one
 // the proxy in front of the server saw (what the client itself put in the
 // header comes before it and is not believed).
-func (s *Server) clientKey(r *http.Request) string {
-	if s.cfg.TrustProxy {
+func (s *Server) clientKey(r *http.Request) string { return clientKeyOf(r, s.cfg.TrustProxy) }
+
+// clientKeyOf is clientKey with trustProxy for Config.TrustProxy.
+func clientKeyOf(r *http.Request, trustProxy bool) string {
+	if trustProxy {
 		if ip, ok := lastForwarded(r.Header.Values("X-Forwarded-For")); ok {
 			return addrKey(ip)
 		}

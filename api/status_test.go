@@ -43,11 +43,11 @@ func TestStatusGetShowsStepsJournalAndPivot(t *testing.T) {
 
 	var v api.SagaView
 	env.getJSON(t, "/sagas/"+failed.String(), &v)
-	if v.State != saga.Failed || v.DefVersion != 1 || v.Type != orderapi.SagaType || v.CurrentStep != orderapi.StepCreateShipment {
+	if v.State != saga.Failed || v.DefVersion != 2 || v.Type != orderapi.SagaType || v.CurrentStep != orderapi.StepCreateShipment {
 		t.Fatalf("failed saga: state %s version %d type %s current %q", v.State, v.DefVersion, v.Type, v.CurrentStep)
 	}
-	if len(v.Steps) != 5 {
-		t.Fatalf("%d steps, want 5", len(v.Steps))
+	if len(v.Steps) != 6 {
+		t.Fatalf("%d steps, want 6", len(v.Steps))
 	}
 	pay, ship := v.Steps[2], v.Steps[3]
 	if !pay.Pivot || pay.Kind != saga.Pivot || pay.Participant != orderapi.Payment || pay.State != saga.StepSucceeded {

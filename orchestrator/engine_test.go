@@ -143,8 +143,9 @@ func TestEngineHappyPathCompletesAndJournals(t *testing.T) {
 		orderapi.StepChargePayment:    orderapi.ChargePaymentResult{PaymentID: "p1"},
 		orderapi.StepCreateShipment:   orderapi.CreateShipmentResult{ShipmentID: "s1"},
 		orderapi.StepAwardPoints:      orderapi.AwardPointsResult{Balance: 10},
+		orderapi.StepConfirmStock:     orderapi.ConfirmStockResult{Sold: 1},
 	}
-	wantOrder := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints}
+	wantOrder := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock}
 	for i, step := range wantOrder {
 		c := lastCommand(t, env)
 		if c.Step != step || c.Action != message.Forward || c.AggregateID != "o1" || c.ReplyTo != orchestrator.ReplyTopicDefault {
@@ -161,8 +162,8 @@ func TestEngineHappyPathCompletesAndJournals(t *testing.T) {
 	if err := json.Unmarshal(got.Data, &data); err != nil || data.PaymentID != "p1" || data.ShipmentID != "s1" || data.PointsBalance != 10 {
 		t.Fatalf("outputs not merged into data: %s (%v)", got.Data, err)
 	}
-	if len(journal) != 6 || journal[0].Event != saga.JournalStarted || journal[5].To != saga.Completed {
-		t.Fatalf("journal = %+v; want started + 5 step entries ending in completed", journal)
+	if len(journal) != 7 || journal[0].Event != saga.JournalStarted || journal[6].To != saga.Completed {
+		t.Fatalf("journal = %+v; want started + 6 step entries ending in completed", journal)
 	}
 	var wake *time.Time
 	if err := env.pool.QueryRow(ctx, `SELECT next_wakeup_at FROM orch.sagas WHERE id = $1`, in.ID).Scan(&wake); err != nil || wake != nil {

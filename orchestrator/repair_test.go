@@ -75,6 +75,7 @@ func TestRepairMarkDoneAfterThePivotCompletesAndIsAudited(t *testing.T) {
 		t.Fatalf("after mark-done: saga %s, step %s, flag %q", got.State, got.Steps[3].State, got.Flag)
 	}
 	mustReply(t, env, lastCommand(t, env), message.Success, orderapi.AwardPointsResult{Balance: 3})
+	mustReply(t, env, lastCommand(t, env), message.Success, orderapi.ConfirmStockResult{Sold: 1})
 	final, journal := get(t, env, id)
 	if final.State != saga.Completed {
 		t.Fatalf("state %s, want completed", final.State)
@@ -196,6 +197,7 @@ func TestRepairForceFailStopsSendingAndResumeGoesOn(t *testing.T) {
 	}
 	mustReply(t, env, c, message.Success, orderapi.CreateShipmentResult{ShipmentID: "s"})
 	mustReply(t, env, lastCommand(t, env), message.Success, orderapi.AwardPointsResult{Balance: 1})
+	mustReply(t, env, lastCommand(t, env), message.Success, orderapi.ConfirmStockResult{Sold: 1})
 	if final, _ := get(t, env, id); final.State != saga.Completed {
 		t.Fatalf("state %s, want completed", final.State)
 	}

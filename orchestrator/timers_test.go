@@ -40,7 +40,7 @@ func TestTimersNeverLaterThanTheWakeUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 5 {
+	for range len(stepOutputs) {
 		cur, _ := get(t, env, in.ID)
 		want := cur.NextWakeup()
 		got := timerOf(t, env, in.ID)
@@ -103,6 +103,7 @@ var stepOutputs = map[string]any{
 	orderapi.StepChargePayment:    orderapi.ChargePaymentResult{PaymentID: "p1"},
 	orderapi.StepCreateShipment:   orderapi.CreateShipmentResult{ShipmentID: "s1"},
 	orderapi.StepAwardPoints:      orderapi.AwardPointsResult{Balance: 10},
+	orderapi.StepConfirmStock:     orderapi.ConfirmStockResult{Sold: 1},
 }
 
 // A step-to-step transition changes current_step, next_wakeup_at, data,

@@ -109,13 +109,13 @@ func TestDefinitionBuildAcceptsPlaceOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PlaceOrder: %v", err)
 	}
-	if def.Name != "place-order" || def.Version != 1 || len(def.Steps) != 5 {
+	if def.Name != "place-order" || def.Version != 2 || len(def.Steps) != 6 {
 		t.Fatalf("place-order built as %q v%d with %d steps", def.Name, def.Version, len(def.Steps))
 	}
 	if def.Pivot != 2 || def.Steps[def.Pivot].Name != "charge-payment" {
 		t.Fatalf("pivot = %d, want 2 (charge-payment)", def.Pivot)
 	}
-	wantKinds := []saga.Kind{saga.Compensable, saga.Compensable, saga.Pivot, saga.Retryable, saga.Retryable}
+	wantKinds := []saga.Kind{saga.Compensable, saga.Compensable, saga.Pivot, saga.Retryable, saga.Retryable, saga.Retryable}
 	for i, s := range def.Steps {
 		if s.Kind != wantKinds[i] {
 			t.Errorf("step %d (%s) kind %s, want %s", i, s.Name, s.Kind, wantKinds[i])

@@ -36,12 +36,13 @@ func ExampleDefinition_Build() {
 	fmt.Println(errors.Is(err, saga.ErrInvalidDefinition))
 	fmt.Println(err)
 	// Output:
-	// place-order v1, pivot "charge-payment"
+	// place-order v2, pivot "charge-payment"
 	//   reserve-inventory compensable -> inventory.commands (timeout 10s, compensable true)
 	//   lock-coupon       compensable -> coupon.commands (timeout 10s, compensable true)
 	//   charge-payment    pivot       -> payment.commands (timeout 10s, compensable false)
 	//   create-shipment   retryable   -> shipping.commands (timeout 10s, compensable false)
 	//   award-points      retryable   -> points.commands (timeout 10s, compensable false)
+	//   confirm-stock     retryable   -> inventory.commands (timeout 10s, compensable false)
 	// true
 	// saga definition "book-room", step "email": runs after the pivot and must not have a Compensation
 }

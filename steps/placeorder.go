@@ -8,10 +8,18 @@
 //	charge-payment    (payment,   pivot)
 //	create-shipment   (shipping,  retryable)
 //	award-points      (points,    retryable)
+//	confirm-stock     (inventory, retryable)
+//
+// (Version 2; version 1, without confirm-stock, stays registered for the
+// sagas started before it: PlaceOrderV1Definition.)
 //
 // A failure before or at the pivot releases the coupon and the stock, in
-// that order; once the payment is charged, shipping and points are retried
-// until they succeed. A timeout only re-sends (the outcome is unknown): the
+// that order; once the payment is charged, shipping, points and the stock
+// confirmation are retried until they succeed. reserve-inventory holds the
+// units (a semantic lock, package participants/holds) and confirm-stock,
+// the last step, turns the reservation into a sale, so no reservation
+// outlives its saga: a completed order's stock is sold, a compensated
+// one's released. A timeout only re-sends (the outcome is unknown): the
 // steps keep the default deadlines, so a step before the pivot gives up
 // after 2 minutes without a definite answer (as the saga's own Deadline
 // does for that whole phase) and the payment after 10 minutes (failed, for
@@ -107,7 +115,7 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 	fast := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2}
 	return saga.Definition[Order]{
 		Name:     orderapi.SagaType,
-		Version:  1,
+		Version:  2,
 		Deadline: 2 * time.Minute,
 		Steps: []saga.Step[Order]{
 			{
@@ -146,6 +154,11 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 				OnSuccess: merge(func(o *Order, r orderapi.AwardPointsResult) { o.PointsBalance = r.Balance }),
 				Timeout:   10 * time.Second, Retry: fast,
 			},
+			{
+				Name: orderapi.StepConfirmStock, Participant: orderapi.Inventory, Kind: saga.Retryable,
+				Command: func(o Order) (any, error) { return orderapi.ConfirmStock{OrderID: o.OrderID}, nil },
+				Timeout: 10 * time.Second, Retry: fast,
+			},
 		},
 	}
 }
@@ -153,10 +166,23 @@ func PlaceOrderDefinition() saga.Definition[Order] {
 // PlaceOrder returns the validated place-order definition.
 func PlaceOrder() (*saga.Def, error) { return PlaceOrderDefinition().Build() }
 
-// Register registers every reference saga in r: place-order and
-// book-trip.
+// PlaceOrderV1Definition is place-order version 1: the same steps without
+// confirm-stock. It stays registered so that sagas started before version
+// 2 finish on the steps they were started with; new sagas use version 2.
+func PlaceOrderV1Definition() saga.Definition[Order] {
+	d := PlaceOrderDefinition()
+	d.Version = 1
+	d.Steps = d.Steps[:len(d.Steps)-1]
+	return d
+}
+
+// PlaceOrderV1 returns the validated place-order version 1.
+func PlaceOrderV1() (*saga.Def, error) { return PlaceOrderV1Definition().Build() }
+
+// Register registers every reference saga in r: place-order (versions 1
+// and 2) and book-trip.
 func Register(r *saga.Registry) error {
-	for _, build := range []func() (*saga.Def, error){PlaceOrder, BookTrip} {
+	for _, build := range []func() (*saga.Def, error){PlaceOrderV1, PlaceOrder, BookTrip} {
 		d, err := build()
 		if err != nil {
 			return err

@@ -251,7 +251,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 	afterPivot := map[uuid.UUID]bool{}
 	// Every step of both sagas (their names are distinct but for the
 	// pivot, charge-payment, which both send to payment).
-	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints,
+	stepNames := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock,
 		tripapi.StepReserveFlight, tripapi.StepReserveHotel, tripapi.StepReserveCar, tripapi.StepConfirmFlight, tripapi.StepConfirmHotel, tripapi.StepConfirmCar}
 	for id, s := range sagas {
 		terminal := saga.State(s.state).Terminal()
@@ -307,9 +307,12 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		case hasRes && r.State == inventory.StateReserved && undone:
 			double[id] = true
 			res.violate("saga %s: reservation compensated but still reserved", id)
-		case hasRes && r.State != inventory.StateReserved && !undone:
+		case hasRes && r.State == inventory.StateReleased && !undone:
 			double[id] = true
 			res.violate("saga %s: reservation %s without a recorded compensation", id, r.State)
+		case hasRes && r.State == inventory.StateSold && barrier[barrierKey(id, orderapi.StepConfirmStock, "forward")].outcome != "success":
+			double[id] = true
+			res.violate("saga %s: reservation sold without a recorded %s", id, orderapi.StepConfirmStock)
 		}
 		for _, b := range bookings {
 			if v := b.check(id, barrier); v != "" {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func TestCheckFindsViolations(t *testing.T) {
 	h := &harness{cfg: Config{QuiesceTimeout: time.Second}, pool: pool}
 
 	mkSteps := func(states ...saga.StepStatus) []byte {
-		names := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints}
+		names := []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock}
 		var ss []saga.StepState
 		for i, st := range states {
 			ss = append(ss, saga.StepState{Name: names[i], State: st})
@@ -82,6 +83,8 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', $4, 1, now(), now())`, id, id.St
 	// Double effect: a compensation with effect for a forward that failed.
 	dbl := addSaga("compensated", mkSteps(saga.StepFailed, pend, pend, pend, pend))
 	exec(`INSERT INTO inventory.barrier (saga_id, step, action, outcome) VALUES ($1, 'reserve-inventory', 'forward', 'failure'), ($1, 'reserve-inventory', 'compensate', 'success')`, dbl)
+	// Ended with stock still held (the hold of a compensated saga).
+	exec(`INSERT INTO inventory.holds (saga_id, step, resource, quantity) VALUES ($1, 'reserve-inventory', 'sku-a', 1)`, clean)
 	// A reply applied twice.
 	mid := uuid.New()
 	exec(`INSERT INTO sagaflow.journal (saga_id, at, event, step, action, message_id) VALUES ($1, now(), 'step succeeded', 'reserve-inventory', 'forward', $2), ($1, now(), 'step succeeded', 'reserve-inventory', 'forward', $2)`, clean, mid)
@@ -93,6 +96,9 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', $4, 1, now(), now())`, id, id.St
 	if res.Stuck != 1 || res.CompensatedAfterPivot != 1 || res.Lost != 1 || res.DoubleEffects != 1 || res.DoubleTransitions != 1 {
 		t.Errorf("stuck %d, compensated after pivot %d, lost %d, double effects %d, double transitions %d; want 1 each\n%v",
 			res.Stuck, res.CompensatedAfterPivot, res.Lost, res.DoubleEffects, res.DoubleTransitions, res.Violations)
+	}
+	if !strings.Contains(strings.Join(res.Violations, "\n"), fmt.Sprintf("saga %s is compensated but its hold of 1 sku-a (step reserve-inventory", clean)) {
+		t.Errorf("no violation for the hold a compensated saga still holds:\n%s", strings.Join(res.Violations, "\n"))
 	}
 	if res.OK() {
 		t.Error("OK() with violations")

@@ -68,9 +68,14 @@ sagas:
         timeout: %s
         retry:
           max_interval: 10s
+      %s:
+        timeout: %s
+        retry:
+          max_interval: 10s
 %s`, childMaxConns, PartitionsDefault, h.cfg.Seed, workload.LimitCentsDefault,
 		orderapi.StepReserveInventory, st, orderapi.StepLockCoupon, st,
-		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st, tripConfig(st))
+		orderapi.StepChargePayment, 2*st, orderapi.StepCreateShipment, 2*st, orderapi.StepAwardPoints, 2*st,
+		orderapi.StepConfirmStock, 2*st, tripConfig(st))
 }
 
 // tripConfig is the book-trip part of the children's YAML, on the same

@@ -72,7 +72,7 @@ func TestHistoryFillAndMeasure(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st []saga.StepState
-	if err := json.Unmarshal(stepsJSON, &st); err != nil || len(st) != 5 || st[4].State != saga.StepSucceeded {
+	if err := json.Unmarshal(stepsJSON, &st); err != nil || len(st) != 6 || st[5].State != saga.StepSucceeded {
 		t.Fatalf("steps of a completed place-order saga: %v: %s", err, stepsJSON)
 	}
 	if _, errOut, code := runCLI(t, "history", "fill", "--sagas", "10", "--database-url", url); code == 0 || !strings.Contains(errOut, "history: sagas 0 to 10") {

@@ -114,7 +114,7 @@ func TestOpsStatusAndList(t *testing.T) {
 		t.Fatalf("status: exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{
-		"state    failed", "step     " + orderapi.StepCreateShipment, "type     place-order (definition v1)",
+		"state    failed", "step     " + orderapi.StepCreateShipment, "type     place-order (definition v2)",
 		"charge-payment [pivot]", "> " + orderapi.StepCreateShipment, "carrier refused: address unknown", "journal (", "step failed",
 	} {
 		if !strings.Contains(out, want) {
@@ -134,7 +134,7 @@ func TestOpsStatusAndList(t *testing.T) {
 		t.Fatalf("no step table header in:\n%s", out)
 	}
 	rows := 0
-	stepRow := regexp.MustCompile(`^[1-5] `)
+	stepRow := regexp.MustCompile(`^[1-6] `)
 	for _, l := range lines {
 		if stepRow.MatchString(l) {
 			rows++
@@ -143,8 +143,8 @@ func TestOpsStatusAndList(t *testing.T) {
 			}
 		}
 	}
-	if rows != 5 {
-		t.Fatalf("status shows %d step rows, want 5:\n%s", rows, out)
+	if rows != 6 {
+		t.Fatalf("status shows %d step rows, want 6:\n%s", rows, out)
 	}
 	t.Logf("status output:\n%s", out)
 	out, _, _ = runCLI(t, "status", failed.String(), "--api", url, "--journal", "2")

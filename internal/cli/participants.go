@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/holds"
 	"github.com/sagaflow/sagaflow/participants/reference"
 )
 
@@ -73,10 +75,19 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			gate, err := api.NewOpsGate(api.OpsGateConfig{AdminToken: cfg.HTTP.AdminToken, ClientToken: cfg.HTTP.ClientToken,
+				Protect: cfg.HTTP.ProtectMetrics, TrustProxy: cfg.HTTP.TrustProxy, Logger: log})
+			if err != nil {
+				return err
+			}
+			if pc.HTTPAddr != "" && !gate.Protected() && !loopback(pc.HTTPAddr) {
+				log.Warn("/metrics and /holds (which saga holds what) are open to anyone who reaches participants.http_addr: set http.protect_metrics",
+					slog.String("addr", pc.HTTPAddr))
+			}
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{\"status\":\"ok\"}\n") })
 			ready := prep.ready(orchestrator.Readiness(pool, bs, dialer, sets))
-			mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			mux.Handle("GET /readyz", gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := ready(r.Context()); err != nil {
 					// The reason only: the error may name hosts, users, databases.
 					log.Warn("not ready", slog.String("reason", orchestrator.ReadyReason(err)), slog.String("error", err.Error()))
@@ -86,8 +97,9 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 					return
 				}
 				_, _ = io.WriteString(w, "{\"status\":\"ready\"}\n")
-			})
-			mux.Handle("GET /metrics", promhttp.HandlerFor(ms.Registry, promhttp.HandlerOpts{Registry: ms.Registry}))
+			})))
+			mux.Handle("GET /metrics", gate.Wrap(promhttp.HandlerFor(ms.Registry, promhttp.HandlerOpts{Registry: ms.Registry})))
+			mux.Handle("GET /holds", gate.Wrap(holds.Handler(pool, holdTables(set), log)))
 			log.Info("reference participants running", slog.String("brokers", strings.Join(bs, ",")))
 			return serveHTTP(ctx, log, httpAddrs{api: pc.HTTPAddr}, mux, limits, prep.then(log, "participants", prepare, run), cfg.Shutdown.Timeout)
 		},
@@ -97,7 +109,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 	_ = v.BindPFlag("participants.trips", cmd.Flags().Lookup("trips"))
 	cmd.Flags().String("items", "", "comma-separated items seeded by --seed-stock (participants.items)")
 	_ = v.BindPFlag("participants.items", cmd.Flags().Lookup("items"))
-	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz and /metrics; empty: none (participants.http_addr)")
+	cmd.Flags().String("http-addr", "", "listen address of /healthz, /readyz, /metrics and /holds; empty: none (participants.http_addr)")
 	_ = v.BindPFlag("participants.http_addr", cmd.Flags().Lookup("http-addr"))
 	return cmd
 }
@@ -114,6 +126,15 @@ func tripCapacity(trips bool, n int) map[string]map[string]int {
 		for _, it := range items {
 			out[part][it] = n
 		}
+	}
+	return out
+}
+
+// holdTables are the holds tables of set's participants, for GET /holds.
+func holdTables(set *reference.Set) []holds.Owned {
+	var out []holds.Owned
+	for _, p := range set.Participants() {
+		out = append(out, holds.Owned{Participant: p.Name(), Table: holds.For(p.Schema())})
 	}
 	return out
 }

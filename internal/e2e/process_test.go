@@ -244,8 +244,8 @@ func TestSeparateProcesses(t *testing.T) {
 		if len(v.Journal) == 0 {
 			t.Errorf("saga %s has no journal", id)
 		}
-		if len(v.Steps) != 5 {
-			t.Errorf("saga %s has %d steps, want 5", id, len(v.Steps))
+		if len(v.Steps) != 6 {
+			t.Errorf("saga %s has %d steps, want 6", id, len(v.Steps))
 			continue
 		}
 		if !declined {
@@ -271,6 +271,7 @@ func TestSeparateProcesses(t *testing.T) {
 		want := map[string]string{
 			orderapi.StepReserveInventory: "compensated", orderapi.StepLockCoupon: "compensated",
 			orderapi.StepChargePayment: "failed", orderapi.StepCreateShipment: "pending", orderapi.StepAwardPoints: "pending",
+			orderapi.StepConfirmStock: "pending",
 		}
 		for _, s := range v.Steps {
 			if s.State != want[s.Name] {

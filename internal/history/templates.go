@@ -67,6 +67,7 @@ func shapes() ([]shape, error) {
 	tail := func(h *sagatest.Harness) {
 		succeed(h, orderapi.StepCreateShipment, orderapi.CreateShipmentResult{ShipmentID: "5ec908d1-a789-437d-86a5-8597d8b6cca2"})
 		succeed(h, orderapi.StepAwardPoints, orderapi.AwardPointsResult{Balance: 186})
+		succeed(h, orderapi.StepConfirmStock, orderapi.ConfirmStockResult{Sold: 3})
 	}
 	undo := func(h *sagatest.Harness, steps ...string) {
 		for _, s := range steps {
@@ -84,6 +85,7 @@ func shapes() ([]shape, error) {
 			h.Expect(orderapi.StepCreateShipment, sagatest.Forward)
 			h.Succeed(orderapi.CreateShipmentResult{ShipmentID: "5ec908d1-a789-437d-86a5-8597d8b6cca2"})
 			succeed(h, orderapi.StepAwardPoints, orderapi.AwardPointsResult{Balance: 186})
+			succeed(h, orderapi.StepConfirmStock, orderapi.ConfirmStockResult{Sold: 3})
 		}),
 		add("order-payment-declined", 10, false, po, order, func(h *sagatest.Harness) {
 			succeed(h, orderapi.StepReserveInventory, orderapi.ReserveInventoryResult{ReservationID: "r-1"})

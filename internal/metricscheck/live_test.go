@@ -287,7 +287,7 @@ func TestLiveScrapeDuringDemo(t *testing.T) {
 	}
 	// -race on a shared 2-core machine is slow: generous step timeouts keep
 	// the run about metrics, not about timeouts.
-	for _, st := range []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints} {
+	for _, st := range []string{orderapi.StepReserveInventory, orderapi.StepLockCoupon, orderapi.StepChargePayment, orderapi.StepCreateShipment, orderapi.StepAwardPoints, orderapi.StepConfirmStock} {
 		if err := sagas.Override(orderapi.SagaType, st, saga.StepOverride{Timeout: time.Minute}); err != nil {
 			t.Fatal(err)
 		}

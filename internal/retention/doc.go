@@ -31,7 +31,9 @@
 //   - Barrier rows (participants' schemas) go after BarrierAfter, at least
 //     InboxAfter: a barrier row is what refuses a forward that arrives after
 //     its compensation and answers a re-sent command without executing it
-//     again, so it must outlast every redelivery of its command.
+//     again, so it must outlast every redelivery of its command. Holds
+//     (participants/holds) settled before the same cutoff go with them; a
+//     hold still held is never purged.
 //   - Dead letters go DeadLetterAfter after their redrive; open ones (not
 //     redriven) are never deleted, but for stray replies' (marked stray:
 //     a reply that answers nothing the orchestrator sent), which go
@@ -40,6 +42,6 @@
 //
 // Every purged row counts in sagaflow_retention_purged_total{table}, with
 // table the qualified name ("<schema>.outbox", "<schema>.inbox",
-// "<schema>.barrier", "<schema>.sagas", "<schema>.journal",
+// "<schema>.barrier", "<schema>.holds", "<schema>.sagas", "<schema>.journal",
 // "<schema>.dead_letters", "<schema>.ops_audit").
 package retention

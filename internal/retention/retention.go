@@ -226,6 +226,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 			p.simple(s+".inbox", c.InboxAfter,
 				`DELETE FROM `+ib+` WHERE message_id IN (SELECT message_id FROM `+ib+` WHERE received_at < $1 LIMIT $2)`),
 			p.barrier(s, c.BarrierAfter),
+			p.holds(s, c.BarrierAfter),
 			p.simple(s+".dead_letters", c.DeadLetterAfter,
 				`DELETE FROM `+dl+` WHERE id IN (SELECT id FROM `+dl+` WHERE redriven_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
 			// Stray replies' dead letters, open ones too, by their time.
@@ -305,6 +306,27 @@ func (p *Purger) barrier(schema string, after time.Duration) job {
 	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int, _ *position) (map[string]int64, error) {
 		var exists bool
 		if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b).Scan(&exists); err != nil || !exists {
+			return map[string]int64{}, err
+		}
+		tag, err := p.pool.Exec(ctx, q, cutoff, limit)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]int64{table: tag.RowsAffected()}, nil
+	}}
+}
+
+// holds purges <schema>.holds when the schema has one (a participant's):
+// the holds settled (confirmed or released) before the cutoff, by
+// settled_at (a partial index); a hold still held is never purged.
+func (p *Purger) holds(schema string, after time.Duration) job {
+	table := schema + ".holds"
+	h := pgx.Identifier{schema, "holds"}.Sanitize()
+	q := `DELETE FROM ` + h + ` WHERE (saga_id, step, resource) IN (
+	SELECT saga_id, step, resource FROM ` + h + ` WHERE state <> 'held' AND settled_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int, _ *position) (map[string]int64, error) {
+		var exists bool
+		if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, h).Scan(&exists); err != nil || !exists {
 			return map[string]int64{}, err
 		}
 		tag, err := p.pool.Exec(ctx, q, cutoff, limit)

@@ -286,6 +286,20 @@ func TestPurgeBarrierAndAuditedSagasLater(t *testing.T) {
 	}{{"old-1", days(100)}, {"old-2", days(91)}, {"recent", days(60)}} {
 		exec(t, pool, `INSERT INTO part.barrier (saga_id, step, action, outcome, closed, created_at) VALUES (gen_random_uuid(), $1, 'forward', 'success', false, $2)`, b.step, b.at)
 	}
+	// Holds settled before the barrier window go with the barrier rows; a
+	// hold still held stays, however old.
+	for _, h := range []struct {
+		step, state string
+		since       time.Time
+		settled     *time.Time
+	}{
+		{"confirmed-long-ago", "confirmed", days(120), ptr(days(100))},
+		{"released-long-ago", "released", days(120), ptr(days(95))},
+		{"settled-recently", "confirmed", days(120), ptr(days(10))},
+		{"held-long", "held", days(300), nil},
+	} {
+		exec(t, pool, `INSERT INTO part.holds (saga_id, step, resource, quantity, state, since, settled_at) VALUES (gen_random_uuid(), $1, 'sku', 1, $2, $3, $4)`, h.step, h.state, h.since, h.settled)
+	}
 	type sg struct {
 		state    string
 		finished time.Time
@@ -315,8 +329,11 @@ func TestPurgeBarrierAndAuditedSagasLater(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PurgeOnce: %v", err)
 	}
-	if got["part.barrier"] != 2 || got["orch.sagas"] != 3 {
-		t.Errorf("purged %v; want 2 part.barrier rows and 3 sagas", got)
+	if got["part.barrier"] != 2 || got["orch.sagas"] != 3 || got["part.holds"] != 2 {
+		t.Errorf("purged %v; want 2 part.barrier rows, 2 part.holds rows and 3 sagas", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM part.holds WHERE step IN ('held-long', 'settled-recently')`); n != 2 {
+		t.Errorf("%d of the held hold and the recently settled one are left, want both", n)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM part.barrier WHERE step = 'recent'`); n != 1 {
 		t.Errorf("the barrier row inside the window is gone")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/coupon"
+	"github.com/sagaflow/sagaflow/participants/holds"
 	"github.com/sagaflow/sagaflow/participants/inventory"
 	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/points"
@@ -52,7 +54,12 @@ const maxViolations = 50
 // read them all at one instant while processes still run), and checks:
 //   - no saga is left non-terminal (and none failed, unless allowFailed);
 //   - stock is conserved: available + reserved + sold equals the initial
-//     stock of every item, and only completed sagas hold a reservation;
+//     stock of every item, the items' reserved and sold units are the
+//     reservations' totals, and a saga that ended holds no reservation
+//     (a completed saga's is sold, a compensated one's released);
+//   - no hold (package participants/holds) outlives its saga: a completed
+//     saga's holds are confirmed, a compensated one's released, and a
+//     SKU's holds agree with its reserved and sold units;
 //   - no coupon is locked by a saga that did not complete;
 //   - one charge per completed saga, none for a compensated one;
 //   - exactly one shipment and one points entry per completed place-order
@@ -129,19 +136,28 @@ func CheckPlan(ctx context.Context, db participants.DB, s Schemas, plan Plan, al
 	if err != nil {
 		return rep, fmt.Errorf("check: read reservations: %w", err)
 	}
-	heldBySKU := map[string]int{}
+	reservedBySKU, soldBySKU := map[string]int{}, map[string]int{}
 	for id, r := range res {
-		if r.State == inventory.StateReserved {
-			heldBySKU[r.SKU] += r.Qty
-			if states[id] != "completed" && states[id] != "failed" {
-				bad("saga %s is %q but still holds a reservation of %d %s", id, states[id], r.Qty, r.SKU)
+		switch st := states[id]; r.State {
+		case inventory.StateReserved:
+			reservedBySKU[r.SKU] += r.Qty
+			if st == "completed" || st == "compensated" {
+				bad("saga %s is %s but its reservation of %d %s is still reserved (neither sold nor released)", id, st, r.Qty, r.SKU)
+			}
+		case inventory.StateSold:
+			soldBySKU[r.SKU] += r.Qty
+			if st != "completed" && st != "failed" {
+				bad("saga %s is %q but its reservation of %d %s is sold", id, st, r.Qty, r.SKU)
 			}
 		}
 	}
 	for _, sku := range skus {
-		if it := stock[sku]; it.Reserved+it.Sold != heldBySKU[sku] {
-			bad("item %s: reserved %d + sold %d but reservations held total %d", sku, it.Reserved, it.Sold, heldBySKU[sku])
+		if it := stock[sku]; it.Reserved != reservedBySKU[sku] || it.Sold != soldBySKU[sku] {
+			bad("item %s: reserved %d and sold %d but reservations reserved total %d and sold total %d", sku, it.Reserved, it.Sold, reservedBySKU[sku], soldBySKU[sku])
 		}
+	}
+	if err := checkHolds(ctx, db, s.Inventory, states, stock, bad); err != nil {
+		return rep, err
 	}
 
 	locks, err := coupon.Locks(ctx, db, s.Coupon)
@@ -226,4 +242,44 @@ func readSagas(ctx context.Context, db participants.DB, schema string) (map[uuid
 		out[id] = r
 	}
 	return out, rows.Err()
+}
+
+// checkHolds reports every hold of the inventory schema that outlived its
+// saga: a completed saga's hold must be confirmed, a compensated one's
+// released (a failed saga's waits for an operator). The holds of a SKU
+// must also agree with its stock: held ones total its reserved units,
+// confirmed ones its sold units.
+func checkHolds(ctx context.Context, db participants.DB, schema string, states map[uuid.UUID]string, stock map[string]inventory.Item, bad func(string, ...any)) error {
+	hs, err := holds.For(schema).List(ctx, db, holds.Filter{})
+	if err != nil {
+		return fmt.Errorf("check: read holds: %w", err)
+	}
+	want := map[string]string{"completed": holds.Confirmed, "compensated": holds.Released}
+	held, confirmed := map[string]int{}, map[string]int{}
+	for _, h := range hs {
+		switch h.State {
+		case holds.Held:
+			held[h.Resource] += int(h.Quantity)
+		case holds.Confirmed:
+			confirmed[h.Resource] += int(h.Quantity)
+		}
+		st, known := states[h.SagaID]
+		switch w, ended := want[st]; {
+		case !known:
+			bad("hold of %d %s (step %s) by saga %s that the orchestrator does not know", h.Quantity, h.Resource, h.Step, h.SagaID)
+		case ended && h.State != w:
+			bad("saga %s is %s but its hold of %d %s (step %s, since %s) is %s, want %s", h.SagaID, st, h.Quantity, h.Resource, h.Step, h.Since.UTC().Format(time.RFC3339), h.State, w)
+		}
+	}
+	skus := make([]string, 0, len(stock))
+	for sku := range stock {
+		skus = append(skus, sku)
+	}
+	sort.Strings(skus)
+	for _, sku := range skus {
+		if it := stock[sku]; it.Reserved != held[sku] || it.Sold != confirmed[sku] {
+			bad("item %s: reserved %d and sold %d but its holds hold %d and confirmed %d", sku, it.Reserved, it.Sold, held[sku], confirmed[sku])
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/holds"
 	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
@@ -23,6 +24,7 @@ var sqlFiles embed.FS
 const (
 	StateReserved = "reserved"
 	StateReleased = "released"
+	StateSold     = "sold"
 )
 
 // reasonCompensated answers a forward for a saga whose reservation was
@@ -40,10 +42,13 @@ func Migrations(schema string) ([]migrations.Set, error) {
 // there is nothing to tune today.
 type Options struct{}
 
-// Register adds the reserve-inventory forward and compensate handlers to p.
-// Its tables live in p.Schema().
+// Register adds the reserve-inventory forward and compensate handlers and
+// the confirm-stock forward handler to p. Its tables live in p.Schema().
 func Register(p *participants.Participant, opts Options) error {
-	return refstep.Register(p, orderapi.Inventory, step)
+	if err := refstep.Register(p, orderapi.Inventory, step); err != nil {
+		return err
+	}
+	return refstep.Register(p, orderapi.Inventory, confirmStep)
 }
 
 // DB is what the helpers need: a pool, a connection or a transaction.
@@ -51,12 +56,34 @@ type DB = participants.DB
 
 // step is the reserve-inventory step in schema.
 func step(schema string) refstep.Step[orderapi.ReserveInventory] {
-	h := &handlers{items: refstep.Table(schema, "items"), reservations: refstep.Table(schema, "reservations")}
+	h := newHandlers(schema)
 	return refstep.Step[orderapi.ReserveInventory]{Name: orderapi.StepReserveInventory, Check: check, Forward: h.reserve, ForwardMany: h.reserveBatch, Compensate: h.release}
+}
+
+// confirmStep is the confirm-stock step in schema (retryable, after the
+// pivot: no compensation).
+func confirmStep(schema string) refstep.Step[orderapi.ConfirmStock] {
+	h := newHandlers(schema)
+	return refstep.Step[orderapi.ConfirmStock]{Name: orderapi.StepConfirmStock, Check: checkConfirm, Forward: h.confirm}
+}
+
+func newHandlers(schema string) *handlers {
+	return &handlers{items: refstep.Table(schema, "items"), reservations: refstep.Table(schema, "reservations"), holds: holds.For(schema)}
 }
 
 type handlers struct {
 	items, reservations string // qualified table names
+	// holds is the semantic lock: the units a saga's reserve-inventory
+	// holds, by SKU, until confirm-stock sells them or release gives them
+	// back.
+	holds holds.Table
+}
+
+func checkConfirm(in orderapi.ConfirmStock) (field, why string) {
+	if in.OrderID == "" {
+		return "order_id", "is empty"
+	}
+	return "", ""
 }
 
 func check(in orderapi.ReserveInventory) (field, why string) {
@@ -138,9 +165,12 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 	}
 	switch {
 	case reserved:
+		if _, _, err := h.holds.Take(ctx, tx, cmd.SagaID, orderapi.StepReserveInventory, in.SKU, int64(in.Qty)); err != nil {
+			return participants.Result{}, fmt.Errorf("inventory reserve saga %s: %w", cmd.SagaID, err)
+		}
 		return ok, nil
-	case prior != nil && *prior == StateReserved:
-		return ok, nil // a copy of a forward that already took effect
+	case prior != nil && (*prior == StateReserved || *prior == StateSold):
+		return ok, nil // a copy of a forward that already took effect (and maybe was confirmed)
 	case prior != nil:
 		return participants.Fail(reasonCompensated), nil
 	}
@@ -155,7 +185,7 @@ RETURNING true`, in.SKU, in.Qty, cmd.SagaID, in.OrderID).QueryRow(func(row pgx.R
 		return participants.Result{}, fmt.Errorf("inventory reserve saga %s sku %q: look up reservation and sku: %w", cmd.SagaID, in.SKU, err)
 	}
 	switch {
-	case state != nil && *state == StateReserved:
+	case state != nil && (*state == StateReserved || *state == StateSold):
 		return ok, nil
 	case state != nil:
 		return participants.Fail(reasonCompensated), nil
@@ -180,20 +210,31 @@ func (h *handlers) reserveBatch(ctx context.Context, tx pgx.Tx, cmds []message.C
 		ids[i], orders[i], skus[i], qtys[i] = cmds[i].SagaID, in.OrderID, in.SKU, int32(in.Qty)
 	}
 	reserved := make(map[uuid.UUID]uuid.UUID, n) // saga id -> reservation id (the saga id)
+	var took []holds.Request
 	b := &pgx.Batch{}
 	h.queueLockStock(b)
 	b.Queue(h.reserveBatchSQL(), ids, orders, skus, qtys).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id uuid.UUID
-			if err := rows.Scan(&id); err != nil {
+			var (
+				id  uuid.UUID
+				sku string
+				qty int64
+			)
+			if err := rows.Scan(&id, &sku, &qty); err != nil {
 				return err
 			}
 			reserved[id] = id
+			took = append(took, holds.Request{SagaID: id, Step: orderapi.StepReserveInventory, Resource: sku, Quantity: qty})
 		}
 		return rows.Err()
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("inventory reserve %d orders: %w", n, err)
+	}
+	if len(took) > 0 {
+		if _, err := h.holds.TakeMany(ctx, tx, took); err != nil {
+			return nil, fmt.Errorf("inventory reserve %d orders: %w", n, err)
+		}
 	}
 	return participants.AnswerBatch(cmds, reserved, func(id uuid.UUID) any {
 		return orderapi.ReserveInventoryResult{ReservationID: id.String()}
@@ -211,39 +252,89 @@ upd AS (
   RETURNING i.sku)
 INSERT INTO ` + h.reservations + ` (saga_id, order_id, sku, qty, state)
 SELECT req.saga_id, req.order_id, req.sku, req.qty, 'reserved' FROM req JOIN upd ON upd.sku = req.sku
-RETURNING saga_id`
+RETURNING saga_id, sku, qty`
 }
 
 // release is the compensation: give back what the saga's reservation holds,
-// once. A saga without a held reservation has nothing to undo.
+// once, and release its hold. A saga without a held reservation has
+// nothing to undo.
 func (h *handlers) release(ctx context.Context, tx pgx.Tx, cmd message.Command, _ orderapi.ReserveInventory) (participants.Result, error) {
-	var (
-		sku string
-		qty int
-	)
-	err := tx.QueryRow(ctx, `UPDATE `+h.reservations+`
-SET state = 'released', updated_at = now()
-WHERE saga_id = $1 AND state = 'reserved'
-RETURNING sku, qty`, cmd.SagaID).Scan(&sku, &qty)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return participants.Success(nil), nil
+	sku, qty, found, err := h.settle(ctx, tx, cmd, StateReleased)
+	if err != nil || !found {
+		return participants.Success(nil), err
 	}
-	if err != nil {
-		return participants.Result{}, fmt.Errorf("inventory release saga %s: update reservation: %w", cmd.SagaID, err)
-	}
-	if err := h.lockStock(ctx, tx); err != nil {
+	if err := h.moveStock(ctx, tx, cmd, sku, qty, `available = available + $2, reserved = reserved - $2`); err != nil {
 		return participants.Result{}, err
 	}
-	tag, err := tx.Exec(ctx, `UPDATE `+h.items+`
-SET available = available + $2, reserved = reserved - $2
-WHERE sku = $1`, sku, qty)
-	if err != nil {
-		return participants.Result{}, fmt.Errorf("inventory release saga %s sku %q qty %d: update stock: %w", cmd.SagaID, sku, qty, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return participants.Result{}, fmt.Errorf("inventory release saga %s: sku %q of the reservation is missing from items", cmd.SagaID, sku)
+	if _, err := h.holds.Release(ctx, tx, cmd.SagaID, orderapi.StepReserveInventory); err != nil {
+		return participants.Result{}, fmt.Errorf("inventory release saga %s: %w", cmd.SagaID, err)
 	}
 	return participants.Success(nil), nil
+}
+
+// confirm is the confirm-stock forward (after the pivot): the saga's
+// reservation becomes a sale (reserved units move to sold) and its hold
+// is confirmed, once. A copy finds it sold and answers the same; a saga
+// without a held reservation (never reserved, or released) answers
+// Fail(orderapi.ReasonNoReservation), which an operator must look at.
+func (h *handlers) confirm(ctx context.Context, tx pgx.Tx, cmd message.Command, _ orderapi.ConfirmStock) (participants.Result, error) {
+	sku, qty, found, err := h.settle(ctx, tx, cmd, StateSold)
+	if err != nil {
+		return participants.Result{}, err
+	}
+	if !found {
+		var (
+			state string
+			sold  int
+		)
+		err := tx.QueryRow(ctx, `SELECT state, qty FROM `+h.reservations+` WHERE saga_id = $1`, cmd.SagaID).Scan(&state, &sold)
+		switch {
+		case err == nil && state == StateSold:
+			return participants.Success(orderapi.ConfirmStockResult{Sold: sold}), nil // a copy
+		case err == nil || errors.Is(err, pgx.ErrNoRows):
+			return participants.Fail(orderapi.ReasonNoReservation), nil
+		}
+		return participants.Result{}, fmt.Errorf("inventory confirm saga %s: read reservation: %w", cmd.SagaID, err)
+	}
+	if err := h.moveStock(ctx, tx, cmd, sku, qty, `reserved = reserved - $2, sold = sold + $2`); err != nil {
+		return participants.Result{}, err
+	}
+	if _, err := h.holds.Confirm(ctx, tx, cmd.SagaID, orderapi.StepReserveInventory); err != nil {
+		return participants.Result{}, fmt.Errorf("inventory confirm saga %s: %w", cmd.SagaID, err)
+	}
+	return participants.Success(orderapi.ConfirmStockResult{Sold: qty}), nil
+}
+
+// settle moves the saga's reservation from reserved to state and returns
+// its SKU and quantity; found is false when it holds no reservation.
+func (h *handlers) settle(ctx context.Context, tx pgx.Tx, cmd message.Command, state string) (sku string, qty int, found bool, err error) {
+	err = tx.QueryRow(ctx, `UPDATE `+h.reservations+`
+SET state = $2, updated_at = now()
+WHERE saga_id = $1 AND state = 'reserved'
+RETURNING sku, qty`, cmd.SagaID, state).Scan(&sku, &qty)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", 0, false, nil
+	case err != nil:
+		return "", 0, false, fmt.Errorf("inventory %s saga %s: update reservation to %s: %w", cmd.Step, cmd.SagaID, state, err)
+	}
+	return sku, qty, true, nil
+}
+
+// moveStock applies set (with $2 the quantity) to sku's stock row under
+// the stock lock.
+func (h *handlers) moveStock(ctx context.Context, tx pgx.Tx, cmd message.Command, sku string, qty int, set string) error {
+	if err := h.lockStock(ctx, tx); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, `UPDATE `+h.items+` SET `+set+` WHERE sku = $1`, sku, qty)
+	if err != nil {
+		return fmt.Errorf("inventory %s saga %s sku %q qty %d: update stock: %w", cmd.Step, cmd.SagaID, sku, qty, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("inventory %s saga %s: sku %q of the reservation is missing from items", cmd.Step, cmd.SagaID, sku)
+	}
+	return nil
 }
 
 // Item is the stock of one SKU.
@@ -256,7 +347,7 @@ type Reservation struct {
 	OrderID string
 	SKU     string
 	Qty     int
-	State   string // StateReserved or StateReleased
+	State   string // StateReserved, StateReleased or StateSold
 }
 
 // Seed inserts every SKU of stock with that many units available, or resets

@@ -11,6 +11,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/participants"
+	"github.com/sagaflow/sagaflow/participants/holds"
 	"github.com/sagaflow/sagaflow/participants/internal/refstep"
 	"github.com/sagaflow/sagaflow/participants/participanttest"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
@@ -294,5 +295,106 @@ func TestReserveBatchLeavesTheUnplainCasesToReserve(t *testing.T) {
 	defer func() { _ = tx.Rollback(testkit.Context(t, 5*time.Second)) }()
 	if _, err := f.H.ForwardMany(testkit.Context(t, 30*time.Second), tx, []message.Command{bad}); err == nil || !strings.Contains(err.Error(), "qty") {
 		t.Fatalf("batch with qty 0 = %v, want an error naming qty", err)
+	}
+}
+
+// confirmer builds the confirm-stock handlers for the fixture's schema.
+func confirmer(t *testing.T) refstep.Handlers {
+	t.Helper()
+	h, err := refstep.Build(confirmStep(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func confirmCmd(t *testing.T, saga uuid.UUID) message.Command {
+	return participanttest.Command(t, saga, orderapi.StepConfirmStock, message.Forward, 1,
+		orderapi.ConfirmStock{OrderID: "order-" + saga.String()[:8]})
+}
+
+// holdsOf reads the holds of saga.
+func holdsOf(t *testing.T, f fixture, saga uuid.UUID) []holds.Hold {
+	t.Helper()
+	hs, err := holds.For(schema).BySaga(testkit.Context(t, 30*time.Second), f.Pool, saga)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+func TestReserveHoldsAndConfirmSells(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5})
+	confirm := confirmer(t)
+	saga := uuid.New()
+
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3)), message.Success, "")
+	hs := holdsOf(t, f, saga)
+	if len(hs) != 1 || hs[0].Resource != "sku-a" || hs[0].Quantity != 3 || hs[0].Step != orderapi.StepReserveInventory || hs[0].State != holds.Held {
+		t.Fatalf("holds after reserve = %+v, want 3 x sku-a held by reserve-inventory", hs)
+	}
+
+	for _, round := range []string{"confirm", "confirm again"} {
+		res := participanttest.MustExec(t, f.Pool, confirm.Forward, confirmCmd(t, saga))
+		participanttest.WantOutcome(t, res, message.Success, "")
+		if got := participanttest.Payload[orderapi.ConfirmStockResult](t, res).Sold; got != 3 {
+			t.Fatalf("%s: sold %d, want 3", round, got)
+		}
+		if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Sold: 3}); got != want {
+			t.Fatalf("%s: stock = %+v, want %+v", round, got, want)
+		}
+		if r := participanttest.Read(t, f.Pool, schema, Reservations)[saga]; r.State != StateSold {
+			t.Fatalf("%s: reservation state = %q, want %q", round, r.State, StateSold)
+		}
+		if hs := holdsOf(t, f, saga); len(hs) != 1 || hs[0].State != holds.Confirmed || hs[0].Settled == nil {
+			t.Fatalf("%s: holds = %+v, want the hold confirmed", round, hs)
+		}
+	}
+	// A copy of the reserve after the sale (defence in depth beside the
+	// barrier) answers the reservation again and moves nothing.
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 3)), message.Success, "")
+	if got, want := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"], (Item{Available: 2, Sold: 3}); got != want {
+		t.Fatalf("after a reserve copy following the sale: stock = %+v, want %+v", got, want)
+	}
+}
+
+func TestReleaseReleasesTheHold(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5})
+	saga := uuid.New()
+	participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, saga, message.Forward, "sku-a", 2))
+	participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, saga, message.Compensate, "sku-a", 2)), message.Success, "")
+	if hs := holdsOf(t, f, saga); len(hs) != 1 || hs[0].State != holds.Released {
+		t.Fatalf("holds after release = %+v, want the hold released", hs)
+	}
+}
+
+func TestConfirmWithoutAHeldReservationFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5})
+	confirm := confirmer(t)
+	released := uuid.New()
+	participanttest.MustExec(t, f.Pool, f.H.Forward, cmd(t, released, message.Forward, "sku-a", 2))
+	participanttest.MustExec(t, f.Pool, f.H.Compensate, cmd(t, released, message.Compensate, "sku-a", 2))
+	for name, saga := range map[string]uuid.UUID{"never reserved": uuid.New(), "released": released} {
+		participanttest.WantOutcome(t, participanttest.MustExec(t, f.Pool, confirm.Forward, confirmCmd(t, saga)), message.Failure, orderapi.ReasonNoReservation)
+		if got := participanttest.Read(t, f.Pool, schema, Stock)["sku-a"]; got != (Item{Available: 5}) {
+			t.Fatalf("%s: stock after a refused confirm = %+v, want 5 available", name, got)
+		}
+	}
+	participanttest.WantInvalid(t, f.Pool, confirm.Forward, participanttest.Command(t, uuid.New(), orderapi.StepConfirmStock, message.Forward, 1, orderapi.ConfirmStock{}), "order_id")
+}
+
+func TestReserveBatchTakesHolds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]int{"sku-a": 5, "sku-b": 3})
+	s1, s2 := uuid.New(), uuid.New()
+	participanttest.ExecBatch(t, f.Pool, f.H.ForwardMany, cmd(t, s1, message.Forward, "sku-a", 2), cmd(t, s2, message.Forward, "sku-b", 3))
+	for saga, want := range map[uuid.UUID]holds.Hold{s1: {Resource: "sku-a", Quantity: 2}, s2: {Resource: "sku-b", Quantity: 3}} {
+		hs := holdsOf(t, f, saga)
+		if len(hs) != 1 || hs[0].Resource != want.Resource || hs[0].Quantity != want.Quantity || hs[0].State != holds.Held {
+			t.Fatalf("holds of saga %s after the batch = %+v, want %d x %s held", saga, hs, want.Quantity, want.Resource)
+		}
 	}
 }

@@ -42,6 +42,8 @@ func Example() {
 	points := h.Expect(orderapi.StepAwardPoints, sagatest.Forward)
 	fmt.Printf("points: %s\n", points.Payload)
 	h.Succeed(orderapi.AwardPointsResult{Balance: 20})
+	h.Expect(orderapi.StepConfirmStock, sagatest.Forward)
+	h.Succeed(orderapi.ConfirmStockResult{Sold: 1})
 	h.ExpectNoCommand()
 
 	var o steps.Order
@@ -58,6 +60,7 @@ func Example() {
 	// step succeeded charge-payment
 	// step succeeded create-shipment
 	// step succeeded award-points
+	// step succeeded confirm-stock
 }
 
 // trip is a small custom definition: three bookings before the pivot (the

@@ -24,6 +24,7 @@ const (
 	payment  = orderapi.StepChargePayment
 	shipment = orderapi.StepCreateShipment
 	points   = orderapi.StepAwardPoints
+	confirm  = orderapi.StepConfirmStock
 )
 
 func newOrder(t sagatest.TB, opts ...sagatest.Option) *sagatest.Harness {
@@ -57,13 +58,15 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(nil)
 			h.Expect(points, sagatest.Forward)
 			h.Succeed(nil)
-		}, saga.Completed, "succeeded succeeded succeeded succeeded succeeded"},
+			h.Expect(confirm, sagatest.Forward)
+			h.Succeed(nil)
+		}, saga.Completed, "succeeded succeeded succeeded succeeded succeeded succeeded"},
 		{"stock out: nothing to undo", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
 			h.Fail(orderapi.ReasonInsufficientStock)
 			h.ExpectJournal("started", "step failed reserve-inventory")
-		}, saga.Compensated, "failed pending pending pending pending"},
+		}, saga.Compensated, "failed pending pending pending pending pending"},
 		{"payment declined: coupon then stock released", func(t *testing.T, h *sagatest.Harness) {
 			toPayment(h)
 			h.Fail(orderapi.ReasonPaymentDeclined)
@@ -71,7 +74,7 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(nil)
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated compensated failed pending pending"},
+		}, saga.Compensated, "compensated compensated failed pending pending pending"},
 		{"compensation retried until done", func(t *testing.T, h *sagatest.Harness) {
 			toPayment(h)
 			h.Fail(orderapi.ReasonPaymentDeclined)
@@ -88,7 +91,7 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(nil)
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated compensated failed pending pending"},
+		}, saga.Compensated, "compensated compensated failed pending pending pending"},
 		{"retry answers before the pivot give the step up", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -108,7 +111,7 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(nil)
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated compensated pending pending pending"},
+		}, saga.Compensated, "compensated compensated pending pending pending pending"},
 		{"a given-up step the participant recorded done goes on", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -128,7 +131,9 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(orderapi.CreateShipmentResult{ShipmentID: "sh-1"})
 			h.Expect(orderapi.StepAwardPoints, sagatest.Forward)
 			h.Succeed(nil)
-		}, saga.Completed, "succeeded succeeded succeeded succeeded succeeded"},
+			h.Expect(orderapi.StepConfirmStock, sagatest.Forward)
+			h.Succeed(nil)
+		}, saga.Completed, "succeeded succeeded succeeded succeeded succeeded succeeded"},
 		{"coupon never answers: given up at the saga deadline", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -146,7 +151,7 @@ func TestPlaceOrder(t *testing.T) {
 			h.Succeed(nil)
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated compensated pending pending pending"},
+		}, saga.Compensated, "compensated compensated pending pending pending pending"},
 		{"late success after giving up is ignored", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			first := h.Expect(reserve, sagatest.Forward)
@@ -159,7 +164,7 @@ func TestPlaceOrder(t *testing.T) {
 			if ev := h.Events(); ev[len(ev)-2] != "late reply reserve-inventory" {
 				t.Fatal(ev)
 			}
-		}, saga.Compensated, "compensated pending pending pending pending"},
+		}, saga.Compensated, "compensated pending pending pending pending pending"},
 		{"shipment retried forever after the pivot", func(t *testing.T, h *sagatest.Harness) {
 			toPayment(h)
 			h.Succeed(nil)
@@ -173,14 +178,14 @@ func TestPlaceOrder(t *testing.T) {
 			}
 			h.Succeed(nil)
 			h.Expect(points, sagatest.Forward)
-		}, saga.Running, "succeeded succeeded succeeded succeeded running"},
+		}, saga.Running, "succeeded succeeded succeeded succeeded running pending"},
 		{"failure after the pivot: failed, never compensated", func(t *testing.T, h *sagatest.Harness) {
 			toPayment(h)
 			h.Succeed(nil)
 			h.Expect(shipment, sagatest.Forward)
 			h.Fail("no such address")
 			h.ExpectNoCommand()
-		}, saga.Failed, "succeeded succeeded succeeded failed pending"},
+		}, saga.Failed, "succeeded succeeded succeeded failed pending pending"},
 		{"duplicate delivery of a reply is ignored", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -188,14 +193,14 @@ func TestPlaceOrder(t *testing.T) {
 			if d := h.Redeliver(); !d.Late || d.Changed {
 				t.Fatal("duplicate applied")
 			}
-		}, saga.Running, "succeeded running pending pending pending"},
+		}, saga.Running, "succeeded running pending pending pending pending"},
 		{"output rejected before the pivot: compensated", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
 			h.Succeed(json.RawMessage(`{"reservation_id":7}`))
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated pending pending pending pending"},
+		}, saga.Compensated, "compensated pending pending pending pending pending"},
 		{"operator compensates before the pivot", func(t *testing.T, h *sagatest.Harness) {
 			h.Start()
 			h.Expect(reserve, sagatest.Forward)
@@ -204,7 +209,7 @@ func TestPlaceOrder(t *testing.T) {
 			}
 			h.Expect(reserve, sagatest.Compensate)
 			h.Succeed(nil)
-		}, saga.Compensated, "compensated pending pending pending pending"},
+		}, saga.Compensated, "compensated pending pending pending pending pending"},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -372,7 +377,7 @@ func TestFailureMessages(t *testing.T) {
 		{"unknown step", func(t sagatest.TB) {
 			h := newOrder(t)
 			h.Step("ship")
-		}, []string{`place-order has no step "ship" (its steps: reserve-inventory, lock-coupon, charge-payment, create-shipment, award-points)`}},
+		}, []string{`place-order has no step "ship" (its steps: reserve-inventory, lock-coupon, charge-payment, create-shipment, award-points, confirm-stock)`}},
 		{"unexpected commands left", func(t sagatest.TB) {
 			h := newOrder(t)
 			h.Start()

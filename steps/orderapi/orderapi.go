@@ -14,6 +14,7 @@ const (
 	StepChargePayment    = "charge-payment"
 	StepCreateShipment   = "create-shipment"
 	StepAwardPoints      = "award-points"
+	StepConfirmStock     = "confirm-stock"
 )
 
 // Participant names; each consumes "<name>.commands".
@@ -33,6 +34,9 @@ const (
 	ReasonUnknownCoupon     = "unknown_coupon"
 	ReasonPaymentDeclined   = "payment_declined"
 	ReasonTransient         = "transient_failure"
+	// ReasonNoReservation: confirm-stock found no reservation to confirm
+	// (never reserved, or released): the saga is failed for an operator.
+	ReasonNoReservation = "no_reservation"
 )
 
 // ReserveInventory is the reserve-inventory command payload (forward and
@@ -95,4 +99,15 @@ type AwardPoints struct {
 // AwardPointsResult is the award-points success payload.
 type AwardPointsResult struct {
 	Balance int64 `json:"balance"`
+}
+
+// ConfirmStock is the confirm-stock command payload: the order whose
+// reservation (held by the saga's reserve-inventory step) becomes a sale.
+type ConfirmStock struct {
+	OrderID string `json:"order_id"`
+}
+
+// ConfirmStockResult is the confirm-stock success payload.
+type ConfirmStockResult struct {
+	Sold int `json:"sold"`
 }
