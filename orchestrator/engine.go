@@ -91,6 +91,12 @@ type EngineConfig struct {
 	// advisory lock on (type, aggregate) and are not group-committed.
 	// Default: none.
 	SingleLiveTypes []string
+	// FourEyes names, per saga type, the operator actions that need a
+	// second person (Request, DecideProposal); default: none.
+	FourEyes FourEyes
+	// ProposalTTL is how long a four-eyes proposal waits for its second
+	// person; default ProposalTTLDefault.
+	ProposalTTL time.Duration
 	// Signing signs the engine's commands and checks who signed the
 	// replies (see Signing); zero: off.
 	Signing Signing
@@ -119,6 +125,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.StartBatch = cmp.Or(c.StartBatch, StartBatchDefault)
 	c.StartLanes = cmp.Or(c.StartLanes, StartLanesDefault)
+	c.ProposalTTL = cmp.Or(c.ProposalTTL, ProposalTTLDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,6 +155,11 @@ func (c EngineConfig) validate() error {
 		return fmt.Errorf("saga engine: EngineConfig.StartBatch is %d, want > 0", c.StartBatch)
 	case c.StartLanes < 0:
 		return fmt.Errorf("saga engine: EngineConfig.StartLanes is %d, want > 0", c.StartLanes)
+	case c.ProposalTTL < 0:
+		return fmt.Errorf("saga engine: EngineConfig.ProposalTTL is %s, want > 0", c.ProposalTTL)
+	}
+	if err := c.FourEyes.validate(); err != nil {
+		return fmt.Errorf("saga engine: EngineConfig.FourEyes: %w", err)
 	}
 	return nil
 }
@@ -477,7 +489,9 @@ func (e *Engine) apply(ctx context.Context, tx querier, id uuid.UUID, mk func() 
 }
 
 // Operate applies an operator action in its own transaction. A refused
-// action returns a *RefusedError and writes nothing.
+// action returns a *RefusedError and writes nothing. Operate is the
+// engine's door and does not ask for four eyes (the reconciler's repairs
+// go through it); Request does.
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error) {
 	var out saga.Instance
 	var pc *postCommit
@@ -485,41 +499,54 @@ func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (s
 	for try := 0; ; try++ {
 		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			pc = &postCommit{}
-			var before saga.Instance
-			audited := op.Action != saga.ActionCheck
-			if audited {
-				b, err := e.st.load(ctx, tx, id)
-				if err != nil {
-					return err
-				}
-				before = b
-			}
-			var at time.Time
-			in, d, err := e.apply(ctx, tx, id, func() saga.Event {
-				at = e.cfg.Now()
-				return saga.Event{Kind: saga.EventOperator, At: at, Operator: &op}
-			}, pc)
-			out = in
-			if err != nil || !audited || !d.Changed {
-				return err
-			}
-			if in.Version != before.Version+1 {
-				return errAuditMoved
-			}
-			step := ""
-			if len(d.Journal) > 0 {
-				step = d.Journal[0].Step
-			}
-			return e.auditOperator(ctx, tx, op, at, &before, &in, step)
+			var err error
+			out, err = e.operateIn(ctx, tx, id, op, nil, pc)
+			return err
 		})
 		if !errors.Is(err, errAuditMoved) || try >= maxVersionConflicts {
 			break
 		}
 	}
 	if err == nil {
-		e.flush(pc)
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
-			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), slog.String("ticket", op.Ticket), traceAttr(&out))
+		e.afterOperate(ctx, id, op, out, pc)
 	}
 	return out, err
+}
+
+// operateIn applies op to saga id in tx and writes its audit row (with the
+// approved proposal, if any); errAuditMoved when the saga moved between
+// the audit's read and the action.
+func (e *Engine) operateIn(ctx context.Context, tx pgx.Tx, id uuid.UUID, op saga.Operator, approved *Proposal, pc *postCommit) (saga.Instance, error) {
+	var before saga.Instance
+	audited := op.Action != saga.ActionCheck
+	if audited {
+		b, err := e.st.load(ctx, tx, id)
+		if err != nil {
+			return b, err
+		}
+		before = b
+	}
+	var at time.Time
+	in, d, err := e.apply(ctx, tx, id, func() saga.Event {
+		at = e.cfg.Now()
+		return saga.Event{Kind: saga.EventOperator, At: at, Operator: &op}
+	}, pc)
+	if err != nil || !audited || !d.Changed {
+		return in, err
+	}
+	if in.Version != before.Version+1 {
+		return in, errAuditMoved
+	}
+	step := ""
+	if len(d.Journal) > 0 {
+		step = d.Journal[0].Step
+	}
+	return in, e.auditOperator(ctx, tx, op, at, &before, &in, step, approved)
+}
+
+// afterOperate publishes what a committed operator action sent and logs it.
+func (e *Engine) afterOperate(ctx context.Context, id uuid.UUID, op saga.Operator, out saga.Instance, pc *postCommit) {
+	e.flush(pc)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
+		slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), slog.String("ticket", op.Ticket), traceAttr(&out))
 }
