@@ -431,12 +431,17 @@ func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
 		s.renderDetail(w, r, http.StatusBadRequest, d)
 		return
 	}
-	if _, aerr := s.act(r, id, saga.OperatorAction(action), form); aerr != nil {
+	_, p, aerr := s.act(r, id, saga.OperatorAction(action), form)
+	if aerr != nil {
 		d.Error = aerr.msg + ". Nothing was changed."
 		if aerr.requestID != "" {
 			d.Error = internalText(Error{Error: aerr.msg, RequestID: aerr.requestID}) + " The action may or may not have been applied: reload the page."
 		}
 		s.renderDetail(w, r, aerr.status, d)
+		return
+	}
+	if p != nil {
+		http.Redirect(w, r, "/ui/sagas/"+id.String()+"?proposed="+strconv.FormatInt(p.ID, 10), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, "/ui/sagas/"+id.String()+"?done="+url.QueryEscape(action), http.StatusSeeOther)

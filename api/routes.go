@@ -76,6 +76,9 @@ func (s *Server) routeAll() {
 	s.route("POST /sagas/{id}/actions/{action}", accessAdmin, s.operate)
 	s.route("GET /sagas/{id}/audit", accessAdmin, s.sagaAudit)
 	s.route("POST /sagas/actions/{action}", accessAdmin, s.operateMatching)
+	s.route("GET /proposals", accessAdmin, s.listProposals)
+	s.route("POST /proposals/{id}/approve", accessAdmin, s.approveProposal)
+	s.route("POST /proposals/{id}/reject", accessAdmin, s.rejectProposal)
 	s.route("GET /openapi.yaml", accessOpen, s.openAPI)
 	s.route("GET /stats", accessRead, s.stats)
 
