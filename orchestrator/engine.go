@@ -158,7 +158,7 @@ func (c EngineConfig) validate() error {
 	case c.ProposalTTL < 0:
 		return fmt.Errorf("saga engine: EngineConfig.ProposalTTL is %s, want > 0", c.ProposalTTL)
 	}
-	if err := c.FourEyes.validate(); err != nil {
+	if err := c.FourEyes.Validate(); err != nil {
 		return fmt.Errorf("saga engine: EngineConfig.FourEyes: %w", err)
 	}
 	return nil

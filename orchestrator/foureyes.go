@@ -35,8 +35,8 @@ func (f FourEyes) Requires(sagaType string, action saga.OperatorAction) bool {
 var fourEyesActions = []saga.OperatorAction{saga.ActionRetry, saga.ActionCompensate, saga.ActionResolve,
 	saga.ActionMarkDone, saga.ActionMarkCompensated, saga.ActionForceFail, saga.ActionResume}
 
-// validate names the first type and action four eyes cannot be asked for.
-func (f FourEyes) validate() error {
+// Validate names the first type and action four eyes cannot be asked for.
+func (f FourEyes) Validate() error {
 	types := make([]string, 0, len(f))
 	for t := range f {
 		types = append(types, t)

@@ -66,11 +66,11 @@ func TestFourEyesRequiresAndValidates(t *testing.T) {
 			t.Errorf("Requires(%s, %s) = %v, want %v", tc.typ, tc.action, got, tc.want)
 		}
 	}
-	if err := f.validate(); err != nil {
+	if err := f.Validate(); err != nil {
 		t.Errorf("valid four eyes refused: %v", err)
 	}
 	for _, a := range []saga.OperatorAction{saga.ActionCheck, saga.ActionQuery, "mark-everything"} {
-		err := FourEyes{"place-order": {a}}.validate()
+		err := FourEyes{"place-order": {a}}.Validate()
 		if err == nil || !strings.Contains(err.Error(), string(a)) || !strings.Contains(err.Error(), "place-order") {
 			t.Errorf("four eyes for %s: err %v, want a refusal naming the type and action", a, err)
 		}

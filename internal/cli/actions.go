@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -17,11 +18,13 @@ import (
 )
 
 // actionCmds are the operator actions from a terminal: retry, compensate,
-// resolve, on one saga by id or on every saga of a --filter (with
+// resolve and the repairs, on one saga by id or on every saga of a --filter (with
 // --dry-run first). They run the engine directly on database.url, each
 // saga through the same door as the HTTP action (its own transaction,
 // journaled with --actor and --reason); the commands they send wait in the
-// outbox for the relay of `serve`.
+// outbox for the relay of `serve`. An action under four eyes
+// (sagas.<type>.four_eyes) on one saga records a proposal instead
+// (proposals.go); --filter refuses it.
 func actionCmds(cfg *Config) []*cobra.Command {
 	docs := map[saga.OperatorAction]string{
 		saga.ActionRetry:           "Re-send the active step's command now, skipping the backoff",
@@ -142,9 +145,17 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 	}
 	w := cmd.OutOrStdout()
 	if spec == "" {
-		in, err := eng.Operate(ctx, id, op)
+		in, p, err := eng.Request(ctx, id, op)
 		if err != nil {
 			return fmt.Errorf("%s saga %s: %w", action, id, err)
+		}
+		if p != nil {
+			if asJSON {
+				return writeJSON(w, map[string]any{"proposal": p}, false)
+			}
+			_, err = fmt.Fprintf(w, "%s on saga %s needs four eyes: proposal %d recorded, nothing changed; another actor approves it with `approve %d --actor B` (expires %s)\n",
+				action, id, p.ID, p.ID, p.Expires.UTC().Format(time.RFC3339))
+			return err
 		}
 		if asJSON {
 			return writeJSON(w, in, false)

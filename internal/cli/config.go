@@ -49,6 +49,7 @@ var Keys = []Key{
 	{"orchestrator.timer_batch", orchestrator.TimerBatchDefault, "Due sagas handled per timer transaction."},
 	{"orchestrator.single_live_types", "", "Comma-separated saga types that allow at most one live (running, compensating or failed) saga per aggregate id: a start for an aggregate that has one answers 409 with its id, whatever the idempotency key, so a client retry with a fresh key cannot run it (and charge) twice."},
 	{"orchestrator.max_sends_per_saga", 0, fmt.Sprintf("Commands one saga may send on its own (forward, compensation and query sends of all its steps) before its timers stop: the next timeout or re-send then fails it, flagged with the bound, for an operator (whose retry re-opens it with one send). Bounds the dead letters a participant refusing a saga's commands can be made to write. 0: each definition's own (`saga.Definition.MaxSends`, default %d); negative: no bound.", saga.MaxSendsDefault)},
+	{"orchestrator.proposal_ttl", orchestrator.ProposalTTLDefault, "How long a four-eyes proposal (`sagas.<type>.four_eyes`) waits for a second person; past it, it is expired and cannot be approved."},
 	{"orchestrator.start_batch", orchestrator.StartBatchDefault, "Most concurrent saga starts (POST /sagas) committed in one transaction; 1: a transaction per start."},
 	{"orchestrator.inbox_batch", orchestrator.RepliesBatchDefault, "Replies handled per inbox transaction (at most)."},
 	{"orchestrator.relay_batch", 500, "Outbox rows published per relay cycle."},

@@ -45,6 +45,9 @@ type Config struct {
 	// Steps are the per-step overrides (sagas.<type>.steps.<step>.*),
 	// sorted by saga type and step.
 	Steps []StepOverride
+	// SagaTypes are the per-type settings (sagas.<type>.four_eyes, .slo),
+	// sorted by saga type.
+	SagaTypes []SagaTypeConfig
 }
 
 // DatabaseConfig is database.*.
@@ -76,6 +79,8 @@ type OrchestratorConfig struct {
 	// MaxSendsPerSaga overrides every definition's send bound
 	// (saga.Definition.MaxSends): 0 keeps theirs, negative: none.
 	MaxSendsPerSaga int
+	// ProposalTTL is how long a four-eyes proposal waits for approval.
+	ProposalTTL time.Duration
 }
 
 // RelayConfig is relay.*.
@@ -186,6 +191,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
 		{"orchestrator.single_live_types", &o.SingleLiveTypes}, {"orchestrator.max_sends_per_saga", &o.MaxSendsPerSaga},
+		{"orchestrator.proposal_ttl", &o.ProposalTTL},
 		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
@@ -248,7 +254,9 @@ func decode(v *viper.Viper) (*Config, error) {
 	}
 	steps, err := decodeOverrides(v)
 	c.Steps = steps
-	if err = errors.Join(append(errs, err)...); err != nil {
+	types, terr := decodeSagaTypes(v)
+	c.SagaTypes = types
+	if err = errors.Join(append(errs, err, terr)...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -519,6 +527,8 @@ func (c *Config) engine() orchestrator.EngineConfig {
 		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 		Signing:         c.Security.engine(),
+		FourEyes:        c.fourEyes(),
+		ProposalTTL:     c.Orchestrator.ProposalTTL,
 	}
 }
 
