@@ -458,6 +458,10 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 	}
 	call("GET", "/sagas/nope/audit", opsToken, "", "", 400)
 	call("GET", "/proposals?state=proposed", opsToken, "", "", 200)
+	call("GET", "/ui/proposals", "", "", "", 200)
+	call("GET", "/ui/proposals?state=open", "", "", "", 400)
+	call("POST", "/ui/proposals/999999/reject", "", form, url.Values{"token": {opsToken}, "actor": {"dana"}, "reason": {"r"}}.Encode(), 404)
+	call("POST", "/ui/proposals/999999/approve", "", form, url.Values{"token": {opsToken}, "actor": {"dana"}}.Encode(), 400)
 	call("GET", "/proposals?state=open", opsToken, "", "", 400)
 	call("GET", "/proposals", "", "", "", 401)
 	call("POST", "/proposals/999999/approve", opsToken, js, `{"actor":"bob"}`, 404)

@@ -2,7 +2,10 @@ package api_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -146,5 +149,74 @@ func TestFourEyesOverHTTP(t *testing.T) {
 	_, out = e.do("GET", "/sagas/"+third.String(), nil)
 	if out["state"] != "running" {
 		t.Fatalf("the rejected proposal's saga is %v, want running", out["state"])
+	}
+}
+
+// The page: a repair form under four eyes proposes (303 to the saga's page
+// with a notice), /ui/proposals lists the open proposal with who proposed
+// it, the approve form asks first and refuses the proposer, and the saga's
+// page shows who proposed and who approved.
+func TestFourEyesOnThePage(t *testing.T) {
+	t.Parallel()
+	e, _ := setupFourEyes(t)
+	id := e.start("o-page")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path string, form url.Values) (int, string, string) {
+		t.Helper()
+		res, err := noRedirect.PostForm(e.srv.URL+path, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Location"), string(b)
+	}
+	get := func(path string) string {
+		t.Helper()
+		res, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", path, res.StatusCode, b)
+		}
+		return string(b)
+	}
+	code, loc, body := post("/ui/sagas/"+id.String()+"/actions/force-fail", url.Values{"actor": {"alice"}, "reason": {"carrier outage"}, "confirm": {"yes"}, "token": {adminToken}})
+	if code != http.StatusSeeOther || !strings.Contains(loc, "?proposed=") {
+		t.Fatalf("force-fail form = %d to %q %s; want 303 to the saga with a proposal", code, loc, body)
+	}
+	if page := get(loc); !strings.Contains(page, "Four eyes: proposal") || !strings.Contains(page, `id="saga-proposals"`) || !strings.Contains(page, ">alice<") {
+		t.Fatalf("the saga's page does not show the proposal:\n%s", page)
+	}
+	list := get("/ui/proposals")
+	m := regexp.MustCompile(`data-proposal="(\d+)"`).FindStringSubmatch(list)
+	if m == nil || !strings.Contains(list, "carrier outage") || !strings.Contains(list, "Actor (not alice)") {
+		t.Fatalf("/ui/proposals does not list the open proposal:\n%s", list)
+	}
+	approve := "/ui/proposals/" + m[1] + "/approve"
+	if code, _, _ := post(approve, url.Values{"actor": {"bob"}, "token": {adminToken}}); code != http.StatusBadRequest {
+		t.Fatalf("approve without the confirmation = %d, want 400", code)
+	}
+	if code, _, _ := post(approve, url.Values{"actor": {"bob"}, "confirm": {"yes"}, "token": {"wrong"}}); code != http.StatusUnauthorized {
+		t.Fatalf("approve with a wrong token = %d, want 401", code)
+	}
+	if code, _, body := post(approve, url.Values{"actor": {"alice"}, "confirm": {"yes"}, "token": {adminToken}}); code != http.StatusConflict || !strings.Contains(body, "cannot approve") {
+		t.Fatalf("approve by the proposer = %d; want 409 saying so:\n%s", code, body)
+	}
+	if _, out := e.do("GET", "/sagas/"+id.String(), nil); out["state"] != "running" {
+		t.Fatalf("before approval the saga is %v, want running", out["state"])
+	}
+	if code, loc, body := post(approve, url.Values{"actor": {"bob"}, "confirm": {"yes"}, "token": {adminToken}}); code != http.StatusSeeOther || loc != "/ui/proposals?done=approve" {
+		t.Fatalf("approve by bob = %d to %q %s", code, loc, body)
+	}
+	page := get("/ui/sagas/" + id.String())
+	if !strings.Contains(page, `id="audit"`) || !regexp.MustCompile(`<td>alice</td><td>bob</td>`).MatchString(page) {
+		t.Fatalf("the saga's audit does not show alice approved by bob:\n%s", page)
+	}
+	if _, out := e.do("GET", "/sagas/"+id.String(), nil); out["state"] != "failed" {
+		t.Fatalf("after approval the saga is %v, want failed", out["state"])
 	}
 }

@@ -106,6 +106,8 @@ func (s *Server) routeAll() {
 	s.route("GET /ui/dlq", accessPage, s.dlqPage)
 	s.route("POST /ui/dlq/{kind}/{id}", accessAdminForm, s.dlqActionPage)
 	s.route("GET /ui/reconcile", accessPage, s.reconcilePage)
+	s.route("GET /ui/proposals", accessPage, s.proposalsPage)
+	s.route("POST /ui/proposals/{id}/{decision}", accessAdminForm, s.proposalDecisionPage)
 	s.route("POST /ui/reconcile/run", accessAdminForm, s.reconcileRunPage)
 	s.route("POST /ui/reconcile/{id}/resolve", accessAdminForm, s.reconcileResolvePage)
 
