@@ -32,6 +32,13 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	waitsTimedOut *prometheus.CounterVec
 	cancels       *prometheus.CounterVec
+	// The backlog (backlog.go), refreshed with the in-flight gauge: the
+	// orchestrator outbox's unsent rows and oldest unsent age by topic,
+	// its dead rows by error class, the oldest compensating and flagged
+	// saga's age by type.
+	outboxTopicPending, outboxTopicOldest *prometheus.GaugeVec
+	outboxDeadByClass                     *prometheus.GaugeVec
+	oldestCompensating, oldestFlagged     *prometheus.GaugeVec
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -78,6 +85,16 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Wait steps whose deadline passed without their event, by saga type."}, []string{"type"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_cancelled_total",
 			Help: "Client cancels (POST /sagas/{id}/cancel), by saga type and result: accepted or refused (at or after the pivot)."}, []string{"type", "result"}),
+		outboxTopicPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_topic_pending",
+			Help: "Unsent live rows of the orchestrator outbox, by topic (topics with none have no series)."}, []string{"topic"}),
+		outboxTopicOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_topic_oldest_unsent_seconds",
+			Help: "Age of the oldest unsent live row of the orchestrator outbox, by topic."}, []string{"topic"}),
+		outboxDeadByClass: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_dead_by_class",
+			Help: "Dead rows of the orchestrator outbox, by class of their last error (too_large, unknown_topic, not_authorized, invalid_record, timeout, other)."}, []string{"class"}),
+		oldestCompensating: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_oldest_compensating_seconds",
+			Help: "Age of the oldest compensating saga, by type; 0 when none is."}, []string{"type"}),
+		oldestFlagged: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_oldest_flagged_seconds",
+			Help: "Age of the oldest open saga flagged for an operator, by type; 0 when none is."}, []string{"type"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -124,11 +141,15 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if m.conflicts, _ = c.(prometheus.Counter); m.conflicts == nil {
 		return nil, errors.New("saga: NewMetrics: saga_version_conflicts_total is registered as another collector type")
 	}
-	if c, err = adopt(m.inFlight); err != nil {
-		return nil, err
-	}
-	if m.inFlight, _ = c.(*prometheus.GaugeVec); m.inFlight == nil {
-		return nil, errors.New("saga: NewMetrics: sagas_in_flight is registered as another collector type")
+	for _, g := range []**prometheus.GaugeVec{&m.inFlight, &m.outboxTopicPending, &m.outboxTopicOldest, &m.outboxDeadByClass, &m.oldestCompensating, &m.oldestFlagged} {
+		if c, err = adopt(*g); err != nil {
+			return nil, err
+		}
+		gv, ok := c.(*prometheus.GaugeVec)
+		if !ok {
+			return nil, fmt.Errorf("saga: NewMetrics: a different collector is registered under the name of a gauge (%T)", c)
+		}
+		*g = gv
 	}
 	return m, nil
 }
