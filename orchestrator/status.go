@@ -267,8 +267,8 @@ type Stats struct {
 	Outbox outboxdb.Stats `json:"-"`
 	// Backlog is the outbox by topic and dead class, and the oldest
 	// compensating and flagged saga by type.
-	Backlog Backlog `json:"-"`
-	At     time.Time      `json:"at"`
+	Backlog Backlog   `json:"-"`
+	At      time.Time `json:"at"`
 }
 
 // StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
