@@ -213,7 +213,7 @@ func (e *Engine) refreshBacklog(ctx context.Context) error {
 	}
 	setByType(m.oldestCompensating, b.OldestCompensating, e.reg.Types())
 	setByType(m.oldestFlagged, b.OldestFlagged, e.reg.Types())
-	return nil
+	return e.refreshSLO(ctx)
 }
 
 // setByType sets vec's series of every type to the age of its oldest saga

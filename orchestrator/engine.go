@@ -97,6 +97,10 @@ type EngineConfig struct {
 	// ProposalTTL is how long a four-eyes proposal waits for its second
 	// person; default ProposalTTLDefault.
 	ProposalTTL time.Duration
+	// SLO is each saga type's consistency window: finished sagas are
+	// counted against it (sagaflow_sagas_slo_total) and open ones past it
+	// (sagaflow_saga_slo_breaches); default: none.
+	SLO SLO
 	// Signing signs the engine's commands and checks who signed the
 	// replies (see Signing); zero: off.
 	Signing Signing
@@ -161,6 +165,9 @@ func (c EngineConfig) validate() error {
 	if err := c.FourEyes.Validate(); err != nil {
 		return fmt.Errorf("saga engine: EngineConfig.FourEyes: %w", err)
 	}
+	if err := c.SLO.Validate(); err != nil {
+		return fmt.Errorf("saga engine: EngineConfig.SLO: %w", err)
+	}
 	return nil
 }
 
@@ -201,6 +208,7 @@ func NewEngine(pool *pgxpool.Pool, reg *saga.Registry, cfg *EngineConfig) (*Engi
 		return nil, fmt.Errorf("saga engine: %w", err)
 	}
 	e := &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}
+	c.Metrics.watchSLO(c.SLO)
 	e.starts = &startBatcher{e: e, max: c.StartBatch, lanes: c.StartLanes}
 	return e, nil
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,6 +40,11 @@ type Metrics struct {
 	outboxTopicPending, outboxTopicOldest *prometheus.GaugeVec
 	outboxDeadByClass                     *prometheus.GaugeVec
 	oldestCompensating, oldestFlagged     *prometheus.GaugeVec
+	// The per-type consistency windows (slo.go): the window, the open
+	// sagas past it, and the finished sagas that met or missed it.
+	sloWindow, sloBreaches *prometheus.GaugeVec
+	sloTotal               *prometheus.CounterVec
+	slo                    atomic.Pointer[SLO]
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -95,6 +101,12 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Age of the oldest compensating saga, by type; 0 when none is."}, []string{"type"}),
 		oldestFlagged: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_oldest_flagged_seconds",
 			Help: "Age of the oldest open saga flagged for an operator, by type; 0 when none is."}, []string{"type"}),
+		sloWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_seconds",
+			Help: "The consistency window of a saga type (sagas.<type>.slo), for the types that have one."}, []string{"type"}),
+		sloBreaches: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_breaches",
+			Help: "Open sagas (running, compensating, failed) started longer ago than their type's consistency window, by type."}, []string{"type"}),
+		sloTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_slo_total",
+			Help: "Sagas of a type with a consistency window that reached a terminal state, by type and result: met (within the window) or missed."}, []string{"type", "result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -109,7 +121,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.sloTotal}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -141,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if m.conflicts, _ = c.(prometheus.Counter); m.conflicts == nil {
 		return nil, errors.New("saga: NewMetrics: saga_version_conflicts_total is registered as another collector type")
 	}
-	for _, g := range []**prometheus.GaugeVec{&m.inFlight, &m.outboxTopicPending, &m.outboxTopicOldest, &m.outboxDeadByClass, &m.oldestCompensating, &m.oldestFlagged} {
+	for _, g := range []**prometheus.GaugeVec{&m.inFlight, &m.outboxTopicPending, &m.outboxTopicOldest, &m.outboxDeadByClass, &m.oldestCompensating, &m.oldestFlagged, &m.sloWindow, &m.sloBreaches} {
 		if c, err = adopt(*g); err != nil {
 			return nil, err
 		}
@@ -209,7 +221,13 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 	if d.Next.State.Terminal() && d.Next.State != prev.State {
 		m.finished.WithLabelValues(sagaType, string(d.Next.State)).Inc()
 		if end := d.Next.FinishedAt; end != nil {
-			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(max(end.Sub(d.Next.CreatedAt), 0).Seconds())
+			took := max(end.Sub(d.Next.CreatedAt), 0)
+			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(took.Seconds())
+			if slo := m.slo.Load(); slo != nil {
+				if w, ok := (*slo)[sagaType]; ok {
+					m.sloTotal.WithLabelValues(sagaType, sloResult(took, w)).Inc()
+				}
+			}
 		}
 	}
 	if d.Next.Flag != "" && prev.Flag == "" {
@@ -223,4 +241,21 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 			m.retries.WithLabelValues(sagaType, o.Command.Step, string(o.Command.Action)).Inc()
 		}
 	}
+}
+
+// watchSLO makes m count finished sagas against slo's windows, and
+// creates their series at zero.
+func (m *Metrics) watchSLO(slo SLO) {
+	if m == nil || len(slo) == 0 {
+		return
+	}
+	c := SLO{}
+	for t, w := range slo {
+		c[t] = w
+		m.sloWindow.WithLabelValues(t).Set(w.Seconds())
+		m.sloBreaches.WithLabelValues(t)
+		m.sloTotal.WithLabelValues(t, SLOMet)
+		m.sloTotal.WithLabelValues(t, SLOMissed)
+	}
+	m.slo.Store(&c)
 }

@@ -79,6 +79,17 @@ func (c *Config) fourEyes() orchestrator.FourEyes {
 	return f
 }
 
+// slo is the engine's per-type consistency windows of c.
+func (c *Config) slo() orchestrator.SLO {
+	s := orchestrator.SLO{}
+	for _, t := range c.SagaTypes {
+		if t.SLO > 0 {
+			s[t.Type] = t.SLO
+		}
+	}
+	return s
+}
+
 // checkSagaTypes names the first per-type setting for a type reg does not
 // know.
 func (c *Config) checkSagaTypes(reg *saga.Registry) error {

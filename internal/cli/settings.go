@@ -528,6 +528,7 @@ func (c *Config) engine() orchestrator.EngineConfig {
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 		Signing:         c.Security.engine(),
 		FourEyes:        c.fourEyes(),
+		SLO:             c.slo(),
 		ProposalTTL:     c.Orchestrator.ProposalTTL,
 	}
 }
