@@ -88,6 +88,7 @@ var Keys = []Key{
 	{"reconcile.interval", ReconcileIntervalDefault, "Time between reconciliation runs in `serve`."},
 	{"reconcile.since", orchestrator.ReconcileSinceDefault, "Window of journal entries and finished sagas a run looks at (failed, stuck and dead commands: all)."},
 	{"reconcile.sample_rate", orchestrator.ReconcileSampleDefault, "Share of the finished sagas in the window that are checked against their participants (queries); 0 checks none."},
+	{"reconcile.flow_sample_rate", orchestrator.ReconcileFlowSampleDefault, "Share of the finished sagas in the window whose commands are checked against their participants' records (flow reconciliation: a command answered but not recorded is `flow_command_not_recorded`), at most 100 a run; 0 checks none."},
 	{"reconcile.stuck_after", orchestrator.ReconcileStuckAfterDefault, "A running or compensating saga that has not moved for this long is stuck (its active command is re-sent)."},
 	{"retention.enabled", true, "Run retention in `serve` (orchestrator outbox, inbox, finished sagas) and `participants` (their outboxes, inboxes and barriers)."},
 	{"retention.sent_outbox_after", retention.SentOutboxAfterDefault, "With `relay.keep_sent`: sent outbox rows older than this are deleted (unsent and dead rows never are)."},

@@ -131,14 +131,17 @@ type RetentionConfig struct {
 type ReconcileConfig struct {
 	Enabled                     bool
 	Interval, Since, StuckAfter time.Duration
-	SampleRate                  float64
+	SampleRate, FlowSampleRate  float64
 }
 
 // options are the reconciler's options of c (a sample rate of 0 is none).
 func (c ReconcileConfig) options() orchestrator.ReconcileOptions {
-	o := orchestrator.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate}
+	o := orchestrator.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate, FlowSampleRate: c.FlowSampleRate}
 	if o.SampleRate == 0 {
 		o.SampleRate = -1
+	}
+	if o.FlowSampleRate == 0 {
+		o.FlowSampleRate = -1
 	}
 	return o
 }
@@ -211,7 +214,7 @@ func (c *Config) bindings() []binding {
 		{"retention.dead_letter_after", &r.DeadLetterAfter}, {"retention.audit_after", &r.AuditAfter},
 		{"retention.stray_dead_letter_after", &r.StrayDeadLetterAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
 		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
-		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
+		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.flow_sample_rate", &c.Reconcile.FlowSampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"tracing.otlp_endpoint", &c.Tracing.OTLPEndpoint}, {"tracing.service_name", &c.Tracing.ServiceName},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
 		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
@@ -467,6 +470,7 @@ func (c *Config) validate() error {
 	positive("reconcile.since", rc.Since)
 	positive("reconcile.stuck_after", rc.StuckAfter)
 	rate("reconcile.sample_rate", rc.SampleRate)
+	rate("reconcile.flow_sample_rate", rc.FlowSampleRate)
 	atLeast("retention.batch_size", r.BatchSize, 1)
 	positive("shutdown.timeout", c.Shutdown.Timeout)
 	m := c.Demo
