@@ -40,6 +40,9 @@ func TestStatsShowsTheBacklog(t *testing.T) {
 	if len(flagged) != 1 || flagged[0].(map[string]any)["id"] != id.String() || flagged[0].(map[string]any)["state"] != "failed" {
 		t.Errorf("oldest_flagged %v; want the forced-failed saga %s", b["oldest_flagged"], id)
 	}
+	if slo, ok := b["slo"].([]any); !ok || len(slo) != 0 {
+		t.Errorf("slo %v; want an empty list (no type has a window)", b["slo"])
+	}
 	if c, _ := b["oldest_compensating"].([]any); len(c) != 0 {
 		t.Errorf("oldest_compensating %v; want none", c)
 	}

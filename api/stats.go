@@ -43,6 +43,15 @@ type BacklogView struct {
 	// saga compensating, and flagged for an operator.
 	OldestCompensating []OldestSagaView `json:"oldest_compensating"`
 	OldestFlagged      []OldestSagaView `json:"oldest_flagged"`
+	// SLO: per saga type with a consistency window, the open sagas past it.
+	SLO []SLOView `json:"slo"`
+}
+
+// SLOView is one type's open sagas past its consistency window.
+type SLOView struct {
+	Type          string  `json:"type"`
+	WindowSeconds float64 `json:"window_seconds"`
+	Open          int64   `json:"open"`
 }
 
 // TopicBacklogView is one topic's unsent commands.
@@ -63,6 +72,10 @@ func backlogView(b orchestrator.Backlog) BacklogView {
 		OldestCompensating: oldestViews(b.OldestCompensating), OldestFlagged: oldestViews(b.OldestFlagged)}
 	if v.DeadByClass == nil {
 		v.DeadByClass = map[string]int64{}
+	}
+	v.SLO = []SLOView{}
+	for _, x := range b.SLO {
+		v.SLO = append(v.SLO, SLOView{Type: x.Type, WindowSeconds: x.Window.Seconds(), Open: x.Open})
 	}
 	for _, t := range b.Outbox {
 		v.OutboxByTopic = append(v.OutboxByTopic, TopicBacklogView{Topic: t.Topic, Pending: t.Pending, OldestUnsentSeconds: t.OldestUnsent.Seconds()})

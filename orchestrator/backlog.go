@@ -15,8 +15,8 @@ import (
 
 // Backlog is what waits for someone, in the shape an operator acts on: the
 // orchestrator outbox's unsent commands by topic, its dead rows by error
-// class, and per saga type the oldest compensating and the oldest flagged
-// saga. Every query reads a partial index the hot path keeps anyway
+// class, per saga type the oldest compensating and the oldest flagged
+// saga, and the open sagas past their type's consistency window. Every query reads a partial index the hot path keeps anyway
 // (outbox_unsent_idx, outbox_dead_idx, sagas_open_idx), so a read costs the
 // backlog, not the table's history.
 type Backlog struct {
@@ -28,6 +28,9 @@ type Backlog struct {
 	// oldest open saga compensating, and flagged for an operator.
 	OldestCompensating []OldestSaga `json:"oldest_compensating"`
 	OldestFlagged      []OldestSaga `json:"oldest_flagged"`
+	// SLO: per type with a consistency window (EngineConfig.SLO), the
+	// open sagas past it.
+	SLO []SLOBreach `json:"slo"`
 }
 
 // TopicBacklog is one topic's unsent commands.
@@ -170,6 +173,9 @@ func (e *Engine) Backlog(ctx context.Context) (Backlog, error) {
 	if err != nil {
 		return Backlog{}, fmt.Errorf("backlog: %w", err)
 	}
+	if b.SLO, err = e.SLOBreaches(ctx); err != nil {
+		return Backlog{}, fmt.Errorf("backlog: %w", err)
+	}
 	return b, nil
 }
 
@@ -213,7 +219,11 @@ func (e *Engine) refreshBacklog(ctx context.Context) error {
 	}
 	setByType(m.oldestCompensating, b.OldestCompensating, e.reg.Types())
 	setByType(m.oldestFlagged, b.OldestFlagged, e.reg.Types())
-	return e.refreshSLO(ctx)
+	for _, s := range b.SLO {
+		m.sloWindow.WithLabelValues(s.Type).Set(s.Window.Seconds())
+		m.sloBreaches.WithLabelValues(s.Type).Set(float64(s.Open))
+	}
+	return nil
 }
 
 // setByType sets vec's series of every type to the age of its oldest saga

@@ -73,17 +73,3 @@ func (e *Engine) SLOBreaches(ctx context.Context) ([]SLOBreach, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, nil
 }
-
-// refreshSLO sets the per-type SLO gauges: the window and the open sagas
-// past it.
-func (e *Engine) refreshSLO(ctx context.Context) error {
-	bs, err := e.SLOBreaches(ctx)
-	if err != nil {
-		return err
-	}
-	for _, b := range bs {
-		e.cfg.Metrics.sloWindow.WithLabelValues(b.Type).Set(b.Window.Seconds())
-		e.cfg.Metrics.sloBreaches.WithLabelValues(b.Type).Set(float64(b.Open))
-	}
-	return nil
-}

@@ -72,6 +72,9 @@ FROM (VALUES (1, 'place-order', 'running', interval '2 hours'), (2, 'place-order
 	if len(bs) != 2 || bs[0].Type != "place-order" || bs[0].Open != 2 || bs[1].Type != "refund" || bs[1].Open != 0 {
 		t.Fatalf("breaches %+v; want place-order 2, refund 0", bs)
 	}
+	if b, err := e.Backlog(ctx); err != nil || len(b.SLO) != 2 || b.SLO[0].Open != 2 || b.SLO[0].Window != time.Hour {
+		t.Fatalf("backlog SLO %+v, %v; want place-order 2 past its hour", b.SLO, err)
+	}
 	if err := e.refreshGauges(ctx); err != nil {
 		t.Fatal(err)
 	}
