@@ -144,6 +144,22 @@ ANALYZE orch.sagas; ANALYZE orch.outbox;`)
 		t.Fatalf("Stats backlog %+v, %v", st.Backlog, err)
 	}
 
+	// The SLO count reads the open sagas of a type past its window on
+	// sagas_open_idx, not the type's whole history (sagas_type_created_idx),
+	// with the planner's defaults.
+	{
+		rows, err := pool.Query(ctx, "EXPLAIN "+e.sloBreachSQL(), "place-order", now.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan := strings.Join(lines, "\n"); strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "sagas_open_idx") {
+			t.Errorf("the SLO count does not keep to sagas_open_idx:\n%s", plan)
+		}
+	}
 	topicQ, deadQ, compQ, flagQ := e.backlogSQL()
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
