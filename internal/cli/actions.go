@@ -41,7 +41,7 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		saga.ActionMarkDone, saga.ActionMarkCompensated, saga.ActionForceFail, saga.ActionResume} {
 		cmd := &cobra.Command{
 			Use:   string(action) + " [saga-id] --actor A --reason R [--filter status=failed,type=place-order [--dry-run]]",
-			Short: docs[action] + "; on one saga or every saga of a filter (journaled with actor and reason)",
+			Short: docs[action] + "; on one saga or every saga of a filter (journaled with actor and reason" + fourEyesNote(action) + ")",
 			Args:  cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return runAction(cmd, cfg, action, args)
@@ -72,6 +72,14 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		out = append(out, cmd)
 	}
 	return out
+}
+
+// fourEyesNote is what an action's help says about four eyes.
+func fourEyesNote(action saga.OperatorAction) string {
+	if action == saga.ActionQuery || action == saga.ActionCheck {
+		return ""
+	}
+	return "; under sagas.<type>.four_eyes a proposal another actor approves"
 }
 
 func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args []string) error {
