@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS {{schema}}.operator_proposals (
 );
 CREATE INDEX IF NOT EXISTS operator_proposals_state_idx ON {{schema}}.operator_proposals (state, id);
 CREATE INDEX IF NOT EXISTS operator_proposals_saga_idx ON {{schema}}.operator_proposals (saga_id, id);
+-- Retention deletes proposals by expiry and audit rows by time.
+CREATE INDEX IF NOT EXISTS operator_proposals_expires_idx ON {{schema}}.operator_proposals (expires);
+CREATE INDEX IF NOT EXISTS operator_audit_at_brin ON {{schema}}.operator_audit USING brin (at);
 
 ALTER TABLE {{schema}}.operator_audit ADD COLUMN IF NOT EXISTS approver text NOT NULL DEFAULT '';
 ALTER TABLE {{schema}}.operator_audit ADD COLUMN IF NOT EXISTS proposal_id bigint;
