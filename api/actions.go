@@ -66,26 +66,40 @@ func plainText(v string, max int) bool {
 }
 
 // act validates and applies an operator action through the engine's one
-// door. A refused action writes nothing.
-func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *actionError) {
+// door, or, when four eyes applies, records it as a proposal (returned;
+// nothing changed). A refused action writes nothing.
+func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, b ActionBody) (saga.Instance, *orchestrator.Proposal, *actionError) {
 	if !knownAction(action) {
-		return saga.Instance{}, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want %s", echo(string(action)), actionNames)}
+		return saga.Instance{}, nil, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want %s", echo(string(action)), actionNames)}
 	}
 	if aerr := checkAction(action, b); aerr != nil {
-		return saga.Instance{}, aerr
+		return saga.Instance{}, nil, aerr
 	}
-	in, err := s.eng.Operate(r.Context(), id, b.operator(action))
+	var in saga.Instance
+	var p *orchestrator.Proposal
+	var err error
+	if pe, ok := s.eng.(ProposalEngine); ok {
+		in, p, err = pe.Request(r.Context(), id, b.operator(action))
+	} else {
+		in, err = s.eng.Operate(r.Context(), id, b.operator(action))
+	}
+	return in, p, s.actionErr(r, fmt.Sprintf("operator action %s on saga %s", action, id), action, id, err)
+}
+
+// actionErr maps an error of an operator action on saga id to its answer
+// (nil for none): 404 no saga, 409 refused, else 5xx.
+func (s *Server) actionErr(r *http.Request, what string, action saga.OperatorAction, id uuid.UUID, err error) *actionError {
 	var refused *saga.RefusedError
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, saga.ErrNotFound):
-		return in, &actionError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf("no saga %s", id)}
+		return &actionError{status: http.StatusNotFound, field: "id", msg: fmt.Sprintf("no saga %s", id)}
 	case errors.As(err, &refused):
-		return in, &actionError{status: http.StatusConflict, field: "action", msg: fmt.Sprintf("%s refused: %s", action, refused.Why)}
-	case err != nil:
-		status, body := s.internal(r, fmt.Sprintf("operator action %s on saga %s", action, id), err)
-		return in, &actionError{status: status, msg: body.Error, requestID: body.RequestID}
+		return &actionError{status: http.StatusConflict, field: "action", msg: fmt.Sprintf("%s refused: %s", action, refused.Why)}
 	}
-	return in, nil
+	status, body := s.internal(r, what, err)
+	return &actionError{status: status, msg: body.Error, requestID: body.RequestID}
 }
 
 // checkAction validates the actor, reason and outcome of an operator
@@ -141,12 +155,14 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &b, MaxActionBodyBytes, fmt.Sprintf("the body is larger than %d bytes", MaxActionBodyBytes)) {
 		return
 	}
-	in, aerr := s.act(r, id, action, b)
+	in, p, aerr := s.act(r, id, action, b)
 	if aerr != nil {
-		if aerr.requestID != "" {
-			w.Header().Set("X-Request-Id", aerr.requestID)
-		}
-		writeJSON(w, aerr.status, Error{Error: aerr.msg, Field: aerr.field, RequestID: aerr.requestID})
+		writeActionError(w, aerr)
+		return
+	}
+	if p != nil {
+		// Four eyes: nothing changed; a second person decides.
+		writeJSON(w, http.StatusAccepted, map[string]any{"proposal": p})
 		return
 	}
 	_, js, err := s.eng.GetPage(r.Context(), id, jp.Before, jp.Limit)
@@ -155,6 +171,14 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.detail(in, js))
+}
+
+// writeActionError answers aerr.
+func writeActionError(w http.ResponseWriter, aerr *actionError) {
+	if aerr.requestID != "" {
+		w.Header().Set("X-Request-Id", aerr.requestID)
+	}
+	writeJSON(w, aerr.status, Error{Error: aerr.msg, Field: aerr.field, RequestID: aerr.requestID})
 }
 
 // AuditReader is what GET /sagas/{id}/audit needs; the engine implements

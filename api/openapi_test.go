@@ -457,6 +457,16 @@ func TestOpenAPIMatchesTheHandlers(t *testing.T) {
 		t.Errorf("GET /sagas/{id}/audit has %d entries after one resolve, want 1: %v", len(audit), audit)
 	}
 	call("GET", "/sagas/nope/audit", opsToken, "", "", 400)
+	call("GET", "/proposals?state=proposed", opsToken, "", "", 200)
+	call("GET", "/ui/proposals", "", "", "", 200)
+	call("GET", "/ui/proposals?state=open", "", "", "", 400)
+	call("POST", "/ui/proposals/999999/reject", "", form, url.Values{"token": {opsToken}, "actor": {"dana"}, "reason": {"r"}}.Encode(), 404)
+	call("POST", "/ui/proposals/999999/approve", "", form, url.Values{"token": {opsToken}, "actor": {"dana"}}.Encode(), 400)
+	call("GET", "/proposals?state=open", opsToken, "", "", 400)
+	call("GET", "/proposals", "", "", "", 401)
+	call("POST", "/proposals/999999/approve", opsToken, js, `{"actor":"bob"}`, 404)
+	call("POST", "/proposals/1/approve", opsToken, js, `{}`, 400)
+	call("POST", "/proposals/999999/reject", opsToken, js, `{"actor":"bob","reason":"r"}`, 404)
 	if res := call("POST", "/sagas/"+running.String()+"/actions/mark-done", opsToken, js, `{"actor":"a","reason":"found it","ticket":"T-1","output":{}}`, 409); res == nil || !strings.Contains(fmt.Sprint(res["error"]), "before the pivot") {
 		t.Errorf("mark-done on a running step before the pivot: %v, want 409 naming the step's place", res)
 	}

@@ -199,6 +199,10 @@ type detailData struct {
 	Form          ActionBody
 	Action        string
 	Now           string
+	// Proposals and Audit: the saga's four-eyes proposals and operator
+	// audit (who proposed, who approved).
+	Proposals []orchestrator.Proposal
+	Audit     []orchestrator.AuditEntry
 }
 
 type stepRow struct {
@@ -233,7 +237,13 @@ type journalRow struct {
 }
 
 func (s *Server) detailPage(w http.ResponseWriter, r *http.Request) {
-	s.renderDetail(w, r, http.StatusOK, detailData{Notice: notice(r.URL.Query().Get("done"))})
+	d := detailData{Notice: notice(r.URL.Query().Get("done"))}
+	if p := r.URL.Query().Get("proposed"); p != "" {
+		if n, err := strconv.ParseInt(p, 10, 64); err == nil && n > 0 {
+			d.Notice = fmt.Sprintf("Four eyes: proposal %d recorded and nothing changed; a second person approves it (Proposals below, or the proposals page).", n)
+		}
+	}
+	s.renderDetail(w, r, http.StatusOK, d)
 }
 
 func notice(done string) string {
@@ -262,6 +272,10 @@ func (s *Server) renderDetail(w http.ResponseWriter, r *http.Request, status int
 		return
 	case err != nil:
 		s.internalPage(w, r, "read saga (page)", err)
+		return
+	}
+	if d.Proposals, d.Audit, err = s.sagaGovernance(r.Context(), id); err != nil {
+		s.internalPage(w, r, "read the saga's proposals and audit (page)", err)
 		return
 	}
 	now := time.Now()
@@ -431,12 +445,17 @@ func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
 		s.renderDetail(w, r, http.StatusBadRequest, d)
 		return
 	}
-	if _, aerr := s.act(r, id, saga.OperatorAction(action), form); aerr != nil {
+	_, p, aerr := s.act(r, id, saga.OperatorAction(action), form)
+	if aerr != nil {
 		d.Error = aerr.msg + ". Nothing was changed."
 		if aerr.requestID != "" {
 			d.Error = internalText(Error{Error: aerr.msg, RequestID: aerr.requestID}) + " The action may or may not have been applied: reload the page."
 		}
 		s.renderDetail(w, r, aerr.status, d)
+		return
+	}
+	if p != nil {
+		http.Redirect(w, r, "/ui/sagas/"+id.String()+"?proposed="+strconv.FormatInt(p.ID, 10), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, "/ui/sagas/"+id.String()+"?done="+url.QueryEscape(action), http.StatusSeeOther)

@@ -76,6 +76,9 @@ func (s *Server) routeAll() {
 	s.route("POST /sagas/{id}/actions/{action}", accessAdmin, s.operate)
 	s.route("GET /sagas/{id}/audit", accessAdmin, s.sagaAudit)
 	s.route("POST /sagas/actions/{action}", accessAdmin, s.operateMatching)
+	s.route("GET /proposals", accessAdmin, s.listProposals)
+	s.route("POST /proposals/{id}/approve", accessAdmin, s.approveProposal)
+	s.route("POST /proposals/{id}/reject", accessAdmin, s.rejectProposal)
 	s.route("GET /openapi.yaml", accessOpen, s.openAPI)
 	s.route("GET /stats", accessRead, s.stats)
 
@@ -103,6 +106,8 @@ func (s *Server) routeAll() {
 	s.route("GET /ui/dlq", accessPage, s.dlqPage)
 	s.route("POST /ui/dlq/{kind}/{id}", accessAdminForm, s.dlqActionPage)
 	s.route("GET /ui/reconcile", accessPage, s.reconcilePage)
+	s.route("GET /ui/proposals", accessPage, s.proposalsPage)
+	s.route("POST /ui/proposals/{id}/{decision}", accessAdminForm, s.proposalDecisionPage)
 	s.route("POST /ui/reconcile/run", accessAdminForm, s.reconcileRunPage)
 	s.route("POST /ui/reconcile/{id}/resolve", accessAdminForm, s.reconcileResolvePage)
 

@@ -29,6 +29,66 @@ type StatsView struct {
 		OldestUnsentSeconds float64 `json:"oldest_unsent_seconds"`
 		Dead                int64   `json:"dead"`
 	} `json:"outbox"`
+	// Backlog: what waits for someone, in the shape one acts on.
+	Backlog BacklogView `json:"backlog"`
+}
+
+// BacklogView is the backlog of GET /stats (ages in seconds).
+type BacklogView struct {
+	// OutboxByTopic: unsent commands and the oldest one's age per topic.
+	OutboxByTopic []TopicBacklogView `json:"outbox_by_topic"`
+	// DeadByClass: dead outbox rows by class of their last error.
+	DeadByClass map[string]int64 `json:"dead_by_class"`
+	// OldestCompensating, OldestFlagged: per saga type, the oldest open
+	// saga compensating, and flagged for an operator.
+	OldestCompensating []OldestSagaView `json:"oldest_compensating"`
+	OldestFlagged      []OldestSagaView `json:"oldest_flagged"`
+	// SLO: per saga type with a consistency window, the open sagas past it.
+	SLO []SLOView `json:"slo"`
+}
+
+// SLOView is one type's open sagas past its consistency window.
+type SLOView struct {
+	Type          string  `json:"type"`
+	WindowSeconds float64 `json:"window_seconds"`
+	Open          int64   `json:"open"`
+}
+
+// TopicBacklogView is one topic's unsent commands.
+type TopicBacklogView struct {
+	Topic               string  `json:"topic"`
+	Pending             int64   `json:"pending"`
+	OldestUnsentSeconds float64 `json:"oldest_unsent_seconds"`
+}
+
+// OldestSagaView is the oldest saga of a type in some condition.
+type OldestSagaView struct {
+	orchestrator.OldestSaga
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+func backlogView(b orchestrator.Backlog) BacklogView {
+	v := BacklogView{OutboxByTopic: []TopicBacklogView{}, DeadByClass: b.DeadByClass,
+		OldestCompensating: oldestViews(b.OldestCompensating), OldestFlagged: oldestViews(b.OldestFlagged)}
+	if v.DeadByClass == nil {
+		v.DeadByClass = map[string]int64{}
+	}
+	v.SLO = []SLOView{}
+	for _, x := range b.SLO {
+		v.SLO = append(v.SLO, SLOView{Type: x.Type, WindowSeconds: x.Window.Seconds(), Open: x.Open})
+	}
+	for _, t := range b.Outbox {
+		v.OutboxByTopic = append(v.OutboxByTopic, TopicBacklogView{Topic: t.Topic, Pending: t.Pending, OldestUnsentSeconds: t.OldestUnsent.Seconds()})
+	}
+	return v
+}
+
+func oldestViews(in []orchestrator.OldestSaga) []OldestSagaView {
+	out := make([]OldestSagaView, 0, len(in))
+	for _, o := range in {
+		out = append(out, OldestSagaView{OldestSaga: o, AgeSeconds: o.Age.Seconds()})
+	}
+	return out
 }
 
 func statsView(st orchestrator.Stats) StatsView {
@@ -48,6 +108,7 @@ func statsView(st orchestrator.Stats) StatsView {
 		v.Finished = map[string]map[saga.State]int64{}
 	}
 	v.Outbox.Pending, v.Outbox.OldestUnsentSeconds, v.Outbox.Dead = st.Outbox.Pending, st.Outbox.OldestUnsent.Seconds(), st.Outbox.Dead
+	v.Backlog = backlogView(st.Backlog)
 	return v
 }
 

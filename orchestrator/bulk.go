@@ -118,6 +118,12 @@ func (e *Engine) OperateMatching(ctx context.Context, req BulkRequest) (BulkResu
 	for _, in := range matched {
 		item := BulkItem{ID: in.ID, Type: in.Type, State: in.State, Step: in.CurrentStep()}
 		var err error
+		if e.cfg.FourEyes.Requires(in.Type, req.Operator.Action) {
+			item.Outcome, item.Reason = BulkRefused, fmt.Sprintf("%s on a %s saga needs four eyes: propose it on the saga", req.Operator.Action, in.Type)
+			res.Counts.Refused++
+			res.Items = append(res.Items, item)
+			continue
+		}
 		if req.DryRun {
 			err = e.wouldOperate(in, req.Operator)
 		} else {

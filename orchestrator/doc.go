@@ -41,7 +41,9 @@
 // Reading: [Engine.Get] (one saga and its journal), [Engine.List]
 // (filters, keyset pagination), [Engine.InFlight], [Engine.Stats];
 // [Engine.Operate] and [Engine.OperateMatching] apply operator actions;
-// [Engine.Reconcile] looks for sagas that need one. [Metrics] registers
+// [Engine.Request] applies one or, when [EngineConfig.FourEyes] asks for a
+// second person, records a [Proposal] that [Engine.DecideProposal]
+// approves or rejects; [Engine.Reconcile] looks for sagas that need one. [Metrics] registers
 // the engine's Prometheus metrics.
 //
 // [Service.Engine] is the engine to start sagas and read them with (package

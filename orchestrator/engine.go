@@ -96,6 +96,16 @@ type EngineConfig struct {
 	// advisory lock on (type, aggregate) and are not group-committed.
 	// Default: none.
 	SingleLiveTypes []string
+	// FourEyes names, per saga type, the operator actions that need a
+	// second person (Request, DecideProposal); default: none.
+	FourEyes FourEyes
+	// ProposalTTL is how long a four-eyes proposal waits for its second
+	// person; default ProposalTTLDefault.
+	ProposalTTL time.Duration
+	// SLO is each saga type's consistency window: finished sagas are
+	// counted against it (sagaflow_sagas_slo_total) and open ones past it
+	// (sagaflow_saga_slo_breaches); default: none.
+	SLO SLO
 	// Signing signs the engine's commands and checks who signed the
 	// replies (see Signing); zero: off.
 	Signing Signing
@@ -125,6 +135,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.StartBatch = cmp.Or(c.StartBatch, StartBatchDefault)
 	c.StartLanes = cmp.Or(c.StartLanes, StartLanesDefault)
+	c.ProposalTTL = cmp.Or(c.ProposalTTL, ProposalTTLDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,6 +167,14 @@ func (c EngineConfig) validate() error {
 		return fmt.Errorf("saga engine: EngineConfig.StartBatch is %d, want > 0", c.StartBatch)
 	case c.StartLanes < 0:
 		return fmt.Errorf("saga engine: EngineConfig.StartLanes is %d, want > 0", c.StartLanes)
+	case c.ProposalTTL < 0:
+		return fmt.Errorf("saga engine: EngineConfig.ProposalTTL is %s, want > 0", c.ProposalTTL)
+	}
+	if err := c.FourEyes.Validate(); err != nil {
+		return fmt.Errorf("saga engine: EngineConfig.FourEyes: %w", err)
+	}
+	if err := c.SLO.Validate(); err != nil {
+		return fmt.Errorf("saga engine: EngineConfig.SLO: %w", err)
 	}
 	return nil
 }
@@ -197,6 +216,7 @@ func NewEngine(pool *pgxpool.Pool, reg *saga.Registry, cfg *EngineConfig) (*Engi
 		return nil, fmt.Errorf("saga engine: %w", err)
 	}
 	e := &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}
+	c.Metrics.watchSLO(c.SLO)
 	e.starts = &startBatcher{e: e, max: c.StartBatch, lanes: c.StartLanes}
 	return e, nil
 }
@@ -492,7 +512,9 @@ func (e *Engine) apply(ctx context.Context, tx querier, id uuid.UUID, mk func() 
 }
 
 // Operate applies an operator action in its own transaction. A refused
-// action returns a *RefusedError and writes nothing.
+// action returns a *RefusedError and writes nothing. Operate is the
+// engine's door and does not ask for four eyes (the reconciler's repairs
+// go through it); Request does.
 func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (saga.Instance, error) {
 	var out saga.Instance
 	var pc *postCommit
@@ -500,41 +522,54 @@ func (e *Engine) Operate(ctx context.Context, id uuid.UUID, op saga.Operator) (s
 	for try := 0; ; try++ {
 		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			pc = &postCommit{}
-			var before saga.Instance
-			audited := op.Action != saga.ActionCheck
-			if audited {
-				b, err := e.st.load(ctx, tx, id)
-				if err != nil {
-					return err
-				}
-				before = b
-			}
-			var at time.Time
-			in, d, err := e.apply(ctx, tx, id, func() saga.Event {
-				at = e.cfg.Now()
-				return saga.Event{Kind: saga.EventOperator, At: at, Operator: &op}
-			}, pc)
-			out = in
-			if err != nil || !audited || !d.Changed {
-				return err
-			}
-			if in.Version != before.Version+1 {
-				return errAuditMoved
-			}
-			step := ""
-			if len(d.Journal) > 0 {
-				step = d.Journal[0].Step
-			}
-			return e.auditOperator(ctx, tx, op, at, &before, &in, step)
+			var err error
+			out, err = e.operateIn(ctx, tx, id, op, nil, pc)
+			return err
 		})
 		if !errors.Is(err, errAuditMoved) || try >= maxVersionConflicts {
 			break
 		}
 	}
 	if err == nil {
-		e.flush(pc)
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
-			slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), slog.String("ticket", op.Ticket), traceAttr(&out))
+		e.afterOperate(ctx, id, op, out, pc)
 	}
 	return out, err
+}
+
+// operateIn applies op to saga id in tx and writes its audit row (with the
+// approved proposal, if any); errAuditMoved when the saga moved between
+// the audit's read and the action.
+func (e *Engine) operateIn(ctx context.Context, tx pgx.Tx, id uuid.UUID, op saga.Operator, approved *Proposal, pc *postCommit) (saga.Instance, error) {
+	var before saga.Instance
+	audited := op.Action != saga.ActionCheck
+	if audited {
+		b, err := e.st.load(ctx, tx, id)
+		if err != nil {
+			return b, err
+		}
+		before = b
+	}
+	var at time.Time
+	in, d, err := e.apply(ctx, tx, id, func() saga.Event {
+		at = e.cfg.Now()
+		return saga.Event{Kind: saga.EventOperator, At: at, Operator: &op}
+	}, pc)
+	if err != nil || !audited || !d.Changed {
+		return in, err
+	}
+	if in.Version != before.Version+1 {
+		return in, errAuditMoved
+	}
+	step := ""
+	if len(d.Journal) > 0 {
+		step = d.Journal[0].Step
+	}
+	return in, e.auditOperator(ctx, tx, op, at, &before, &in, step, approved)
+}
+
+// afterOperate publishes what a committed operator action sent and logs it.
+func (e *Engine) afterOperate(ctx context.Context, id uuid.UUID, op saga.Operator, out saga.Instance, pc *postCommit) {
+	e.flush(pc)
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "operator action", slog.String("saga_id", id.String()),
+		slog.String("action", string(op.Action)), slog.String("actor", op.Actor), slog.String("reason", op.Reason), slog.String("ticket", op.Ticket), traceAttr(&out))
 }

@@ -40,6 +40,13 @@ type engineEnv struct {
 
 func setupEngine(t *testing.T) *engineEnv {
 	t.Helper()
+	return setupEngineWith(t, nil)
+}
+
+// setupEngineWith is setupEngine with cfg given a chance to change the
+// engine's configuration first.
+func setupEngineWith(t *testing.T, cfg func(*orchestrator.EngineConfig)) *engineEnv {
+	t.Helper()
 	pool := testkit.Pool(t)
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
 	reg := saga.NewRegistry()
@@ -53,7 +60,11 @@ func setupEngine(t *testing.T) *engineEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch", Now: c.now, Metrics: m})
+	ec := &orchestrator.EngineConfig{Schema: "orch", Now: c.now, Metrics: m}
+	if cfg != nil {
+		cfg(ec)
+	}
+	eng, err := orchestrator.NewEngine(pool, reg, ec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,6 +40,18 @@ type Metrics struct {
 	outcomes    *prometheus.CounterVec
 	kafkaStarts *prometheus.CounterVec
 	kafkaEvents *prometheus.CounterVec
+	// The backlog (backlog.go), refreshed with the in-flight gauge: the
+	// orchestrator outbox's unsent rows and oldest unsent age by topic,
+	// its dead rows by error class, the oldest compensating and flagged
+	// saga's age by type.
+	outboxTopicPending, outboxTopicOldest *prometheus.GaugeVec
+	outboxDeadByClass                     *prometheus.GaugeVec
+	oldestCompensating, oldestFlagged     *prometheus.GaugeVec
+	// The per-type consistency windows (slo.go): the window, the open
+	// sagas past it, and the finished sagas that met or missed it.
+	sloWindow, sloBreaches *prometheus.GaugeVec
+	sloTotal               *prometheus.CounterVec
+	slo                    atomic.Pointer[SLO]
 }
 
 // SagaDurationBuckets are the buckets of sagaflow_saga_duration_seconds,
@@ -91,6 +104,22 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Records of the start topic, by result: created (a new saga), existing (its type and idempotency key had one) or dead_lettered."}, []string{"result"}),
 		kafkaEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "kafka_events_total",
 			Help: "Records of the event topic, by result: recorded, duplicate (same event_id again, no-op) or dead_lettered."}, []string{"result"}),
+		outboxTopicPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_topic_pending",
+			Help: "Unsent live rows of the orchestrator outbox, by topic (topics with none have no series)."}, []string{"topic"}),
+		outboxTopicOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_topic_oldest_unsent_seconds",
+			Help: "Age of the oldest unsent live row of the orchestrator outbox, by topic."}, []string{"topic"}),
+		outboxDeadByClass: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_dead_by_class",
+			Help: "Dead rows of the orchestrator outbox, by class of their last error (too_large, unknown_topic, not_authorized, invalid_record, timeout, other)."}, []string{"class"}),
+		oldestCompensating: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_oldest_compensating_seconds",
+			Help: "Age of the oldest compensating saga, by type; 0 when none is."}, []string{"type"}),
+		oldestFlagged: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_oldest_flagged_seconds",
+			Help: "Age of the oldest open saga flagged for an operator, by type; 0 when none is."}, []string{"type"}),
+		sloWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_seconds",
+			Help: "The consistency window of a saga type (sagas.<type>.slo), for the types that have one."}, []string{"type"}),
+		sloBreaches: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_breaches",
+			Help: "Open sagas (running, compensating, failed) started longer ago than their type's consistency window, by type."}, []string{"type"}),
+		sloTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_slo_total",
+			Help: "Sagas of a type with a consistency window that reached a terminal state, by type and result: met (within the window) or missed."}, []string{"type", "result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -105,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.outcomes, &m.kafkaStarts, &m.kafkaEvents}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.outcomes, &m.kafkaStarts, &m.kafkaEvents, &m.sloTotal}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -137,11 +166,15 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if m.conflicts, _ = c.(prometheus.Counter); m.conflicts == nil {
 		return nil, errors.New("saga: NewMetrics: saga_version_conflicts_total is registered as another collector type")
 	}
-	if c, err = adopt(m.inFlight); err != nil {
-		return nil, err
-	}
-	if m.inFlight, _ = c.(*prometheus.GaugeVec); m.inFlight == nil {
-		return nil, errors.New("saga: NewMetrics: sagas_in_flight is registered as another collector type")
+	for _, g := range []**prometheus.GaugeVec{&m.inFlight, &m.outboxTopicPending, &m.outboxTopicOldest, &m.outboxDeadByClass, &m.oldestCompensating, &m.oldestFlagged, &m.sloWindow, &m.sloBreaches} {
+		if c, err = adopt(*g); err != nil {
+			return nil, err
+		}
+		gv, ok := c.(*prometheus.GaugeVec)
+		if !ok {
+			return nil, fmt.Errorf("saga: NewMetrics: a different collector is registered under the name of a gauge (%T)", c)
+		}
+		*g = gv
 	}
 	return m, nil
 }
@@ -233,7 +266,13 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 	if d.Next.State.Terminal() && d.Next.State != prev.State {
 		m.finished.WithLabelValues(sagaType, string(d.Next.State)).Inc()
 		if end := d.Next.FinishedAt; end != nil {
-			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(max(end.Sub(d.Next.CreatedAt), 0).Seconds())
+			took := max(end.Sub(d.Next.CreatedAt), 0)
+			m.sagaDuration.WithLabelValues(sagaType, string(d.Next.State)).Observe(took.Seconds())
+			if slo := m.slo.Load(); slo != nil {
+				if w, ok := (*slo)[sagaType]; ok {
+					m.sloTotal.WithLabelValues(sagaType, sloResult(took, w)).Inc()
+				}
+			}
 		}
 	}
 	if d.Next.Flag != "" && prev.Flag == "" {
@@ -254,4 +293,21 @@ func (m *Metrics) observe(sagaType string, ev saga.EventKind, prev saga.Instance
 			m.retries.WithLabelValues(sagaType, o.Command.Step, string(o.Command.Action)).Inc()
 		}
 	}
+}
+
+// watchSLO makes m count finished sagas against slo's windows, and
+// creates their series at zero.
+func (m *Metrics) watchSLO(slo SLO) {
+	if m == nil || len(slo) == 0 {
+		return
+	}
+	c := SLO{}
+	for t, w := range slo {
+		c[t] = w
+		m.sloWindow.WithLabelValues(t).Set(w.Seconds())
+		m.sloBreaches.WithLabelValues(t)
+		m.sloTotal.WithLabelValues(t, SLOMet)
+		m.sloTotal.WithLabelValues(t, SLOMissed)
+	}
+	m.slo.Store(&c)
 }

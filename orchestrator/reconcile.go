@@ -59,6 +59,12 @@ type ReconcileOptions struct {
 	// MaxChecks and MaxRepairs bound the checks sent and repairs made by
 	// one run.
 	MaxChecks, MaxRepairs int
+	// FlowSampleRate: the share of finished sagas in the window whose
+	// commands are checked against their participants' records (flow
+	// reconciliation, reconcile_flow.go); negative: none. MaxFlowChecks
+	// bounds those checks per run.
+	FlowSampleRate float64
+	MaxFlowChecks  int
 	// StuckAfter: a running or compensating saga that has not moved for
 	// this long is stuck (its timers should have moved it).
 	StuckAfter time.Duration
@@ -76,6 +82,8 @@ func (o ReconcileOptions) WithDefaults() ReconcileOptions {
 	o.SampleRate = cmp.Or(o.SampleRate, ReconcileSampleDefault)
 	o.MaxChecks = cmp.Or(o.MaxChecks, ReconcileMaxChecksDefault)
 	o.MaxRepairs = cmp.Or(o.MaxRepairs, ReconcileMaxRepairsDefault)
+	o.FlowSampleRate = cmp.Or(o.FlowSampleRate, ReconcileFlowSampleDefault)
+	o.MaxFlowChecks = cmp.Or(o.MaxFlowChecks, ReconcileMaxFlowChecksDefault)
 	o.StuckAfter = cmp.Or(o.StuckAfter, ReconcileStuckAfterDefault)
 	o.QueryRounds = cmp.Or(o.QueryRounds, ReconcileQueryRoundsDefault)
 	o.Actor = cmp.Or(o.Actor, saga.ActorReconciler)
@@ -88,6 +96,10 @@ func (o ReconcileOptions) validate() error {
 		return fmt.Errorf("reconcile: Since %s must not be negative", o.Since)
 	case o.SampleRate > 1:
 		return fmt.Errorf("reconcile: SampleRate %g must be at most 1", o.SampleRate)
+	case o.FlowSampleRate > 1:
+		return fmt.Errorf("reconcile: FlowSampleRate %g must be at most 1", o.FlowSampleRate)
+	case o.MaxFlowChecks < 0:
+		return fmt.Errorf("reconcile: MaxFlowChecks %d must not be negative", o.MaxFlowChecks)
 	case o.MaxChecks < 0 || o.MaxRepairs < 0:
 		return fmt.Errorf("reconcile: MaxChecks %d and MaxRepairs %d must not be negative", o.MaxChecks, o.MaxRepairs)
 	case o.StuckAfter < 0:
@@ -129,6 +141,9 @@ type ReconcileReport struct {
 	// Checked: finished sagas sent a check (queries) by this run; their
 	// answers are compared as they arrive and found by the next run.
 	Checked int `json:"checked"`
+	// FlowChecked: of those, the ones the flow check sent (their commands
+	// against the participants' records).
+	FlowChecked int `json:"flow_checked"`
 	// Open: discrepancies open after the run (this run's and earlier ones).
 	Open int           `json:"open"`
 	List []Discrepancy `json:"list"`
@@ -236,6 +251,12 @@ func (e *Engine) reconcile(ctx context.Context, o ReconcileOptions) (ReconcileRe
 		if rep.Checked, err = e.sampleChecks(ctx, o, rep.Since); err != nil {
 			return rep, nil, err
 		}
+	}
+	if !o.DryRun {
+		if rep.FlowChecked, err = e.flowChecks(ctx, o, rep.Since); err != nil {
+			return rep, nil, err
+		}
+		rep.Checked += rep.FlowChecked
 	}
 	for _, d := range found {
 		rep.ByKind[string(d.Kind)]++

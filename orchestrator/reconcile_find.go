@@ -88,6 +88,13 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 	}
 	found = append(found, dead...)
 
+	// Flow: one saga per start.
+	dup, err := e.duplicatedStarts(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	found = append(found, dup...)
+
 	// Journal: transitions of a finished saga that no operator made, and
 	// the differences check answers found (while the saga has not moved
 	// since: a later transition settled or superseded them).
@@ -104,7 +111,7 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 		}
 		if event == saga.JournalDifference {
 			kind, _, _ := strings.Cut(reason, ":")
-			d.Kind, d.Detail = DiscrepancyKind(kind), reason
+			d.Kind, d.Detail = flowKind(kind), reason
 		} else {
 			d.Kind, d.Detail = KindEventAfterTerminal, fmt.Sprintf("journal %q moved the saga out of %s: %s", event, from, reason)
 		}

@@ -34,27 +34,33 @@ func startToShipment(t *testing.T, env *engineEnv, key string) uuid.UUID {
 	return in.ID
 }
 
-func TestRepairMarkDoneAfterThePivotCompletesAndIsAudited(t *testing.T) {
-	t.Parallel()
-	env := setupEngine(t)
-	ctx := context.Background()
-	id := startToShipment(t, env, "o-markdone")
-	// The carrier closed the account: create-shipment answers retry until
-	// the saga is flagged (bounded: the retry policy's attempts).
+// flagShipment answers retry to saga id's create-shipment until the saga
+// is flagged, as when the carrier closed the account (bounded: the retry
+// policy's attempts).
+func flagShipment(t *testing.T, env *engineEnv, id uuid.UUID) {
+	t.Helper()
 	for n := 0; ; n++ {
 		in, _ := get(t, env, id)
 		if in.Flag != "" {
-			break
+			return
 		}
 		if n == 50 {
 			t.Fatalf("create-shipment not flagged after %d retries: %+v", n, in.Steps[3])
 		}
 		mustReply(t, env, lastCommand(t, env), message.Retry, nil)
 		env.clock.advance(10 * time.Second)
-		if _, err := env.eng.FireDue(ctx, 10); err != nil {
+		if _, err := env.eng.FireDue(context.Background(), 10); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+func TestRepairMarkDoneAfterThePivotCompletesAndIsAudited(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	id := startToShipment(t, env, "o-markdone")
+	flagShipment(t, env, id)
 	// The same action on a step before the pivot of another saga: 409.
 	other, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "o-early", AggregateID: "o-early", Data: order("o-early")})
 	if err != nil {

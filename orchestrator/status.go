@@ -283,7 +283,10 @@ type Stats struct {
 	OldestInFlight time.Duration `json:"-"`
 	// Outbox is the orchestrator outbox: depth, oldest unsent, dead rows.
 	Outbox outboxdb.Stats `json:"-"`
-	At     time.Time      `json:"at"`
+	// Backlog is the outbox by topic and dead class, and the oldest
+	// compensating and flagged saga by type.
+	Backlog Backlog   `json:"-"`
+	At      time.Time `json:"at"`
 }
 
 // StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
@@ -330,6 +333,9 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 		st.OldestInFlight = max(now.Sub(*oldest), 0)
 	}
 	if st.Outbox, err = outboxdb.For(e.ob.Schema()).Stats(ctx, e.pool); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	if st.Backlog, err = e.Backlog(ctx); err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	return st, nil

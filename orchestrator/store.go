@@ -30,8 +30,9 @@ type store struct {
 	sagas, journal, timers string
 	// The reconciler's tables, and the engine's outbox (dead commands).
 	discrepancies, reconcileRuns, outbox string
-	// The operator audit (repair.go).
-	audit string
+	// The operator audit (repair.go) and the four-eyes proposals
+	// (proposal.go).
+	audit, proposals string
 
 	loadSQL, loadByKeySQL, journalSQL, dueSQL, readJournalSQL string
 	loadManySQL, updateManySQL, insertManySQL, insertNewSQL   string
@@ -52,6 +53,7 @@ func newStore(schema string) *store {
 		reconcileRuns: pgx.Identifier{schema, "reconcile_runs"}.Sanitize(),
 		outbox:        pgx.Identifier{schema, "outbox"}.Sanitize(),
 		audit:         pgx.Identifier{schema, "operator_audit"}.Sanitize(),
+		proposals:     pgx.Identifier{schema, "operator_proposals"}.Sanitize(),
 	}
 	// Every write of a saga row also writes its timer row, in the same
 	// statement: inserted when the saga gets a wake-up time, moved only

@@ -95,5 +95,5 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	for _, s := range []saga.State{saga.Running, saga.Compensating} {
 		e.cfg.Metrics.inFlight.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
-	return nil
+	return e.refreshBacklog(ctx)
 }

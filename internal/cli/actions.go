@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -17,11 +18,13 @@ import (
 )
 
 // actionCmds are the operator actions from a terminal: retry, compensate,
-// resolve, on one saga by id or on every saga of a --filter (with
+// resolve and the repairs, on one saga by id or on every saga of a --filter (with
 // --dry-run first). They run the engine directly on database.url, each
 // saga through the same door as the HTTP action (its own transaction,
 // journaled with --actor and --reason); the commands they send wait in the
-// outbox for the relay of `serve`.
+// outbox for the relay of `serve`. An action under four eyes
+// (sagas.<type>.four_eyes) on one saga records a proposal instead
+// (proposals.go); --filter refuses it.
 func actionCmds(cfg *Config) []*cobra.Command {
 	docs := map[saga.OperatorAction]string{
 		saga.ActionRetry:           "Re-send the active step's command now, skipping the backoff",
@@ -38,7 +41,7 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		saga.ActionMarkDone, saga.ActionMarkCompensated, saga.ActionForceFail, saga.ActionResume} {
 		cmd := &cobra.Command{
 			Use:   string(action) + " [saga-id] --actor A --reason R [--filter status=failed,type=place-order [--dry-run]]",
-			Short: docs[action] + "; on one saga or every saga of a filter (journaled with actor and reason)",
+			Short: docs[action] + "; on one saga or every saga of a filter (journaled with actor and reason" + fourEyesNote(action) + ")",
 			Args:  cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return runAction(cmd, cfg, action, args)
@@ -69,6 +72,14 @@ func actionCmds(cfg *Config) []*cobra.Command {
 		out = append(out, cmd)
 	}
 	return out
+}
+
+// fourEyesNote is what an action's help says about four eyes.
+func fourEyesNote(action saga.OperatorAction) string {
+	if action == saga.ActionQuery || action == saga.ActionCheck {
+		return ""
+	}
+	return "; under sagas.<type>.four_eyes a proposal another actor approves"
 }
 
 func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args []string) error {
@@ -142,9 +153,17 @@ func runAction(cmd *cobra.Command, cfg *Config, action saga.OperatorAction, args
 	}
 	w := cmd.OutOrStdout()
 	if spec == "" {
-		in, err := eng.Operate(ctx, id, op)
+		in, p, err := eng.Request(ctx, id, op)
 		if err != nil {
 			return fmt.Errorf("%s saga %s: %w", action, id, err)
+		}
+		if p != nil {
+			if asJSON {
+				return writeJSON(w, map[string]any{"proposal": p}, false)
+			}
+			_, err = fmt.Fprintf(w, "%s on saga %s needs four eyes: proposal %d recorded, nothing changed; another actor approves it with `approve %d --actor B` (expires %s)\n",
+				action, id, p.ID, p.ID, p.Expires.UTC().Format(time.RFC3339))
+			return err
 		}
 		if asJSON {
 			return writeJSON(w, in, false)

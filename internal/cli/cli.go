@@ -107,6 +107,7 @@ func Root(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(demoCmd(v, cfg), serveCmd(v, cfg), participantsCmd(v, cfg), devBrokerCmd(v, cfg), migrateCmd(cfg), configCmd(cfg),
 		statusCmd(cfg), listCmd(cfg), benchCmd(cfg), chaosCmd(cfg), reconcileCmd(cfg), dlqCmd(cfg), conformanceCmd(cfg), historyCmd(cfg))
 	root.AddCommand(actionCmds(cfg)...)
+	root.AddCommand(proposalCmds(cfg)...)
 	return root
 }
 
@@ -131,6 +132,9 @@ func (c *Config) registry() (*saga.Registry, error) {
 		return nil, err
 	}
 	if err := c.applyOverrides(reg); err != nil {
+		return nil, err
+	}
+	if err := c.checkSagaTypes(reg); err != nil {
 		return nil, err
 	}
 	reg.SetMaxSends(c.Orchestrator.MaxSendsPerSaga)
@@ -613,6 +617,7 @@ func configCmd(cfg *Config) *cobra.Command {
 				fmt.Fprintf(out, "| `%s` | `%s` | `%v` | %s |\n", k.Name, env, k.Default, k.Doc)
 			}
 			fmt.Fprintf(out, "\nPer step: %s\n", StepKeysDoc)
+			fmt.Fprintf(out, "Per saga type: %s\n", SagaTypeKeysDoc)
 			return nil
 		},
 	}

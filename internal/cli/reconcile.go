@@ -42,10 +42,10 @@ func withReconciler(rc ReconcileConfig, eng *orchestrator.Engine, ms *metricset.
 // list and resolve the open discrepancies.
 func reconcileCmd(cfg *Config) *cobra.Command {
 	var (
-		since      time.Duration
-		sampleRate float64
-		asJSON     bool
-		dryRun     bool
+		since                time.Duration
+		sampleRate, flowRate float64
+		asJSON               bool
+		dryRun               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "reconcile",
@@ -55,7 +55,9 @@ serve does every reconcile.interval: failed sagas whose step was given up
 are asked about again (a query through the one door, actor reconciler),
 stuck sagas have their active command re-sent, a sample of the finished
 sagas is checked against the participants (their answers are compared when
-they arrive, by the serving orchestrator, and found by the next run), and
+they arrive, by the serving orchestrator, and found by the next run; the flow
+check's sample finds commands answered but not recorded), a start that made
+two sagas is looked for when the unique index that prevents it is missing, and
 what cannot be repaired is kept as an open discrepancy (API GET /reconcile,
 the status page). It prints the report; with --json the report as JSON, with
 "differences" (this run's count) and "list".`,
@@ -76,6 +78,12 @@ the status page). It prints the report; with --json the report as JSON, with
 					o.SampleRate = -1
 				}
 			}
+			if cmd.Flags().Changed("flow-sample-rate") {
+				o.FlowSampleRate = flowRate
+				if flowRate == 0 {
+					o.FlowSampleRate = -1
+				}
+			}
 			rep, err := eng.Reconcile(cmd.Context(), o, nil)
 			if err != nil {
 				return err
@@ -89,6 +97,7 @@ the status page). It prints the report; with --json the report as JSON, with
 	}
 	cmd.Flags().DurationVar(&since, "since", orchestrator.ReconcileSinceDefault, "window of journal entries and finished sagas looked at (reconcile.since)")
 	cmd.Flags().Float64Var(&sampleRate, "sample-rate", 0, "share of finished sagas checked against their participants (reconcile.sample_rate; 0: none)")
+	cmd.Flags().Float64Var(&flowRate, "flow-sample-rate", 0, "share of finished sagas whose commands are checked against the participants' records (reconcile.flow_sample_rate; 0: none)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "find and report; repair, check and record nothing")
 	cmd.AddCommand(reconcileListCmd(cfg), reconcileResolveCmd(cfg))
@@ -177,7 +186,7 @@ func printReport(w io.Writer, r orchestrator.ReconcileReport) {
 	if r.DryRun {
 		mode = " (dry run: nothing repaired or recorded)"
 	}
-	fmt.Fprintf(w, "reconciled%s: %d differences, %d repaired, %d finished sagas checked, %d open\n", mode, r.Differences, r.Repaired, r.Checked, r.Open)
+	fmt.Fprintf(w, "reconciled%s: %d differences, %d repaired, %d finished sagas checked (%d by the flow check), %d open\n", mode, r.Differences, r.Repaired, r.Checked, r.FlowChecked, r.Open)
 	kinds := make([]string, 0, len(r.ByKind))
 	for k, n := range r.ByKind {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", safe(string(k)), n))

@@ -45,6 +45,9 @@ type Config struct {
 	// Steps are the per-step overrides (sagas.<type>.steps.<step>.*),
 	// sorted by saga type and step.
 	Steps []StepOverride
+	// SagaTypes are the per-type settings (sagas.<type>.four_eyes, .slo),
+	// sorted by saga type.
+	SagaTypes []SagaTypeConfig
 }
 
 // DatabaseConfig is database.*.
@@ -79,6 +82,8 @@ type OrchestratorConfig struct {
 	// MaxSendsPerSaga overrides every definition's send bound
 	// (saga.Definition.MaxSends): 0 keeps theirs, negative: none.
 	MaxSendsPerSaga int
+	// ProposalTTL is how long a four-eyes proposal waits for approval.
+	ProposalTTL time.Duration
 }
 
 // RelayConfig is relay.*.
@@ -131,14 +136,17 @@ type RetentionConfig struct {
 type ReconcileConfig struct {
 	Enabled                     bool
 	Interval, Since, StuckAfter time.Duration
-	SampleRate                  float64
+	SampleRate, FlowSampleRate  float64
 }
 
 // options are the reconciler's options of c (a sample rate of 0 is none).
 func (c ReconcileConfig) options() orchestrator.ReconcileOptions {
-	o := orchestrator.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate}
+	o := orchestrator.ReconcileOptions{Since: c.Since, StuckAfter: c.StuckAfter, SampleRate: c.SampleRate, FlowSampleRate: c.FlowSampleRate}
 	if o.SampleRate == 0 {
 		o.SampleRate = -1
+	}
+	if o.FlowSampleRate == 0 {
+		o.FlowSampleRate = -1
 	}
 	return o
 }
@@ -193,6 +201,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
 		{"orchestrator.single_live_types", &o.SingleLiveTypes}, {"orchestrator.max_sends_per_saga", &o.MaxSendsPerSaga},
+		{"orchestrator.proposal_ttl", &o.ProposalTTL},
 		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
@@ -213,7 +222,7 @@ func (c *Config) bindings() []binding {
 		{"retention.dead_letter_after", &r.DeadLetterAfter}, {"retention.audit_after", &r.AuditAfter},
 		{"retention.stray_dead_letter_after", &r.StrayDeadLetterAfter}, {"retention.batch_size", &r.BatchSize}, {"retention.interval", &r.Interval},
 		{"reconcile.enabled", &c.Reconcile.Enabled}, {"reconcile.interval", &c.Reconcile.Interval}, {"reconcile.since", &c.Reconcile.Since},
-		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
+		{"reconcile.sample_rate", &c.Reconcile.SampleRate}, {"reconcile.flow_sample_rate", &c.Reconcile.FlowSampleRate}, {"reconcile.stuck_after", &c.Reconcile.StuckAfter},
 		{"tracing.otlp_endpoint", &c.Tracing.OTLPEndpoint}, {"tracing.service_name", &c.Tracing.ServiceName},
 		{"shutdown.timeout", &c.Shutdown.Timeout},
 		{"demo.orders", &m.Orders}, {"demo.seed", &m.Seed}, {"demo.trip_ratio", &m.TripRatio}, {"demo.out_of_stock_rate", &m.OutOfStockRate},
@@ -256,7 +265,9 @@ func decode(v *viper.Viper) (*Config, error) {
 	}
 	steps, err := decodeOverrides(v)
 	c.Steps = steps
-	if err = errors.Join(append(errs, err)...); err != nil {
+	types, terr := decodeSagaTypes(v)
+	c.SagaTypes = types
+	if err = errors.Join(append(errs, err, terr)...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -473,6 +484,7 @@ func (c *Config) validate() error {
 	positive("reconcile.since", rc.Since)
 	positive("reconcile.stuck_after", rc.StuckAfter)
 	rate("reconcile.sample_rate", rc.SampleRate)
+	rate("reconcile.flow_sample_rate", rc.FlowSampleRate)
 	atLeast("retention.batch_size", r.BatchSize, 1)
 	positive("shutdown.timeout", c.Shutdown.Timeout)
 	m := c.Demo
@@ -537,6 +549,9 @@ func (c *Config) engine() orchestrator.EngineConfig {
 		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 		Signing:         c.Security.engine(),
+		FourEyes:        c.fourEyes(),
+		SLO:             c.slo(),
+		ProposalTTL:     c.Orchestrator.ProposalTTL,
 	}
 }
 

@@ -39,9 +39,13 @@
 //     a reply that answers nothing the orchestrator sent), which go
 //     StrayDeadLetterAfter after they were dead-lettered. ops_audit entries go after AuditAfter,
 //     at least DeadLetterAfter.
+//   - The orchestrator's operator_audit rows go after AuditAfter once their
+//     saga is deleted (the evidence outlives the saga); four-eyes
+//     proposals AuditAfter past their expiry.
 //
 // Every purged row counts in sagaflow_retention_purged_total{table}, with
 // table the qualified name ("<schema>.outbox", "<schema>.inbox",
 // "<schema>.barrier", "<schema>.holds", "<schema>.sagas", "<schema>.journal",
-// "<schema>.dead_letters", "<schema>.ops_audit").
+// "<schema>.dead_letters", "<schema>.ops_audit", "<schema>.operator_audit",
+// "<schema>.operator_proposals").
 package retention

@@ -30,8 +30,9 @@ const (
 	// StrayDeadLetterAfterDefault keeps a stray reply's dead letter a week,
 	// redriven or not (see StrayDeadLetterAfter).
 	StrayDeadLetterAfterDefault = 7 * 24 * time.Hour
-	// AuditAfterDefault keeps the operators' message repairs (ops_audit)
-	// half a year, as long as audited sagas.
+	// AuditAfterDefault keeps the operators' message repairs (ops_audit),
+	// the operator audit of sagas gone and four-eyes proposals half a year,
+	// as long as audited sagas.
 	AuditAfterDefault = 180 * 24 * time.Hour
 	BatchSizeDefault  = 1000
 	IntervalDefault   = time.Minute
@@ -79,8 +80,10 @@ type Config struct {
 	// operator, and anyone who can write the reply topic can make them.
 	StrayDeadLetterAfter time.Duration
 	// AuditAfter: ops_audit entries (redrives, requeues) of the Schemas
-	// older than this are deleted. At least DeadLetterAfter, so a kept
-	// redriven dead letter keeps its audit entry.
+	// older than this are deleted, and in the OrchestratorSchema the
+	// operator_audit rows of sagas already deleted and the four-eyes
+	// proposals this long past their expiry. At least DeadLetterAfter, so
+	// a kept redriven dead letter keeps its audit entry.
 	AuditAfter time.Duration
 	// BatchSize bounds the rows one DELETE removes.
 	BatchSize int
@@ -256,6 +259,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 					return map[string]int64{sagas: ns, journal: nj}, nil
 				}})
 		}
+		// The operator audit and the four-eyes proposals: audit rows after
+		// AuditAfter once their saga is gone (the evidence outlives the
+		// saga), proposals AuditAfter past their expiry (decided or
+		// expired by then).
+		sg := pgx.Identifier{s, "sagas"}.Sanitize()
+		oa := pgx.Identifier{s, "operator_audit"}.Sanitize()
+		op := pgx.Identifier{s, "operator_proposals"}.Sanitize()
+		p.jobs = append(p.jobs,
+			p.simple(s+".operator_audit", c.AuditAfter,
+				`DELETE FROM `+oa+` WHERE id IN (SELECT a.id FROM `+oa+` a WHERE a.at < $1 AND NOT EXISTS (SELECT 1 FROM `+sg+` x WHERE x.id = a.saga_id) LIMIT $2)`),
+			p.simple(s+".operator_proposals", c.AuditAfter,
+				`DELETE FROM `+op+` WHERE id IN (SELECT id FROM `+op+` WHERE expires < $1 LIMIT $2)`),
+		)
 	}
 	return p, nil
 }

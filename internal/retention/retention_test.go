@@ -475,3 +475,43 @@ func TestRetentionWindowsAreOrdered(t *testing.T) {
 		}
 	}
 }
+
+// The operator audit goes after AuditAfter only once its saga is deleted;
+// four-eyes proposals AuditAfter past their expiry.
+func TestPurgeOperatorAuditAndProposals(t *testing.T) {
+	t.Parallel()
+	pool := testkit.Pool(t)
+	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
+	now := time.Now()
+	days := func(n int) time.Time { return now.Add(-time.Duration(n) * 24 * time.Hour) }
+	kept := "11111111-1111-1111-1111-111111111111"
+	exec(t, pool, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, created_at, updated_at)
+VALUES ($1, 'place-order', 1, 'a', 'k', 'failed', '', '{}', '[]', 3, $2, $2)`, kept, days(300))
+	gone := "22222222-2222-2222-2222-222222222222"
+	for _, a := range []struct {
+		saga string
+		at   time.Time
+	}{{kept, days(200)}, {gone, days(200)}, {gone, days(20)}} {
+		exec(t, pool, `INSERT INTO orch.operator_audit (saga_id, saga_type, at, action, actor, reason, before, after) VALUES ($1, 'place-order', $2, 'force-fail', 'a', 'r', '{}', '{}')`, a.saga, a.at)
+	}
+	for _, exp := range []time.Time{days(200), days(20)} {
+		exec(t, pool, `INSERT INTO orch.operator_proposals (saga_id, saga_type, action, args, reason, proposer, created, expires, state) VALUES ($1, 'place-order', 'force-fail', '{}', 'r', 'a', $2, $2, 'rejected')`, gone, exp)
+	}
+	p, err := retention.New(pool, &retention.Config{OrchestratorSchema: "orch", BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.PurgeOnce(context.Background(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["orch.operator_audit"] != 1 || got["orch.operator_proposals"] != 1 {
+		t.Fatalf("purged %v; want 1 operator_audit row (old, saga gone) and 1 proposal (expired long ago)", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.operator_audit WHERE saga_id = $1`, kept); n != 1 {
+		t.Errorf("the old audit row of a saga still kept is gone (%d left)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.operator_proposals WHERE expires > $1`, days(30)); n != 1 {
+		t.Errorf("the recent proposal is gone (%d left)", n)
+	}
+}

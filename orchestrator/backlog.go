@@ -1,0 +1,242 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Backlog is what waits for someone, in the shape an operator acts on: the
+// orchestrator outbox's unsent commands by topic, its dead rows by error
+// class, per saga type the oldest compensating and the oldest flagged
+// saga, and the open sagas past their type's consistency window. Every query reads a partial index the hot path keeps anyway
+// (outbox_unsent_idx, outbox_dead_idx, sagas_open_idx), so a read costs the
+// backlog, not the table's history.
+type Backlog struct {
+	// Outbox: unsent live rows by topic, topics sorted.
+	Outbox []TopicBacklog `json:"outbox_by_topic"`
+	// DeadByClass: dead outbox rows by DeadClass of their last error.
+	DeadByClass map[string]int64 `json:"dead_by_class"`
+	// OldestCompensating and OldestFlagged: per saga type (sorted), the
+	// oldest open saga compensating, and flagged for an operator.
+	OldestCompensating []OldestSaga `json:"oldest_compensating"`
+	OldestFlagged      []OldestSaga `json:"oldest_flagged"`
+	// SLO: per type with a consistency window (EngineConfig.SLO), the
+	// open sagas past it.
+	SLO []SLOBreach `json:"slo"`
+}
+
+// TopicBacklog is one topic's unsent commands.
+type TopicBacklog struct {
+	Topic   string `json:"topic"`
+	Pending int64  `json:"pending"`
+	// OldestUnsent is the age of the oldest unsent row.
+	OldestUnsent time.Duration `json:"-"`
+}
+
+// OldestSaga is the oldest saga of a type in some condition.
+type OldestSaga struct {
+	Type  string        `json:"type"`
+	ID    uuid.UUID     `json:"id"`
+	State string        `json:"state"`
+	Step  string        `json:"step,omitempty"`
+	Flag  string        `json:"flag,omitempty"`
+	Age   time.Duration `json:"-"`
+}
+
+// Dead-row error classes: a bounded label for a relay error's text.
+const DeadClassOther = "other"
+
+// deadClasses map a dead row's last error to its class, first match wins
+// (case-insensitive regular expressions valid in Go and in Postgres).
+var deadClasses = []struct{ class, pattern string }{
+	{"too_large", `too[ _]large`},
+	{"unknown_topic", `unknown[ _]topic`},
+	{"not_authorized", `authoriz`},
+	{"invalid_record", `invalid[ _]record|corrupt`},
+	{"timeout", `timed?[ _]?out|deadline`},
+}
+
+var deadClassREs = func() []*regexp.Regexp {
+	out := make([]*regexp.Regexp, len(deadClasses))
+	for i, c := range deadClasses {
+		out[i] = regexp.MustCompile(`(?i)` + c.pattern)
+	}
+	return out
+}()
+
+// DeadClasses lists every class DeadClass returns.
+func DeadClasses() []string {
+	out := make([]string, 0, len(deadClasses)+1)
+	for _, c := range deadClasses {
+		out = append(out, c.class)
+	}
+	return append(out, DeadClassOther)
+}
+
+// DeadClass is the class of a dead outbox row's last error.
+func DeadClass(lastError string) string {
+	for i, re := range deadClassREs {
+		if re.MatchString(lastError) {
+			return deadClasses[i].class
+		}
+	}
+	return DeadClassOther
+}
+
+// deadClassSQL is DeadClass in SQL over the column last_error.
+func deadClassSQL() string {
+	var b strings.Builder
+	b.WriteString("CASE")
+	for _, c := range deadClasses {
+		fmt.Fprintf(&b, " WHEN coalesce(last_error, '') ~* '%s' THEN '%s'", c.pattern, c.class)
+	}
+	fmt.Fprintf(&b, " ELSE '%s' END", DeadClassOther)
+	return b.String()
+}
+
+// The backlog's queries, over the outbox (topic, dead) and the sagas
+// (oldest): the open sagas of sagas_open_idx in creation order, the first
+// of each type its oldest.
+func (e *Engine) backlogSQL() (topic, dead, compensating, flagged string) {
+	ob := pgx.Identifier{e.ob.Schema(), "outbox"}.Sanitize()
+	topic = `SELECT topic, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM ` + ob + ` WHERE sent_at IS NULL AND dead_at IS NULL GROUP BY topic ORDER BY topic`
+	dead = `SELECT ` + deadClassSQL() + ` AS class, count(*) FROM ` + ob + ` WHERE dead_at IS NOT NULL AND sent_at IS NULL GROUP BY 1`
+	oldest := func(cond string) string {
+		return `SELECT DISTINCT ON (type) type, id, state, current_step, flag, created_at
+FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') AND ` + cond + ` ORDER BY type, created_at, id`
+	}
+	return topic, dead, oldest(`state = 'compensating'`), oldest(`flag <> ''`)
+}
+
+// Backlog reads the backlog in one read-only transaction that keeps to the
+// indexes (sequential and bitmap scans off, as the outbox stats do).
+func (e *Engine) Backlog(ctx context.Context) (Backlog, error) {
+	b := Backlog{DeadByClass: map[string]int64{}}
+	topicQ, deadQ, compQ, flagQ := e.backlogSQL()
+	now := e.cfg.Now()
+	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		for _, set := range []string{"SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off"} {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, topicQ)
+		if err != nil {
+			return fmt.Errorf("outbox by topic: %w", err)
+		}
+		for rows.Next() {
+			var t TopicBacklog
+			var age float64
+			if err := rows.Scan(&t.Topic, &t.Pending, &age); err != nil {
+				rows.Close()
+				return fmt.Errorf("outbox by topic: %w", err)
+			}
+			t.OldestUnsent = time.Duration(age * float64(time.Second))
+			b.Outbox = append(b.Outbox, t)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("outbox by topic: %w", err)
+		}
+		rows, err = tx.Query(ctx, deadQ)
+		if err != nil {
+			return fmt.Errorf("dead outbox rows by class: %w", err)
+		}
+		for rows.Next() {
+			var class string
+			var n int64
+			if err := rows.Scan(&class, &n); err != nil {
+				rows.Close()
+				return fmt.Errorf("dead outbox rows by class: %w", err)
+			}
+			b.DeadByClass[class] = n
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("dead outbox rows by class: %w", err)
+		}
+		if b.OldestCompensating, err = oldestByType(ctx, tx, compQ, now); err != nil {
+			return fmt.Errorf("oldest compensating sagas: %w", err)
+		}
+		if b.OldestFlagged, err = oldestByType(ctx, tx, flagQ, now); err != nil {
+			return fmt.Errorf("oldest flagged sagas: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Backlog{}, fmt.Errorf("backlog: %w", err)
+	}
+	if b.SLO, err = e.SLOBreaches(ctx); err != nil {
+		return Backlog{}, fmt.Errorf("backlog: %w", err)
+	}
+	return b, nil
+}
+
+func oldestByType(ctx context.Context, tx pgx.Tx, q string, now time.Time) ([]OldestSaga, error) {
+	rows, err := tx.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OldestSaga
+	for rows.Next() {
+		var o OldestSaga
+		var created time.Time
+		if err := rows.Scan(&o.Type, &o.ID, &o.State, &o.Step, &o.Flag, &created); err != nil {
+			return nil, err
+		}
+		o.Age = max(now.Sub(created), 0)
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, rows.Err()
+}
+
+// refreshBacklog sets the backlog gauges from a fresh read: every
+// registered type and every dead class has a series (0 when none), topics
+// only while they have unsent rows.
+func (e *Engine) refreshBacklog(ctx context.Context) error {
+	b, err := e.Backlog(ctx)
+	if err != nil {
+		return err
+	}
+	m := e.cfg.Metrics
+	m.outboxTopicPending.Reset()
+	m.outboxTopicOldest.Reset()
+	for _, t := range b.Outbox {
+		m.outboxTopicPending.WithLabelValues(t.Topic).Set(float64(t.Pending))
+		m.outboxTopicOldest.WithLabelValues(t.Topic).Set(t.OldestUnsent.Seconds())
+	}
+	for _, c := range DeadClasses() {
+		m.outboxDeadByClass.WithLabelValues(c).Set(float64(b.DeadByClass[c]))
+	}
+	setByType(m.oldestCompensating, b.OldestCompensating, e.reg.Types())
+	setByType(m.oldestFlagged, b.OldestFlagged, e.reg.Types())
+	for _, s := range b.SLO {
+		m.sloWindow.WithLabelValues(s.Type).Set(s.Window.Seconds())
+		m.sloBreaches.WithLabelValues(s.Type).Set(float64(s.Open))
+	}
+	return nil
+}
+
+// setByType sets vec's series of every type to the age of its oldest saga
+// in oldest, 0 for the types without one.
+func setByType(vec *prometheus.GaugeVec, oldest []OldestSaga, types []string) {
+	ages := map[string]float64{}
+	for _, t := range types {
+		ages[t] = 0
+	}
+	for _, o := range oldest {
+		ages[o.Type] = o.Age.Seconds()
+	}
+	for t, a := range ages {
+		vec.WithLabelValues(t).Set(a)
+	}
+}

@@ -1,0 +1,75 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// SLO is each saga type's consistency window (sagas.<type>.slo): how long
+// a saga of the type may take from its start to a terminal state. Types
+// without one are not watched.
+type SLO map[string]time.Duration
+
+// Validate names the first type whose window is not positive.
+func (s SLO) Validate() error {
+	types := make([]string, 0, len(s))
+	for t := range s {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		if s[t] <= 0 {
+			return fmt.Errorf("the consistency window of saga type %s is %s, want > 0", t, s[t])
+		}
+	}
+	return nil
+}
+
+// SLO results of a finished saga (sagaflow_sagas_slo_total{result}).
+const (
+	SLOMet    = "met"
+	SLOMissed = "missed"
+)
+
+// sloResult is whether a saga of a type with window w that took took met
+// it.
+func sloResult(took, w time.Duration) string {
+	if took <= w {
+		return SLOMet
+	}
+	return SLOMissed
+}
+
+// SLOBreach is one type's open sagas past its consistency window.
+type SLOBreach struct {
+	Type   string        `json:"type"`
+	Window time.Duration `json:"-"`
+	// Open counts the sagas of the type not finished (running,
+	// compensating or failed) that started longer ago than Window.
+	Open int64 `json:"open"`
+}
+
+// sloBreachSQL counts a type's open sagas started before $2, on
+// sagas_open_idx (created_at, id): the scan reads the open sagas older
+// than the window only.
+func (e *Engine) sloBreachSQL() string {
+	return `SELECT count(*) FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') AND created_at < $2 AND type = $1`
+}
+
+// SLOBreaches counts, per type with a window (sorted), the open sagas past
+// it.
+func (e *Engine) SLOBreaches(ctx context.Context) ([]SLOBreach, error) {
+	now := e.cfg.Now()
+	var out []SLOBreach
+	for t, w := range e.cfg.SLO {
+		b := SLOBreach{Type: t, Window: w}
+		if err := e.pool.QueryRow(ctx, e.sloBreachSQL(), t, now.Add(-w)).Scan(&b.Open); err != nil {
+			return nil, fmt.Errorf("sagas of type %s past their window: %w", t, err)
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, nil
+}
