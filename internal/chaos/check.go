@@ -244,7 +244,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		pivotDone := charges[id] > 0
 		for _, st := range s.steps {
 			switch st.State {
-			case saga.StepRunning, saga.StepRetrying, saga.StepUnknown, saga.StepQuerying, saga.StepCompensating, saga.StepCompRetrying:
+			case saga.StepRunning, saga.StepRetrying, saga.StepUnknown, saga.StepQuerying, saga.StepAccepted, saga.StepCompensating, saga.StepCompRetrying:
 				if terminal && s.state != string(saga.Failed) {
 					lost[id] = true
 					res.violate("saga %s is %s but step %s is still %s (no outcome recorded)", id, s.state, st.Name, st.State)

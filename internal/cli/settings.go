@@ -317,6 +317,7 @@ func decodeOverrides(v *viper.Viper) ([]StepOverride, error) {
 			}
 			dur("timeout", &o.Timeout)
 			dur("deadline", &o.Deadline)
+			dur("accepted_deadline", &o.AcceptedDeadline)
 			dur("retry.initial_interval", &o.Retry.InitialInterval)
 			dur("retry.max_interval", &o.Retry.MaxInterval)
 			if raw := v.Get(base + "retry.multiplier"); v.IsSet(base + "retry.multiplier") {

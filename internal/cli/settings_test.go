@@ -83,6 +83,7 @@ sagas:
           max_attempts: 4
       charge-payment:
         timeout: 3s
+        accepted_deadline: 2h
         retry:
           multiplier: 1.5
 `))
@@ -119,7 +120,7 @@ sagas:
 		}
 	}
 	want := []StepOverride{
-		{Type: "place-order", Step: "charge-payment", StepOverride: saga.StepOverride{Timeout: 3 * time.Second, Retry: saga.RetryPolicy{Multiplier: 1.5}}},
+		{Type: "place-order", Step: "charge-payment", StepOverride: saga.StepOverride{Timeout: 3 * time.Second, AcceptedDeadline: 2 * time.Hour, Retry: saga.RetryPolicy{Multiplier: 1.5}}},
 		{Type: "place-order", Step: "lock-coupon", StepOverride: saga.StepOverride{Retry: saga.RetryPolicy{MaxAttempts: 4}}},
 	}
 	if fmt.Sprint(c.Steps) != fmt.Sprint(want) {
