@@ -67,7 +67,11 @@
 // [AcceptedCancellable] settles it as failed (reason [ReasonCancelled])
 // and is empty, and a later Complete or Fail returns [ErrCancelled]: undo
 // or abandon the work instead of reporting it. Settling a step that is not
-// accepted returns [ErrSettled] (or [ErrUnknownRef]).
+// accepted returns [ErrSettled] (or [ErrUnknownRef]). Package
+// participants/external does this for a step that calls an outside system:
+// the intent recorded in the handler's transaction, the call made after
+// the commit with an idempotency key, retried, bounded and behind a
+// circuit, and the step settled by the provider's answer.
 //
 // A [Handler] gets all the first-time forwards of its step in a consumed
 // batch at once, so it can do them with one set-based statement; it only
