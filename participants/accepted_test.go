@@ -2,6 +2,7 @@ package participants_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
@@ -287,4 +288,36 @@ func compact(t *testing.T, raw []byte) string {
 		t.Fatalf("%q: %v", raw, err)
 	}
 	return b.String()
+}
+
+// The accepted-query hook is called in the query's transaction for an
+// accepted forward only; it needs a registered step.
+func TestOnAcceptedQuery(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.p.OnAcceptedQuery("later", func(context.Context, pgx.Tx, participants.Ref) error { return nil }); err == nil {
+		t.Fatal("hook registered for a step not handled")
+	}
+	accepting(t, f, participants.Accepted(), nil)
+	var asked []participants.Ref
+	if err := f.p.OnAcceptedQuery("later", func(ctx context.Context, tx pgx.Tx, ref participants.Ref) error {
+		asked = append(asked, ref)
+		_, err := tx.Exec(ctx, `INSERT INTO pt.effects VALUES ($1, $2, 'looked-up')`, ref.SagaID, ref.Step)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.OnAcceptedQuery("later", func(context.Context, pgx.Tx, participants.Ref) error { return nil }); err == nil {
+		t.Fatal("a second hook registered")
+	}
+	saga := uuid.New()
+	f.queried(t, saga, "later") // nothing recorded: closed, no hook
+	accepted := uuid.New()
+	f.exec(t, command(accepted, "later", message.Forward))
+	if a := f.queried(t, accepted, "later"); a.State != message.QueryAccepted {
+		t.Fatalf("query: %s", a.State)
+	}
+	if len(asked) != 1 || asked[0] != (participants.Ref{SagaID: accepted, Step: "later"}) || f.effects(t, accepted, "looked-up") != 1 {
+		t.Fatalf("hook calls %v, want one for the accepted step, its write committed with the query", asked)
+	}
 }

@@ -122,7 +122,7 @@ func (p *Participant) execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 			res, err = p.compensate(ctx, tx, cmd, h.compensate)
 		}
 	case message.Query:
-		res, err = p.query(ctx, tx, cmd)
+		res, err = p.query(ctx, tx, cmd, h.acceptedQuery)
 	default:
 		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w: action %q",
 			p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), message.ErrInvalid, cmd.Action)

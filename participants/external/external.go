@@ -49,6 +49,9 @@ type Call struct {
 	Request json.RawMessage
 	// Attempt counts the attempts, this one included (from 1).
 	Attempt int
+	// Lookup: the orchestrator queried the step; this attempt is a
+	// lookup (Config.Lookup), not the call.
+	Lookup bool
 }
 
 // Outcome is the provider's definite answer: Done settles the step as
@@ -71,12 +74,29 @@ func Declined(reason string) Outcome { return Outcome{Reason: reason} }
 // idempotency key, and counts toward the circuit. An Outcome is definite.
 type CallFunc func(ctx context.Context, c Call) (Outcome, error)
 
+// LookupFunc asks the provider what became of call c (by its idempotency
+// key), without making it: found with the provider's definite Outcome, or
+// not found (the provider never did it). A returned error is transient.
+type LookupFunc func(ctx context.Context, c Call) (out Outcome, found bool, err error)
+
+// ReasonNotCalled is the reason a step is failed with when a lookup finds
+// the provider never did the call: the saga then compensates, and the
+// call is never made.
+const ReasonNotCalled = "not_called: the provider has no record of the call"
+
 // Config configures a Caller. Zero fields take their defaults.
 type Config struct {
 	// Step is the step whose calls this Caller makes (required).
 	Step string
 	// Call makes a call (required).
 	Call CallFunc
+	// Lookup, if set, is the step's query hook: when the orchestrator
+	// queries the accepted step (its answer was lost or late), the next
+	// attempt asks the provider by Lookup instead of calling, and settles
+	// the step by what the provider says: done or declined as it answers,
+	// failed (ReasonNotCalled) if it never did the call. Nil: a query
+	// changes nothing (the call goes on being retried).
+	Lookup LookupFunc
 	// MaxInFlight bounds the calls in flight at once.
 	MaxInFlight int
 	// CallTimeout bounds one call; Lease (default 3 x CallTimeout) is how
@@ -149,7 +169,20 @@ func New(p *participants.Participant, pool *pgxpool.Pool, cfg Config) (*Caller, 
 		return nil, fmt.Errorf("external: New: step %q: Config.Lease %s must be longer than CallTimeout %s (or a call still running is taken again)", cfg.Step, cfg.Lease, cfg.CallTimeout)
 	}
 	c := cfg.withDefaults()
-	return &Caller{p: p, pool: pool, cfg: c, sql: newStatements(p.Schema()), circuit: circuit{after: c.CircuitAfter, cooldown: c.CircuitCooldown}}, nil
+	caller := &Caller{p: p, pool: pool, cfg: c, sql: newStatements(p.Schema()), circuit: circuit{after: c.CircuitAfter, cooldown: c.CircuitCooldown}}
+	if c.Lookup != nil {
+		if err := p.OnAcceptedQuery(c.Step, caller.lookupAsked); err != nil {
+			return nil, fmt.Errorf("external: New: %w", err)
+		}
+	}
+	return caller, nil
+}
+
+// lookupAsked is the step's accepted-query hook: the pending call is to
+// be looked up, now.
+func (c *Caller) lookupAsked(ctx context.Context, tx pgx.Tx, ref participants.Ref) error {
+	_, err := tx.Exec(ctx, c.sql.lookup, ref.SagaID, ref.Step, c.cfg.Now())
+	return err
 }
 
 // keySpace namespaces the idempotency keys.

@@ -313,3 +313,73 @@ func TestRunWorksTheCallsOff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lookup is a LookupFunc against the fake provider.
+func lookup(url string) external.LookupFunc {
+	return func(ctx context.Context, c external.Call) (external.Outcome, bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/charges/"+c.IdempotencyKey, nil)
+		if err != nil {
+			return external.Outcome{}, false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return external.Outcome{}, false, err
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return external.Outcome{}, false, nil
+		case http.StatusOK:
+		default:
+			return external.Outcome{}, false, fmt.Errorf("provider answered %s", resp.Status)
+		}
+		var ch fakeprovider.Charge
+		if err := json.NewDecoder(resp.Body).Decode(&ch); err != nil {
+			return external.Outcome{}, false, err
+		}
+		if ch.Declined {
+			return external.Declined("card_declined"), true, nil
+		}
+		return external.Done(map[string]string{"charge_id": ch.ID}), true, nil
+	}
+}
+
+// A query of the accepted step (the orchestrator gave up waiting) reaches
+// the provider through the lookup hook: a charge whose answer was lost
+// settles the step done; a call the provider never did fails it, and it is
+// never made afterwards.
+func TestQueryLooksTheCallUpAtTheProvider(t *testing.T) {
+	t.Parallel()
+	var e *env
+	e = newEnv(t, external.Config{CallTimeout: 100 * time.Millisecond, BackoffInitial: time.Hour, Lookup: func(ctx context.Context, c external.Call) (external.Outcome, bool, error) {
+		return lookup(e.provider.URL())(ctx, c)
+	}})
+	lost := e.start(600)
+	e.provider.SetDelay(time.Second) // charged, but the answer comes too late
+	e.runOnce(1)
+	e.provider.SetDelay(0)
+	never := e.start(800)
+	e.provider.SetDown(true) // never charged
+	e.runOnce(1)
+	e.provider.SetDown(false)
+	e.runOnce(0) // both wait out an hour's backoff
+	for _, ref := range []participants.Ref{lost, never} {
+		if got := e.recorded(ref).State; got != message.QueryAccepted { // the orchestrator's query: hook fires
+			t.Fatalf("query of %s: %s, want accepted", ref, got)
+		}
+	}
+	calls := e.provider.Calls()
+	e.runOnce(2) // the lookups, at once
+	if got := e.recorded(lost); got.State != message.QueryDone || !bytes.Contains(got.Output, []byte("ch_1")) {
+		t.Fatalf("the charge whose answer was lost: %s %s, want done with ch_1", got.State, got.Output)
+	}
+	if got := e.recorded(never).State; got != message.QueryFailed {
+		t.Fatalf("the call never made: %s, want failed", got)
+	}
+	e.wantState(never, "failed", 2)
+	e.clock.Advance(2 * time.Hour)
+	e.runOnce(0)
+	if e.provider.Charges() != 1 || e.provider.Charged(external.IdempotencyKey(never)) != 0 || e.provider.Calls() != calls+2 {
+		t.Fatalf("%d charges (never: %d), %d calls after the lookups; want 1, 0, 2 lookups only", e.provider.Charges(), e.provider.Charged(external.IdempotencyKey(never)), e.provider.Calls()-calls)
+	}
+}

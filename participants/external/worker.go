@@ -79,9 +79,11 @@ func (c *Caller) claim(ctx context.Context, now time.Time, n int) ([]Call, error
 		key  string
 		req  string
 		att  int
+		look bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &step, &key, &req, &att}, func() error {
-		out = append(out, Call{Ref: participants.Ref{SagaID: id.Bytes, Step: step}, IdempotencyKey: key, Request: json.RawMessage(req), Attempt: att})
+	_, err = pgx.ForEachRow(rows, []any{&id, &step, &key, &req, &att, &look}, func() error {
+		out = append(out, Call{Ref: participants.Ref{SagaID: id.Bytes, Step: step}, IdempotencyKey: key, Request: json.RawMessage(req), Attempt: att,
+			Lookup: look && c.cfg.Lookup != nil})
 		return nil
 	})
 	if err != nil {
@@ -112,14 +114,22 @@ func (c *Caller) make(ctx context.Context, call Call) error {
 	return c.settle(ctx, call, out)
 }
 
-// invoke runs the CallFunc, a panic made a transient error.
+// invoke runs the CallFunc, or for a lookup the LookupFunc (not found:
+// declined with ReasonNotCalled), a panic made a transient error.
 func (c *Caller) invoke(ctx context.Context, call Call) (out Outcome, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("call panicked: %v", v)
 		}
 	}()
-	return c.cfg.Call(ctx, call)
+	if !call.Lookup {
+		return c.cfg.Call(ctx, call)
+	}
+	out, found, err := c.cfg.Lookup(ctx, call)
+	if err == nil && !found {
+		out = Declined(ReasonNotCalled)
+	}
+	return out, err
 }
 
 // backoff is the wait after the attempt-th attempt failed.

@@ -3,7 +3,8 @@
 // (participants/external): POST /charges with an Idempotency-Key header
 // and a JSON body charges once per key and answers the charge (the same
 // one to every repeat of the key); it can be slow, down (500), fail the
-// first calls, and decline amounts over a limit. It counts the charges it
+// first calls, and decline amounts over a limit. GET /charges/{key}
+// answers what it did for a key (404: nothing), without charging. It counts the charges it
 // made, by key, so a test can assert "charged exactly once" from the
 // provider's own books.
 package fakeprovider
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,14 +100,35 @@ func (s *Server) Charges() int {
 func (s *Server) Calls() int64       { return s.calls.Load() }
 func (s *Server) MaxInFlight() int64 { return s.maxInFlight.Load() }
 
+// lookup answers the charge made for key, or 404 (500 while down).
+func (s *Server) lookup(w http.ResponseWriter, key string) {
+	s.mu.Lock()
+	c, ok := s.charges[key]
+	down := s.down
+	s.mu.Unlock()
+	switch {
+	case down:
+		http.Error(w, "provider unavailable", http.StatusInternalServerError)
+	case !ok:
+		http.Error(w, "no charge for this key", http.StatusNotFound)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(c)
+	}
+}
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
 	n := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
 	}
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/charges/") {
+		s.lookup(w, strings.TrimPrefix(r.URL.Path, "/charges/"))
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/charges" {
-		http.Error(w, "POST /charges only", http.StatusNotFound)
+		http.Error(w, "POST /charges or GET /charges/{key} only", http.StatusNotFound)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
