@@ -97,6 +97,11 @@ type Config struct {
 	// failed (ReasonNotCalled) if it never did the call. Nil: a query
 	// changes nothing (the call goes on being retried).
 	Lookup LookupFunc
+	// Settled, if set, records the provider's definite answer in the
+	// participant's own tables (a ledger row), in the transaction that
+	// settles the step, before Complete or Fail: both commit, or neither.
+	// Not called for a step no longer accepted (the call is abandoned).
+	Settled func(ctx context.Context, tx pgx.Tx, c Call, out Outcome) error
 	// MaxInFlight bounds the calls in flight at once.
 	MaxInFlight int
 	// CallTimeout bounds one call; Lease (default 3 x CallTimeout) is how

@@ -160,19 +160,35 @@ func (c *Caller) settle(ctx context.Context, call Call, out Outcome) error {
 	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		state, note := "done", ""
-		var err error
-		if out.Done {
-			err = c.p.Complete(ctx, tx, call.Ref, out.Output)
-		} else {
+		if !out.Done {
 			state = "failed"
-			err = c.p.Fail(ctx, tx, call.Ref, out.Reason)
+		}
+		// In a savepoint: a step no longer accepted takes the Settled
+		// hook's writes back, and only the call's state is recorded.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if c.cfg.Settled != nil {
+			if err := c.cfg.Settled(ctx, sp, call, out); err != nil {
+				return fmt.Errorf("Settled: %w", err)
+			}
+		}
+		if out.Done {
+			err = c.p.Complete(ctx, sp, call.Ref, out.Output)
+		} else {
+			err = c.p.Fail(ctx, sp, call.Ref, out.Reason)
 		}
 		switch {
 		case errors.Is(err, participants.ErrSettled) || errors.Is(err, participants.ErrUnknownRef):
 			state, note = "abandoned", err.Error()
 			c.cfg.Logger.WarnContext(ctx, "external call answered, but its step is no longer accepted", slog.String("step", call.Ref.Step),
 				slog.String("saga_id", call.Ref.SagaID.String()), slog.Bool("done", out.Done), slog.String("error", note))
-		case err != nil:
+			err = sp.Rollback(ctx)
+		case err == nil:
+			err = sp.Commit(ctx)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, c.sql.settle, call.Ref.SagaID, call.Ref.Step, state, output, message.Truncate(note, 1000))
