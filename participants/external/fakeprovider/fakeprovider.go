@@ -42,6 +42,8 @@ type Server struct {
 	charges map[string]Charge // by idempotency key
 	// behaviour
 	delay     time.Duration
+	slowFirst int
+	slowBy    time.Duration
 	failFirst int
 	down      bool
 	limit     int64
@@ -66,6 +68,14 @@ func (s *Server) Close() { s.srv.Close() }
 // SetDelay makes every answer wait d first (the charge is made before the
 // wait: a caller that times out has been charged all the same).
 func (s *Server) SetDelay(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
+
+// SlowFirst makes the next n charge calls answer d late (after charging):
+// a caller with a shorter timeout loses the answer and calls again.
+func (s *Server) SlowFirst(n int, d time.Duration) {
+	s.mu.Lock()
+	s.slowFirst, s.slowBy = n, d
+	s.mu.Unlock()
+}
 
 // FailFirst makes the next n calls answer 500 without charging.
 func (s *Server) FailFirst(n int) { s.mu.Lock(); s.failFirst = n; s.mu.Unlock() }
@@ -157,6 +167,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.charges[key] = c
 	}
 	delay := s.delay
+	if s.slowFirst > 0 {
+		s.slowFirst--
+		delay += s.slowBy
+	}
 	s.mu.Unlock()
 	if delay > 0 {
 		select {
