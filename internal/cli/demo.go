@@ -28,6 +28,7 @@ const probeTimeout = 2 * time.Second
 func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	var asJSON, embedded, ui bool
 	var uiAddr string
+	var provider bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the place-order demo end to end (embedded broker unless --brokers; a throwaway Postgres unless one answers) and check invariants",
@@ -54,6 +55,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 				ShippingFailRate: d.ShippingFailRate, PointsFailRate: d.PointsFailRate,
 				Concurrency: d.Concurrency, Timeout: d.Timeout,
 				CommandKeys: c.Security.orch, ReplyKeys: c.Security.replyKeys(),
+				PaymentProvider: provider,
 			}
 			use, reason := demo.UseEmbedded(embedded, c.Database.URLConfigured, func() error {
 				return demo.Probe(ctx, cfg.DatabaseURL, probeTimeout)
@@ -107,6 +109,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	f.BoolVar(&embedded, "embedded-postgres", false, "run on a throwaway Postgres (started from the machine's initdb and postgres, removed on exit) even if database.url is set")
 	f.BoolVar(&ui, "ui", false, "after the summary, keep the status page on the demo's sagas open (its URL is printed) until Ctrl-C")
 	f.StringVar(&uiAddr, "ui-addr", "127.0.0.1:0", "listen address of the status page with --ui (port 0: a free one)")
+	f.BoolVar(&provider, "payment-provider", false, "charge through a fake payment provider on loopback (answer later: the payment step is accepted and settled by the provider's answer); the check adds: the provider's charges equal the ledger's")
 	f.Int("orders", 0, "orders to place (demo.orders)")
 	f.Int64("seed", 0, "seed of the orders (demo.seed)")
 	f.Float64("out-of-stock-rate", 0, "share of orders for a scarce item (demo.out_of_stock_rate)")
@@ -190,6 +193,9 @@ func serveDemoUI(ctx context.Context, out io.Writer, log *slog.Logger, addr, dbU
 func printSummary(w io.Writer, s demo.Summary) {
 	fmt.Fprintf(w, "place-order demo: %d orders in %.2fs (%.0f sagas/s)\n", s.Orders, s.ElapsedSeconds, s.SagasPerSecond)
 	fmt.Fprintf(w, "  completed    %6d\n  compensated  %6d\n  failed       %6d\n  non-terminal %6d\n", s.Completed, s.Compensated, s.Failed, s.NonTerminal)
+	if s.ProviderCharges > 0 {
+		fmt.Fprintf(w, "  payment provider charges %d\n", s.ProviderCharges)
+	}
 	if s.InvariantsOK {
 		fmt.Fprintln(w, "invariants: OK (stock conserved, no coupon held by a compensated saga, one charge/shipment/points entry per completed saga, none for compensated ones, every saga terminal)")
 		return
