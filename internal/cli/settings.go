@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -109,6 +110,8 @@ type ParticipantsConfig struct {
 	Items                            string
 	ShippingFailRate, PointsFailRate float64
 	PaymentLimitCents, Seed          int64
+	// PaymentProviderURL, if set, makes payment charge through it.
+	PaymentProviderURL string
 }
 
 // RetentionConfig is retention.*.
@@ -199,6 +202,7 @@ func (c *Config) bindings() []binding {
 		{"participants.schema_prefix", &p.SchemaPrefix}, {"participants.shipping_fail_rate", &p.ShippingFailRate},
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
 		{"participants.seed", &p.Seed}, {"participants.http_addr", &p.HTTPAddr}, {"participants.items", &p.Items},
+		{"participants.payment_provider_url", &p.PaymentProviderURL},
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
 		{"retention.finished_saga_after", &r.FinishedSagaAfter},
 		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter},
@@ -432,6 +436,9 @@ func (c *Config) validate() error {
 	p := c.Participants
 	rate("participants.shipping_fail_rate", p.ShippingFailRate)
 	rate("participants.points_fail_rate", p.PointsFailRate)
+	if u, err := url.Parse(p.PaymentProviderURL); p.PaymentProviderURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		bad("participants.payment_provider_url", "must be an http:// or https:// URL", p.PaymentProviderURL)
+	}
 	if p.PaymentLimitCents < 0 {
 		bad("participants.payment_limit_cents", "must not be negative", p.PaymentLimitCents)
 	}
