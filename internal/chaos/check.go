@@ -122,6 +122,16 @@ func (h *harness) checkIn(ctx context.Context, db pgx.Tx, plan workload.Plan, re
 		res.Lost += len(plan.Orders) - rep.Sagas
 		res.violate("%d orders started but %d sagas exist", len(plan.Orders), rep.Sagas)
 	}
+	if h.provider != nil {
+		var ledger int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM `+ident(sc.Payment, "ledger")+` WHERE kind = 'charge'`).Scan(&ledger); err != nil {
+			return fmt.Errorf("chaos: count the ledger's charges: %w", err)
+		}
+		res.ProviderCharges = h.provider.Charges()
+		if res.ProviderCharges != ledger {
+			res.violate("the payment provider made %d charges, the ledger holds %d (a customer charged twice, or a charge lost)", res.ProviderCharges, ledger)
+		}
+	}
 
 	// Outboxes: unsent or parked rows.
 	for _, s := range h.allSchemas() {
