@@ -67,12 +67,17 @@ class Store {
       // Answer later (the Go side's barrier migration 011): a forward may
       // stay 'accepted' until settled, with the command its final reply
       // answers (the latest copy) and whether a compensation may cancel it.
-      await c.query(`ALTER TABLE ${t.barrier} DROP CONSTRAINT IF EXISTS barrier_outcome_check`);
-      await c.query(`ALTER TABLE ${t.barrier} ADD CONSTRAINT barrier_outcome_check
-        CHECK (outcome IN ('pending', 'success', 'failure', 'accepted'))`);
-      await c.query(`ALTER TABLE ${t.barrier} ADD COLUMN IF NOT EXISTS reply_to text,
-        ADD COLUMN IF NOT EXISTS command_id uuid, ADD COLUMN IF NOT EXISTS attempt integer,
-        ADD COLUMN IF NOT EXISTS cancellable boolean NOT NULL DEFAULT false`);
+      // Only once: ALTER TABLE locks the whole barrier, and would wait at
+      // every start for any transaction holding one of its rows.
+      const answerLater = await c.query(`SELECT 1 FROM information_schema.columns
+        WHERE table_schema = $1 AND table_name = 'barrier' AND column_name = 'cancellable'`, [this.schema]);
+      if (answerLater.rowCount === 0) {
+        await c.query(`ALTER TABLE ${t.barrier} DROP CONSTRAINT IF EXISTS barrier_outcome_check`);
+        await c.query(`ALTER TABLE ${t.barrier} ADD CONSTRAINT barrier_outcome_check
+          CHECK (outcome IN ('pending', 'success', 'failure', 'accepted'))`);
+        await c.query(`ALTER TABLE ${t.barrier} ADD COLUMN reply_to text, ADD COLUMN command_id uuid,
+          ADD COLUMN attempt integer, ADD COLUMN cancellable boolean NOT NULL DEFAULT false`);
+      }
       for (const sql of extra) await c.query(sql);
     });
   }
