@@ -23,7 +23,7 @@ import (
 // fakeClock is the engine's clock: real time moved on by the test.
 type fakeClock struct{ offset atomic.Int64 }
 
-func (c *fakeClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 type laterData struct {

@@ -72,6 +72,8 @@
 // the intent recorded in the handler's transaction, the call made after
 // the commit with an idempotency key, retried, bounded and behind a
 // circuit, and the step settled by the provider's answer.
+// [Participant.OnAcceptedQuery] registers a step's hook for the
+// orchestrator's query of an accepted step (a lookup at the provider).
 //
 // A [Handler] gets all the first-time forwards of its step in a consumed
 // batch at once, so it can do them with one set-based statement; it only

@@ -61,8 +61,8 @@ type Options struct {
 	// charge through that outside provider (payment.RegisterProvider):
 	// charge-payment answers accepted and Run runs the calls' worker.
 	PaymentProvider payment.ProviderOptions
-	InboxBatchSize    int
-	Partitions        int
+	InboxBatchSize  int
+	Partitions      int
 	// KeepSent keeps published replies as sent history (relay.Config.KeepSent).
 	KeepSent bool
 	// NoDispatch leaves every reply to the relay (participants.Config.NoDispatch).
