@@ -469,7 +469,7 @@ func activeSteps(in saga.Instance) []string {
 	var out []string
 	for _, st := range in.Steps {
 		switch st.State {
-		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
+		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepAccepted, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
 			out = append(out, st.Name)
 		}
 	}

@@ -38,5 +38,5 @@ func ExampleEncodeReply() {
 	// Output:
 	// {"message_id":"7f1c2a9e-3b1d-4f3e-8f7a-2c9d4e5f6a02","in_reply_to":"c3a1e4b2-9d8f-5e6a-b7c4-1d2e3f4a5b03","saga_id":"0b6d5c1e-6a43-4c59-9d3e-5a1f2f5ad001","step":"reserve-inventory","action":"forward","outcome":"success","payload":{"reservation_id":"res-42"}}
 	// 7f1c2a9e-3b1d-4f3e-8f7a-2c9d4e5f6a02 application/json
-	// encode reply for saga 0b6d5c1e-6a43-4c59-9d3e-5a1f2f5ad001 step "reserve-inventory": invalid message: field "outcome" is "", want success, failure or retry
+	// encode reply for saga 0b6d5c1e-6a43-4c59-9d3e-5a1f2f5ad001 step "reserve-inventory": invalid message: field "outcome" is "", want success, failure, retry or accepted
 }

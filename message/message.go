@@ -34,10 +34,15 @@ const (
 	Failure Outcome = "failure"
 	// Retry: a transient problem; nothing was changed; send the command again later.
 	Retry Outcome = "retry"
+	// Accepted (forward only): the participant took the command and will
+	// answer success or failure later, in a reply of its own to the same
+	// command; stop re-sending it and wait up to the step's accepted
+	// deadline. The payload, optional, is an AcceptedAnswer.
+	Accepted Outcome = "accepted"
 )
 
 // Valid reports whether o is one of the known outcomes.
-func (o Outcome) Valid() bool { return o == Success || o == Failure || o == Retry }
+func (o Outcome) Valid() bool { return o == Success || o == Failure || o == Retry || o == Accepted }
 
 // Header names carried on every Kafka record we produce.
 const (
@@ -180,7 +185,9 @@ func (l Limits) reply(r *Reply, read bool) error {
 	case !r.Action.Valid():
 		return &FieldError{Field: "action", Reason: fmt.Sprintf("is %s, want forward, compensate or query", quote(string(r.Action), 64))}
 	case !r.Outcome.Valid():
-		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %s, want success, failure or retry", quote(string(r.Outcome), 64))}
+		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is %s, want success, failure, retry or accepted", quote(string(r.Outcome), 64))}
+	case r.Outcome == Accepted && r.Action != Forward:
+		return &FieldError{Field: "outcome", Reason: fmt.Sprintf("is accepted for action %s; only a forward is answered accepted", r.Action)}
 	}
 	if err := text("step", r.Step, l.MaxNameBytes, read); err != nil {
 		return err
@@ -193,6 +200,11 @@ func (l Limits) reply(r *Reply, read bool) error {
 	}
 	if r.Action == Query && r.Outcome == Success {
 		if _, err := DecodeQueryAnswer(r.Payload); err != nil {
+			return err
+		}
+	}
+	if r.Outcome == Accepted {
+		if _, err := DecodeAcceptedAnswer(r.Payload); err != nil {
 			return err
 		}
 	}

@@ -23,12 +23,16 @@ const (
 	// late forward is refused (the query closed the barrier, the way an
 	// empty compensation does; or a compensation had closed it already).
 	QueryClosed QueryState = "closed"
+	// QueryAccepted: the forward was answered accepted and is not settled
+	// yet (the participant will complete or fail it); still pending, and
+	// the barrier is not closed.
+	QueryAccepted QueryState = "accepted"
 )
 
 // Valid reports whether s is one of the known query states.
 func (s QueryState) Valid() bool {
 	switch s {
-	case QueryDone, QueryFailed, QueryCompensated, QueryClosed:
+	case QueryDone, QueryFailed, QueryCompensated, QueryClosed, QueryAccepted:
 		return true
 	}
 	return false
@@ -56,7 +60,7 @@ func DecodeQueryAnswer(payload json.RawMessage) (QueryAnswer, error) {
 		return QueryAnswer{}, &FieldError{Field: "payload", Reason: "of a query answer " + Truncate(err.Error(), 200) + `, want {"state": ..., "output": {...}}`}
 	}
 	if !a.State.Valid() {
-		return QueryAnswer{}, &FieldError{Field: "payload.state", Reason: fmt.Sprintf("is %s, want done, failed, compensated or closed", quote(string(a.State), 64))}
+		return QueryAnswer{}, &FieldError{Field: "payload.state", Reason: fmt.Sprintf("is %s, want done, failed, compensated, closed or accepted", quote(string(a.State), 64))}
 	}
 	out := bytes.TrimSpace(a.Output)
 	if string(out) == "null" {
@@ -77,7 +81,7 @@ func DecodeQueryAnswer(payload json.RawMessage) (QueryAnswer, error) {
 // Encode returns the answer as a reply payload.
 func (a QueryAnswer) Encode() (json.RawMessage, error) {
 	if !a.State.Valid() {
-		return nil, fmt.Errorf("query answer: state %q, want done, failed, compensated or closed", a.State)
+		return nil, fmt.Errorf("query answer: state %q, want done, failed, compensated, closed or accepted", a.State)
 	}
 	if len(a.Output) > 0 && a.State != QueryDone {
 		return nil, fmt.Errorf("query answer: output with state %q; only done carries one", a.State)

@@ -20,6 +20,8 @@ func TestDecodeQueryAnswer(t *testing.T) {
 		{name: "failed", payload: `{"state":"failed"}`, want: QueryFailed},
 		{name: "compensated", payload: `{"state":"compensated"}`, want: QueryCompensated},
 		{name: "closed", payload: `{"state":"closed"}`, want: QueryClosed},
+		{name: "accepted", payload: `{"state":"accepted"}`, want: QueryAccepted},
+		{name: "output with accepted", payload: `{"state":"accepted","output":{"a":1}}`, wantErr: `only done carries an output`},
 		{name: "missing", payload: ``, wantErr: `field "payload" is missing`},
 		{name: "null", payload: `null`, wantErr: `field "payload" is missing`},
 		{name: "no state", payload: `{}`, wantErr: `field "payload.state" is ""`},

@@ -164,7 +164,7 @@ func instanceDiscrepancies(in saga.Instance) []Discrepancy {
 	}
 	for _, s := range in.Steps {
 		switch s.State {
-		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepUnknown, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
+		case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepAccepted, saga.StepUnknown, saga.StepCompensating, saga.StepCompRetrying, saga.StepWaiting:
 			add(s.Name, KindActiveAfterTerminal, "the saga is %s but step %q is %s", in.State, s.Name, s.State)
 			continue
 		}

@@ -64,6 +64,16 @@ func appendStep(dst []byte, st *saga.StepState) ([]byte, error) {
 		dst = append(dst, `,"query_until":`...)
 		dst = strconv.AppendInt(dst, int64(st.QueryUntil), 10)
 	}
+	if st.AcceptedAt != nil {
+		dst = append(dst, `,"accepted_at":`...)
+		var err error
+		if dst, err = appendTime(dst, *st.AcceptedAt); err != nil {
+			return nil, fmt.Errorf("accepted_at: %w", err)
+		}
+	}
+	if st.Cancellable {
+		dst = append(dst, `,"cancellable":true`...)
+	}
 	if st.AwaitID != (uuid.UUID{}) {
 		dst = append(dst, `,"await_id":"`...)
 		dst = append(dst, st.AwaitID.String()...)
@@ -198,6 +208,10 @@ func decodeStepField(r *jsonlite.Reader, st *saga.StepState, key []byte) error {
 		return intField(r, &st.QueryAttempts)
 	case "query_until":
 		return intField(r, &st.QueryUntil)
+	case "accepted_at":
+		return timeField(r, &st.AcceptedAt)
+	case "cancellable":
+		return boolField(r, &st.Cancellable)
 	case "due_at":
 		return timeField(r, &st.DueAt)
 	case "started_at":
@@ -265,6 +279,25 @@ func timeField(r *jsonlite.Reader, t **time.Time) error {
 		return err
 	}
 	*t = &at
+	return nil
+}
+
+func boolField(r *jsonlite.Reader, b *bool) error {
+	if r.Null() {
+		return nil
+	}
+	raw, err := r.Raw()
+	if err != nil {
+		return err
+	}
+	switch string(raw) {
+	case "true":
+		*b = true
+	case "false":
+		*b = false
+	default:
+		return fmt.Errorf("%.20s is not a boolean", raw)
+	}
 	return nil
 }
 

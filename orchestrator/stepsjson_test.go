@@ -36,7 +36,7 @@ func randomSteps(rng *rand.Rand) []saga.StepState {
 		st := saga.StepState{
 			Name: strs[rng.IntN(len(strs))], Kind: saga.Kind(strs[rng.IntN(len(strs))]), State: saga.StepStatus(strs[rng.IntN(len(strs))]),
 			Attempts: rng.IntN(1000) - 10, CompAttempts: rng.IntN(3), RetryAnswers: rng.IntN(4) * (rng.IntN(2)*2 - 1), QueryAttempts: rng.IntN(3), QueryUntil: rng.IntN(2) * 5,
-			DueAt: tm(), StartedAt: tm(), FinishedAt: tm(), CompStartedAt: tm(), CompFinishedAt: tm(),
+			DueAt: tm(), StartedAt: tm(), FinishedAt: tm(), CompStartedAt: tm(), CompFinishedAt: tm(), AcceptedAt: tm(), Cancellable: rng.IntN(2) == 0,
 			LastError: strs[rng.IntN(len(strs))], Output: outs[rng.IntN(len(outs))], CompensationNote: strs[rng.IntN(len(strs))],
 		}
 		if rng.IntN(2) == 0 {

@@ -42,6 +42,12 @@ type barrier struct {
 	insertPending, insertClosed, record, read string
 	// closeByQuery closes a forward nothing was recorded for (a query).
 	closeByQuery string
+	// acceptMeta records what settling an accepted forward needs (the
+	// command to answer, its reply topic, cancellable); acceptCopy moves
+	// it to a later copy of the command; settleAccepted records the final
+	// outcome of an accepted forward; cancelAccepted settles a cancellable
+	// one as failed (a compensation met it).
+	acceptMeta, acceptCopy, settleAccepted, cancelAccepted string
 	// claimForwards, recordForwards and releaseForwards are the forward
 	// rows of a run of forwards: claimed (pending) before the handlers,
 	// then recorded, or removed for a retry.
@@ -78,8 +84,17 @@ WHERE b.saga_id = ANY($1::uuid[]) AND b.saga_id = u.saga_id AND b.step = u.step 
 		closeByQuery: `INSERT INTO ` + t + ` (saga_id, step, action, outcome, reason, closed)
 VALUES ($1, $2, 'forward', 'failure', '` + ReasonClosedByQuery + `', true)
 ON CONFLICT DO NOTHING`,
-		read: `SELECT outcome, reason, payload::text, closed FROM ` + t + `
+		read: `SELECT outcome, reason, payload::text, closed, cancellable FROM ` + t + `
 WHERE saga_id = $1 AND step = $2 AND action = $3`,
+		acceptMeta: `UPDATE ` + t + ` SET command_id = $3, attempt = $4, reply_to = $5, cancellable = $6
+WHERE saga_id = $1 AND step = $2 AND action = 'forward'`,
+		acceptCopy: `UPDATE ` + t + ` SET command_id = $3, attempt = $4, reply_to = $5
+WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted' AND coalesce(attempt, 0) < $4`,
+		settleAccepted: `UPDATE ` + t + ` SET outcome = $3, reason = $4, payload = $5::text::jsonb
+WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted'
+RETURNING command_id, reply_to, payload::text`,
+		cancelAccepted: `UPDATE ` + t + ` SET outcome = 'failure', reason = '` + ReasonCancelled + `', closed = true
+WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted' AND cancellable`,
 	}
 }
 
@@ -89,6 +104,8 @@ type recorded struct {
 	reason  string
 	payload *string
 	closed  bool
+	// cancellable: an accepted forward answered cancellable.
+	cancellable bool
 }
 
 // execute runs a compensation or a query behind the barrier inside tx
@@ -112,7 +129,7 @@ func (p *Participant) execute(ctx context.Context, tx pgx.Tx, cmd message.Comman
 			res, err = p.compensate(ctx, tx, cmd, h.compensate)
 		}
 	case message.Query:
-		res, err = p.query(ctx, tx, cmd)
+		res, err = p.query(ctx, tx, cmd, h.acceptedQuery)
 	default:
 		return message.Reply{}, fmt.Errorf("participant %q: saga %s step %q message-id hash %s: %w: action %q",
 			p.cfg.Name, cmd.SagaID, cmd.Step, message.IDHash(cmd.MessageID), message.ErrInvalid, cmd.Action)
@@ -191,6 +208,18 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err != nil {
 			return recorded{}, err
 		}
+		if fwd.outcome == string(message.Accepted) {
+			var held bool
+			if fwd, held, err = p.meetAccepted(ctx, claim, cmd, fwd); err != nil || held {
+				if err == nil {
+					err = claim.Rollback(ctx)
+				}
+				if err != nil {
+					return recorded{}, fmt.Errorf("%s: %w", op, err)
+				}
+				return recorded{outcome: string(message.Retry), reason: ReasonHeld}, nil
+			}
+		}
 		switch fwd.outcome {
 		case string(message.Failure):
 			empty = true
@@ -245,6 +274,28 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 	return recorded{}, fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", op, res.Outcome)
 }
 
+// meetAccepted is a compensation meeting an accepted forward fwd: a
+// cancellable one is settled as failed (the compensation is then empty),
+// any other holds the compensation (held: answer retry, record nothing).
+// A forward settled meanwhile by Complete or Fail (its transaction
+// committed while this one waited for the row) is read again and returned.
+func (p *Participant) meetAccepted(ctx context.Context, claim pgx.Tx, cmd message.Command, fwd recorded) (recorded, bool, error) {
+	if !fwd.cancellable {
+		p.log(ctx, cmd).InfoContext(ctx, "compensation held: the forward is accepted and not settled")
+		return fwd, true, nil
+	}
+	tag, err := claim.Exec(ctx, p.barrier.cancelAccepted, cmd.SagaID, cmd.Step)
+	if err != nil {
+		return fwd, false, fmt.Errorf("cancel the accepted forward: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		p.log(ctx, cmd).InfoContext(ctx, "accepted forward cancelled by its compensation")
+		return recorded{outcome: string(message.Failure), reason: ReasonCancelled, closed: true}, false, nil
+	}
+	fwd, err = p.read(ctx, claim, cmd, message.Forward)
+	return fwd, err == nil && fwd.outcome == string(message.Accepted), err
+}
+
 // runHandler runs fn for cmd alone in a savepoint nested in claim. A
 // Success keeps its writes; any other outcome, or an error, rolls them
 // back. A handler error wrapping message.ErrInvalid becomes a Failure with
@@ -275,7 +326,8 @@ func (p *Participant) runHandler(ctx context.Context, claim pgx.Tx, cmd message.
 	// unclean reason is cut and cleaned rather than making the reply, and
 	// so the command, invalid.
 	res.Reason = message.Truncate(res.Reason, message.MaxReasonBytesDefault)
-	if res.Outcome == message.Success {
+	if res.Outcome == message.Success || res.Outcome == message.Accepted {
+		// An accepted forward keeps its writes too: the work it took on.
 		if err := sp.Commit(ctx); err != nil {
 			return Result{}, false, fmt.Errorf("%s: release handler savepoint: %w", op, err)
 		}
@@ -295,7 +347,7 @@ func (p *Participant) record(ctx context.Context, db pgx.Tx, cmd message.Command
 
 func (p *Participant) read(ctx context.Context, db pgx.Tx, cmd message.Command, action message.Action) (recorded, error) {
 	var rec recorded
-	err := db.QueryRow(ctx, p.barrier.read, cmd.SagaID, cmd.Step, string(action)).Scan(&rec.outcome, &rec.reason, &rec.payload, &rec.closed)
+	err := db.QueryRow(ctx, p.barrier.read, cmd.SagaID, cmd.Step, string(action)).Scan(&rec.outcome, &rec.reason, &rec.payload, &rec.closed, &rec.cancellable)
 	if err != nil {
 		return recorded{}, fmt.Errorf("%s: read %s barrier row: %w", p.opName(cmd), action, err)
 	}

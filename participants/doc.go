@@ -44,6 +44,37 @@
 // decided in the same round trip, a batch run again), and only what
 // commits counts.
 //
+// # Answer later
+//
+// A forward handler whose work outlasts a command (a call to an outside
+// system, a human's check) records the work to do in its transaction and
+// returns [Accepted]: its writes are kept, the barrier records the forward
+// as accepted and the orchestrator stops re-sending, waiting up to the
+// step's accepted deadline. Copies of the command are answered accepted
+// again, and a query "accepted". Later, from any code path, settle the
+// step by its reference ([RefOf] the command: the barrier key, saga id and
+// step; [Ref.String] stores it) in your own transaction:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// ... your own writes: the outcome of the work ...
+//		return p.Complete(ctx, tx, ref, map[string]string{"charge_id": id}) // or p.Fail(ctx, tx, ref, "declined")
+//	})
+//
+// Complete and Fail record the outcome in the barrier and enqueue the
+// final reply in that transaction, so the step is settled exactly when
+// your writes commit. A compensation that meets the accepted step is held
+// (answered retry) until it is settled; one that meets a step answered
+// [AcceptedCancellable] settles it as failed (reason [ReasonCancelled])
+// and is empty, and a later Complete or Fail returns [ErrCancelled]: undo
+// or abandon the work instead of reporting it. Settling a step that is not
+// accepted returns [ErrSettled] (or [ErrUnknownRef]). Package
+// participants/external does this for a step that calls an outside system:
+// the intent recorded in the handler's transaction, the call made after
+// the commit with an idempotency key, retried, bounded and behind a
+// circuit, and the step settled by the provider's answer.
+// [Participant.OnAcceptedQuery] registers a step's hook for the
+// orchestrator's query of an accepted step (a lookup at the provider).
+//
 // A [Handler] gets all the first-time forwards of its step in a consumed
 // batch at once, so it can do them with one set-based statement; it only
 // has to get the plain case right: unless every [Result] is a Success, the

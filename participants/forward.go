@@ -136,12 +136,21 @@ func (c *call) runClaimed(run []*item, claimed map[barrierKey]bool) error {
 		if err != nil {
 			return err
 		}
-		if rec.closed {
+		switch {
+		case rec.closed:
 			// Closed by its compensation (reason compensated) or by a
 			// query (closed_by_query): never executed.
 			p.log(it.ctx, it.cmd).InfoContext(it.ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
 			rec = recorded{outcome: string(message.Failure), reason: cmp.Or(rec.reason, ReasonCompensated)}
-		} else {
+		case rec.outcome == string(message.Accepted):
+			// Still accepted: answered so again, and the final reply
+			// will answer this copy if it is the latest.
+			if _, err := tx.Exec(it.ctx, p.barrier.acceptCopy, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo); err != nil {
+				return fmt.Errorf("%s: note the copy of an accepted forward: %w", p.opName(it.cmd), err)
+			}
+			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered accepted from the barrier")
+			rec = recorded{outcome: string(message.Accepted), payload: acceptedPayload(rec.cancellable)}
+		default:
 			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
 		}
 		it.reply = replyTo(it.cmd, rec)
@@ -242,8 +251,14 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error 
 				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Retry), reason: res.Reason})
 				rel = append(rel, it)
 				continue
+			case res.Outcome == message.Accepted:
+				rec, outcomes, reasons, payloads = append(rec, it), append(outcomes, string(res.Outcome)), append(reasons, new(string)), append(payloads, nil)
+				c.tail.Queue(p.barrier.acceptMeta, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo, res.cancellable())
+				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Accepted), payload: acceptedPayload(res.cancellable())})
+				p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward accepted", slog.Bool("cancellable", res.cancellable()))
+				continue
 			case res.Outcome != message.Success && res.Outcome != message.Failure:
-				return fmt.Errorf("%s: handler returned outcome %q, want success, failure or retry", p.opName(it.cmd), res.Outcome)
+				return fmt.Errorf("%s: handler returned outcome %q, want success, failure, retry or accepted", p.opName(it.cmd), res.Outcome)
 			}
 			var pl *string
 			if res.Outcome == message.Success {
@@ -317,6 +332,16 @@ func barrierArgs(items []*item) ([]pgtype.UUID, []string) {
 		ids[i], steps[i] = pgtype.UUID{Bytes: it.cmd.SagaID, Valid: true}, it.cmd.Step
 	}
 	return ids, steps
+}
+
+// acceptedPayload is the payload of an accepted reply.
+func acceptedPayload(cancellable bool) *string {
+	b := message.AcceptedAnswer{Cancellable: cancellable}.Encode()
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 func allSuccess(rs []Result) bool {

@@ -17,9 +17,10 @@ import (
 // an empty compensation closes it, so a forward still on its way is refused
 // from now on and the answer "closed" stays true. The insert waits for a
 // concurrent copy of the forward still in its transaction, so the answer is
-// never "closed" while that copy commits an effect. Queries record nothing
+// never "closed" while that copy commits an effect. A forward answered
+// accepted and not settled yet is answered "accepted" (still pending). Queries record nothing
 // of their own: every copy reads the barrier afresh, which is idempotent.
-func (p *Participant) query(ctx context.Context, tx pgx.Tx, cmd message.Command) (recorded, error) {
+func (p *Participant) query(ctx context.Context, tx pgx.Tx, cmd message.Command, onAccepted func(context.Context, pgx.Tx, Ref) error) (recorded, error) {
 	op := p.opName(cmd)
 	tag, err := tx.Exec(ctx, p.barrier.closeByQuery, cmd.SagaID, cmd.Step)
 	if err != nil {
@@ -38,6 +39,14 @@ func (p *Participant) query(ctx context.Context, tx pgx.Tx, cmd message.Command)
 			ans.State = message.QueryClosed
 		case fwd.outcome == string(message.Failure):
 			ans.State = message.QueryFailed
+		case fwd.outcome == string(message.Accepted):
+			// Taken, to be settled later: still pending, and not closed.
+			ans.State = message.QueryAccepted
+			if onAccepted != nil {
+				if err := onAccepted(ctx, tx, RefOf(cmd)); err != nil {
+					return recorded{}, fmt.Errorf("%s: accepted-query hook: %w", op, err)
+				}
+			}
 		case fwd.outcome == string(message.Success):
 			comp, found, err := p.readOptional(ctx, tx, cmd, message.Compensate)
 			if err != nil {

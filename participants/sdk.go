@@ -2,6 +2,7 @@ package participants
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
@@ -140,6 +142,9 @@ type Participant struct {
 
 type stepHandlers struct {
 	forward, compensate Handler
+	// acceptedQuery, if set, is told of a query of the step's forward
+	// while it is accepted (OnAcceptedQuery).
+	acceptedQuery func(ctx context.Context, tx pgx.Tx, ref Ref) error
 }
 
 // replyTopicAllowed checks a command's reply_to against Config.ReplyTopics.
@@ -190,6 +195,32 @@ func (p *Participant) Handle(step string, forward, compensate Handler) error {
 		return fmt.Errorf("participant %q: Handle step %q: already registered", p.cfg.Name, step)
 	}
 	p.handlers[step] = stepHandlers{forward: forward, compensate: compensate}
+	return nil
+}
+
+// OnAcceptedQuery registers fn, called when a query finds step's forward
+// accepted and not settled (the orchestrator gave up waiting for the
+// final answer), in the query's transaction, before it is answered
+// "accepted": a hook to go and find out now (ask the outside system what
+// became of the work) and settle the step, typically by scheduling a
+// lookup for a worker (package participants/external does). It must not
+// make a network call itself (it runs inside the transaction). An error
+// fails the query's transaction, which is processed again. The step must
+// be registered (Handle) first.
+func (p *Participant) OnAcceptedQuery(step string, fn func(ctx context.Context, tx pgx.Tx, ref Ref) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.handlers[step]
+	switch {
+	case !ok:
+		return fmt.Errorf("participant %q: OnAcceptedQuery step %q: not registered (Handle it first)", p.cfg.Name, step)
+	case fn == nil:
+		return fmt.Errorf("participant %q: OnAcceptedQuery step %q: fn is nil", p.cfg.Name, step)
+	case h.acceptedQuery != nil:
+		return fmt.Errorf("participant %q: OnAcceptedQuery step %q: already registered", p.cfg.Name, step)
+	}
+	h.acceptedQuery = fn
+	p.handlers[step] = h
 	return nil
 }
 

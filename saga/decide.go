@@ -383,6 +383,8 @@ func (m *machine) reply(r *message.Reply) (Decision, error) {
 			s.LastError = "retry: " + r.Reason
 			s.DueAt = nil
 			m.retryOrGiveUp(i, true)
+		case message.Accepted:
+			return m.acceptedReply(i, r, base)
 		default:
 			return Decision{}, fmt.Errorf("saga %s: reply %s: unknown outcome %q", m.in.ID, r.MessageID, r.Outcome)
 		}
@@ -554,7 +556,7 @@ func (m *machine) operator(op Operator) (Decision, error) {
 		s := &m.in.Steps[i]
 		entry.Step = s.Name
 		switch s.State {
-		case StepRunning, StepRetrying:
+		case StepRunning, StepRetrying, StepAccepted:
 			entry.Action = string(message.Forward)
 			m.note(entry)
 			if err := m.sendForward(i); err != nil {
@@ -584,7 +586,7 @@ func (m *machine) operator(op Operator) (Decision, error) {
 		s := &m.in.Steps[i]
 		entry.Step = s.Name
 		m.note(entry)
-		if s.State == StepRunning || s.State == StepRetrying || s.State == StepQuerying {
+		if s.State.inFlight() {
 			s.State, s.DueAt = StepUnknown, nil
 			s.LastError = "compensated by operator " + op.Actor
 		}

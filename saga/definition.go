@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,14 +41,17 @@ const (
 
 // Defaults for step and saga options.
 const (
-	StepTimeoutDefault        = 10 * time.Second
-	RetryInitialDefault       = 200 * time.Millisecond
-	RetryMaxIntervalDefault   = 30 * time.Second
-	RetryMultiplierDefault    = 2.0
-	RetryMaxAttemptsDefault   = 5  // before the pivot: retry answers before giving up
-	PivotMaxAttemptsDefault   = 10 // pivot: retry answers before failed
-	FlagAfterDefault          = 10 // after the pivot and for compensations: attempts before flagging
-	QueryAttemptsDefault      = 5  // query sends before a given-up step is given up for good
+	StepTimeoutDefault      = 10 * time.Second
+	RetryInitialDefault     = 200 * time.Millisecond
+	RetryMaxIntervalDefault = 30 * time.Second
+	RetryMultiplierDefault  = 2.0
+	RetryMaxAttemptsDefault = 5  // before the pivot: retry answers before giving up
+	PivotMaxAttemptsDefault = 10 // pivot: retry answers before failed
+	FlagAfterDefault        = 10 // after the pivot and for compensations: attempts before flagging
+	QueryAttemptsDefault    = 5  // query sends before a given-up step is given up for good
+	// AcceptedDeadlineDefault is how long a step answered accepted waits
+	// for its final answer before it is queried (Step.AcceptedDeadline).
+	AcceptedDeadlineDefault   = 24 * time.Hour
 	DefinitionVersionDefault  = 1
 	maxNameLen                = 100
 	retryJitterFraction       = 0.5
@@ -168,6 +172,14 @@ type Step[T any] struct {
 	// negative: never query (a participant that does not implement the
 	// query action).
 	QueryAttempts int
+	// AcceptedDeadline: how long after its participant answered the
+	// forward accepted (it will complete or fail the step later) the step
+	// waits for that final answer, re-sending nothing; when it passes the
+	// step is given up like a forward without a definite answer: queried
+	// first (a query answered accepted counts as no answer), and after the
+	// pivot re-sent. It replaces the step's Deadline once accepted. Zero:
+	// AcceptedDeadlineDefault.
+	AcceptedDeadline time.Duration
 
 	// Group puts the step in a parallel group: consecutive steps with the
 	// same Group run at once (every member's command is sent in one
@@ -255,6 +267,9 @@ type StepDef struct {
 	// Deadline as defined or overridden; zero means the default, which
 	// follows the Timeout (see GiveUpAfter).
 	Deadline time.Duration
+	// AcceptedDeadline is how long an accepted forward waits for its
+	// final answer (Step.AcceptedDeadline with its default).
+	AcceptedDeadline time.Duration
 	// CompRetry governs compensation re-sends (MaxAttempts = flag after).
 	CompRetry RetryPolicy
 	// QueryAttempts is how many query sends settle a given-up step before
@@ -434,8 +449,8 @@ func (d Definition[T]) Build() (*Def, error) {
 		if s.QueryAttempts > 1000 {
 			return nil, bad(s.Name, "query attempts %d: at most 1000 (negative disables queries)", s.QueryAttempts)
 		}
-		if s.Timeout < 0 || s.Deadline < 0 {
-			return nil, bad(s.Name, "timeout and deadline must not be negative")
+		if s.Timeout < 0 || s.Deadline < 0 || s.AcceptedDeadline < 0 {
+			return nil, bad(s.Name, "timeout, deadline and accepted deadline must not be negative")
 		}
 	}
 	for i, s := range d.Steps {
@@ -478,8 +493,9 @@ func (d Definition[T]) Build() (*Def, error) {
 		sd := StepDef{
 			Name: s.Name, Participant: s.Participant, Kind: s.Kind,
 			Timeout: timeout, Retry: s.Retry.withDefaults(s.Kind), Deadline: s.Deadline,
-			CompRetry: RetryPolicy{InitialInterval: s.Retry.InitialInterval, MaxInterval: s.Retry.MaxInterval, Multiplier: s.Retry.Multiplier, MaxAttempts: flagAfter}.withDefaults(Retryable),
-			Group:     s.Group, Conditional: s.When != nil, Event: s.Event, OnDeadline: s.OnDeadline,
+			AcceptedDeadline: cmp.Or(s.AcceptedDeadline, AcceptedDeadlineDefault),
+			CompRetry:        RetryPolicy{InitialInterval: s.Retry.InitialInterval, MaxInterval: s.Retry.MaxInterval, Multiplier: s.Retry.Multiplier, MaxAttempts: flagAfter}.withDefaults(Retryable),
+			Group:            s.Group, Conditional: s.When != nil, Event: s.Event, OnDeadline: s.OnDeadline,
 		}
 		if s.Command != nil {
 			sd.command = payloadBuilder(s.Command)

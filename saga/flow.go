@@ -210,6 +210,7 @@ func (m *machine) unitProgress(u int) {
 func (m *machine) compensate() {
 	m.in.State = Compensating
 	m.in.DeadlineAt = nil
+	m.cancelAccepted()
 	inFlight := false
 	for i := range m.in.Steps {
 		s := &m.in.Steps[i]

@@ -356,11 +356,16 @@ func runFlow(t *testing.T, def *saga.Def, b []byte) {
 			case 0, 1: // a reply to any command sent, any outcome
 				sent := h.Sent()
 				cmd := sent[c.next()%len(sent)]
-				answers := []sagatest.Answer{sagatest.Succeeded(nil), sagatest.Failed("no"), sagatest.RetryLater("later")}
-				if cmd.Action == message.Query {
-					answers = []sagatest.Answer{sagatest.Recorded(message.QueryDone, nil), sagatest.Recorded(message.QueryFailed, nil), sagatest.RetryLater("later")}
+				answers := []sagatest.Answer{sagatest.Succeeded(nil), sagatest.Failed("no"), sagatest.RetryLater("later"),
+					sagatest.AcceptedLater(false), sagatest.AcceptedLater(true)}
+				switch cmd.Action {
+				case message.Query:
+					answers = []sagatest.Answer{sagatest.Recorded(message.QueryDone, nil), sagatest.Recorded(message.QueryFailed, nil), sagatest.RetryLater("later"),
+						sagatest.Recorded(message.QueryAccepted, nil)}
+				case message.Compensate:
+					answers = answers[:3] // never answered accepted
 				}
-				h.Reply(cmd, answers[c.next()%3])
+				h.Reply(cmd, answers[c.next()%len(answers)])
 			case 2: // the next timer
 				if _, ok := h.NextWakeup(); ok {
 					h.FireNextTimer()

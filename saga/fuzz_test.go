@@ -57,6 +57,24 @@ func (m *model) reply(c message.Command, outcome message.Outcome) *message.Reply
 	return m.h.replyTo(c, outcome)
 }
 
+// answer is the k-th kind of answer to c: success, failure, retry, and
+// for a forward accepted, or accepted and cancellable (a retry for any
+// other action, which is never answered accepted).
+func (m *model) answer(c message.Command, k int) *message.Reply {
+	k %= 5
+	if k < 3 {
+		return m.reply(c, outcomes[k])
+	}
+	if c.Action != message.Forward {
+		return m.reply(c, message.Retry)
+	}
+	r := m.reply(c, message.Accepted)
+	if k == 4 {
+		r.Payload = message.AcceptedAnswer{Cancellable: true}.Encode()
+	}
+	return r
+}
+
 // outstanding is the command the saga awaits, if any.
 func (m *model) outstanding() (message.Command, bool) {
 	in := m.h.in
@@ -279,7 +297,7 @@ func (m *model) checkTimeouts(prev saga.Instance, ev saga.Event, d saga.Decision
 			continue
 		}
 		switch ns.State {
-		case saga.StepRunning, saga.StepRetrying, saga.StepSucceeded, saga.StepFailed:
+		case saga.StepRunning, saga.StepRetrying, saga.StepAccepted, saga.StepSucceeded, saga.StepFailed:
 			continue
 		}
 		switch {
@@ -302,12 +320,12 @@ func (m *model) step(c *choices) {
 	switch c.next() % 12 {
 	case 0, 1, 2: // answer the awaited command
 		if cmd, ok := m.outstanding(); ok {
-			m.apply(h.replyEv(m.reply(cmd, outcomes[c.next()%3])))
+			m.apply(h.replyEv(m.answer(cmd, c.next())))
 		}
 	case 3: // answer any command sent so far (stale, duplicate, other attempts)
 		if len(h.sent) > 0 {
 			cmd := h.sent[c.next()%len(h.sent)]
-			m.apply(h.replyEv(m.reply(cmd, outcomes[c.next()%3])))
+			m.apply(h.replyEv(m.answer(cmd, c.next())))
 		}
 	case 4: // redeliver a reply already delivered
 		if len(m.replies) > 0 {
@@ -315,7 +333,7 @@ func (m *model) step(c *choices) {
 		}
 	case 5: // produce an answer now, deliver it later
 		if cmd, ok := m.outstanding(); ok {
-			m.held = append(m.held, m.reply(cmd, outcomes[c.next()%3]))
+			m.held = append(m.held, m.answer(cmd, c.next()))
 		}
 	case 6: // deliver a held answer, out of order
 		if len(m.held) > 0 {
@@ -326,7 +344,7 @@ func (m *model) step(c *choices) {
 		}
 	case 7: // a stray reply: never sent, or naming another step
 		if len(h.sent) > 0 {
-			r := m.reply(h.sent[c.next()%len(h.sent)], outcomes[c.next()%3])
+			r := m.answer(h.sent[c.next()%len(h.sent)], c.next())
 			if c.next()%2 == 0 {
 				r.InReplyTo = uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprint("stray", c.i)))
 			} else {
@@ -338,7 +356,9 @@ func (m *model) step(c *choices) {
 			m.apply(h.replyEv(r))
 		}
 	case 8, 9: // a timer
-		switch c.next() % 4 {
+		switch c.next() % 5 {
+		case 4: // far ahead: past an accepted deadline
+			h.tick(saga.AcceptedDeadlineDefault)
 		case 0, 1:
 			if w := h.in.NextWakeup(); w != nil && w.After(h.now) {
 				h.now = *w
@@ -396,6 +416,7 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 8}) // timeouts
 	f.Add([]byte{0, 0, 2, 0, 8, 0, 0, 0, 2, 0, 8, 0, 0, 10, 0, 0, 2, 0, 4, 0, 3, 3, 1})
 	f.Add([]byte{0, 5, 1, 0, 0, 0, 0, 6, 0, 0, 4, 0, 0, 7, 0, 0, 1, 0, 7, 1, 1, 1, 1, 10, 1, 1, 3})
+	f.Add([]byte{0, 0, 0, 0, 0, 3, 0, 8, 4, 0, 0, 0, 0, 0, 4, 0, 8, 4, 0, 0, 0}) // accepted, its deadline; accepted cancellable
 	f.Add([]byte("a mixture of everything: replies, stale, timers, operators \x08\x09\x0a\x0b"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 4096 {
@@ -436,16 +457,18 @@ func TestEventuallyTerminal(t *testing.T) {
 				cmd, ok := m.outstanding()
 				if ok && rng.Float64() < 0.8 {
 					h.tick(time.Duration(rng.IntN(3000)) * time.Millisecond)
-					var o message.Outcome
+					var k int // success, failure, retry, accepted, accepted and cancellable
 					switch r := rng.Float64(); {
 					case r < 0.6:
-						o = message.Success
-					case r < 0.75:
-						o = message.Failure
+						k = 0
+					case r < 0.72:
+						k = 1
+					case r < 0.9:
+						k = 2
 					default:
-						o = message.Retry
+						k = 3 + rng.IntN(2)
 					}
-					m.apply(h.replyEv(m.reply(cmd, o)))
+					m.apply(h.replyEv(m.answer(cmd, k)))
 					continue
 				}
 				h.fireEv()

@@ -58,7 +58,16 @@ const (
 	// recorded; the answer settles the step (done: succeeded; failed or
 	// closed: failed; compensated), and only if no query is answered does
 	// the give-up go ahead (StepUnknown).
-	StepQuerying     StepStatus = "querying"
+	StepQuerying StepStatus = "querying"
+	// StepAccepted: the participant answered the forward accepted: it will
+	// settle it later (success or failure, a reply of its own). Nothing is
+	// re-sent; DueAt is the accepted deadline, after which the step is
+	// given up like a forward without a definite answer (queried first;
+	// after the pivot re-sent). Cancellable says whether a compensation may
+	// cancel it meanwhile: when the saga turns back, a cancellable accepted
+	// step is compensated at once (its participant settles it as failed),
+	// any other is held in flight until it is settled.
+	StepAccepted     StepStatus = "accepted"
 	StepCompensating StepStatus = "compensating"
 	StepCompRetrying StepStatus = "compensation_retrying"
 	StepCompensated  StepStatus = "compensated"
@@ -72,14 +81,14 @@ const (
 // inFlight reports whether a step in status st has a forward out whose
 // outcome is not settled yet (running, retrying or querying).
 func (st StepStatus) inFlight() bool {
-	return st == StepRunning || st == StepRetrying || st == StepQuerying
+	return st == StepRunning || st == StepRetrying || st == StepQuerying || st == StepAccepted
 }
 
 // awaiting reports whether a step in status st awaits an answer, a timer
 // or an event (it is active).
 func (st StepStatus) awaiting() bool {
 	switch st {
-	case StepRunning, StepRetrying, StepQuerying, StepCompensating, StepCompRetrying, StepWaiting:
+	case StepRunning, StepRetrying, StepQuerying, StepAccepted, StepCompensating, StepCompRetrying, StepWaiting:
 		return true
 	}
 	return false
@@ -115,6 +124,11 @@ type StepState struct {
 	// queries ends (it keeps counting across rounds, so every query send
 	// has an id of its own).
 	QueryUntil int `json:"query_until,omitempty"`
+	// AcceptedAt is when the forward was answered accepted (the latest
+	// time, if it was accepted again after a re-send); Cancellable is what
+	// that answer said (message.AcceptedAnswer).
+	AcceptedAt  *time.Time `json:"accepted_at,omitempty"`
+	Cancellable bool       `json:"cancellable,omitempty"`
 	// AwaitID is the message id of the latest command sent for the step.
 	AwaitID uuid.UUID `json:"await_id,omitzero"`
 	// DueAt is when the active command times out (running, compensating) or

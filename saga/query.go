@@ -116,6 +116,18 @@ func (m *machine) queryReply(i int, r *message.Reply, base JournalEntry) (Decisi
 	if err != nil {
 		return Decision{}, fmt.Errorf("saga %s: reply %s to a query of step %q: %w", m.in.ID, r.MessageID, s.Name, err)
 	}
+	if ans.State == message.QueryAccepted {
+		if r.InReplyTo != s.AwaitID {
+			base.Reason = "answer to an earlier query"
+			return m.ignore(true, base)
+		}
+		// Still pending at the participant: no definite answer; ask
+		// again after the backoff, within the round.
+		m.note(withEvent(base, JournalQueryBusy, "participant recorded accepted: not settled yet"))
+		due := m.at.Add(Backoff(m.def.Steps[i].Retry, m.in.ID, s.Name+"/query", s.QueryAttempts))
+		s.DueAt = &due
+		return m.finish()
+	}
 	m.note(withEvent(base, JournalQueryAnswered, "participant recorded "+string(ans.State)))
 	m.settleByQuery(i, ans)
 	return m.finish()
@@ -150,7 +162,7 @@ func (m *machine) operatorQuery(entry JournalEntry) error {
 	case m.in.State == Failed && s.State == StepUnknown:
 		m.in.State = Running
 		m.in.FinishedAt = nil
-	case m.in.State == Running && (s.State == StepRunning || s.State == StepRetrying):
+	case m.in.State == Running && (s.State == StepRunning || s.State == StepRetrying || s.State == StepAccepted):
 	default:
 		return &RefusedError{Action: ActionQuery, Why: fmt.Sprintf("the saga is %s and step %q %s; a query settles a running forward or a failed saga's given-up step", m.in.State, s.Name, s.State)}
 	}

@@ -8,13 +8,15 @@ import (
 	"time"
 )
 
-// StepOverride changes a step's timeout, deadline and retry policy from
-// configuration, without recompiling. Zero fields keep the definition's
-// value (a defaulted deadline follows an overridden timeout).
+// StepOverride changes a step's timeout, deadline, accepted deadline and
+// retry policy from configuration, without recompiling. Zero fields keep
+// the definition's value (a defaulted deadline follows an overridden
+// timeout).
 type StepOverride struct {
-	Timeout  time.Duration
-	Deadline time.Duration
-	Retry    RetryPolicy
+	Timeout          time.Duration
+	Deadline         time.Duration
+	AcceptedDeadline time.Duration
+	Retry            RetryPolicy
 }
 
 // Registry holds the saga definitions a process knows, by type and version.
@@ -80,6 +82,9 @@ func (r *Registry) Override(sagaType, step string, o StepOverride) error {
 		}
 		if o.Deadline > 0 {
 			s.Deadline = o.Deadline
+		}
+		if o.AcceptedDeadline > 0 {
+			s.AcceptedDeadline = o.AcceptedDeadline
 		}
 		p := s.Retry
 		if o.Retry.InitialInterval > 0 {

@@ -145,7 +145,7 @@ func (m *machine) forceFail(op Operator, entry JournalEntry) error {
 	entry.Step = s.Name
 	m.note(entry)
 	switch s.State {
-	case StepRunning, StepRetrying, StepQuerying:
+	case StepRunning, StepRetrying, StepQuerying, StepAccepted:
 		s.State = StepUnknown
 		s.LastError = fmt.Sprintf("forced to failed by %s while %s", op.Actor, s.State)
 	case StepCompensating, StepCompRetrying:

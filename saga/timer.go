@@ -91,6 +91,8 @@ func (m *machine) stepTimer(i int) bool {
 		}
 	case StepQuerying:
 		m.queryTimer(i)
+	case StepAccepted:
+		m.acceptedTimedOut(i)
 	case StepCompensating:
 		m.note(JournalEntry{Event: JournalTimeout, Step: s.Name, Action: string(message.Compensate), Reason: fmt.Sprintf("no reply to compensation attempt %d", s.CompAttempts)})
 		m.compensationRetry(i, fmt.Sprintf("compensation attempt %d timed out", s.CompAttempts))

@@ -58,7 +58,7 @@
 const { Pool } = require('pg');
 const { Store } = require('./lib/store');
 const { Participant } = require('./lib/participant');
-const { conformanceStep } = require('./lib/conformance');
+const { conformanceStep, finishStep } = require('./lib/conformance');
 const { Retention } = require('./lib/retention');
 const { kafkaSecurity, retention, positiveInt, metricsAddr, relay, bool } = require('./lib/env');
 const { Signing, signingFromEnv } = require('./lib/sign');
@@ -98,9 +98,12 @@ async function main() {
   pool.on('error', (e) => log('warn', 'idle Postgres connection failed', { error: e.message }));
   const store = new Store(pool, cfg.schema);
   const metrics = metricsHTTP.participantMetrics({ name: cfg.name, pool, store, log });
+  // The finish step settles accepted steps through the participant (made
+  // just below; called only once it runs).
+  const settle = (c, ref, res) => participant.settle(c, ref, res);
   const participant = new Participant({
     name: cfg.name, brokers: cfg.brokers, ssl: cfg.ssl, sasl: cfg.sasl, pool, store, replyTopics: cfg.replyTopics,
-    partitions: cfg.partitions, steps: [conformanceStep(store)], log, relayMaxAttempts: cfg.relay.maxAttempts, metrics,
+    partitions: cfg.partitions, steps: [conformanceStep(store), finishStep(store, settle)], log, relayMaxAttempts: cfg.relay.maxAttempts, metrics,
     signing: new Signing({ name: cfg.name, ...cfg.signing, invalid: (why) => new InvalidMessage(why) }),
   });
   if (cfg.signing.commandKeys.length === 0) log('warn', 'commands are not verified: set SAGAFLOW_SECURITY_ORCHESTRATOR_KEYS');

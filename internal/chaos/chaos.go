@@ -20,6 +20,7 @@ import (
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/migrations"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/external/fakeprovider"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/steps/orderapi"
 	"github.com/sagaflow/sagaflow/steps/tripapi"
@@ -46,6 +47,8 @@ type harness struct {
 	orchs    []*child
 	httpAddr map[string]string
 	pool     *pgxpool.Pool
+	// provider is the fake payment provider (Config.PaymentProvider).
+	provider *fakeprovider.Server
 }
 
 // Run runs the harness: the fault-free twin first when cfg.Twin asks for
@@ -163,6 +166,11 @@ func runOnce(ctx context.Context, cfg Config, workDir string) (res Result, err e
 	})
 	if err := h.prepare(ctx, plan); err != nil {
 		return res, err
+	}
+
+	if cfg.PaymentProvider {
+		h.provider = fakeprovider.Start(workload.LimitCentsDefault)
+		defer h.provider.Close()
 	}
 
 	// Children, each behind its own Postgres proxy.

@@ -72,6 +72,46 @@ func TestHarnessTiny(t *testing.T) {
 	}
 }
 
+// TestHarnessPaymentProvider: the participants charge through the fake
+// payment provider (answer later: the payment step is accepted, charged
+// after the commit, completed by the provider's answer) while the
+// participants processes are killed and stopped, so kills fall between a
+// charge's intent, its call and its completion: every saga ends, every
+// invariant holds, and the provider's own count of charges equals the
+// ledger's, one per completed saga.
+func TestHarnessPaymentProvider(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	db := fmt.Sprintf("sagaflow_chaos_provider_%d", os.Getpid())
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
+	res, err := chaos.Run(ctx, chaos.Config{
+		Seed: 5, Sagas: 30, Duration: 12 * time.Second, FaultEvery: 600 * time.Millisecond,
+		DatabaseURL: testkit.AdminURL(), Database: db,
+		Faults:          []string{"kill", "stop"},
+		QuiesceTimeout:  90 * time.Second,
+		TwinCompleted:   24,
+		PaymentProvider: true,
+		Logger:          slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Log(res.Line())
+	if !res.OK() {
+		t.Fatalf("violations (logs in %s):\n%v", res.WorkDir, res.Violations)
+	}
+	if got := res.Completed + res.Compensated; got != 30 {
+		t.Errorf("completed %d + compensated %d = %d sagas, want 30", res.Completed, res.Compensated, got)
+	}
+	if res.Kills+res.Stops == 0 {
+		t.Errorf("no kill or stop was injected: %s", res.Line())
+	}
+	if res.Completed == 0 || res.ProviderCharges != res.Completed {
+		t.Errorf("the provider charged %d times for %d completed sagas, want one each", res.ProviderCharges, res.Completed)
+	}
+}
+
 // tinyTwinCompleted is about what the fault-free twin of TestHarnessTiny's
 // workload completes.
 const tinyTwinCompleted = 31

@@ -129,6 +129,16 @@ func (h *harness) checkIn(ctx context.Context, db pgx.Tx, plan workload.Plan, re
 		res.Lost += want - rep.Sagas
 		res.violate("%d orders and %d trips started but %d sagas exist", len(plan.Orders), len(plan.Trips), rep.Sagas)
 	}
+	if h.provider != nil {
+		var ledger int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM `+ident(sc.Payment, "ledger")+` WHERE kind = 'charge'`).Scan(&ledger); err != nil {
+			return fmt.Errorf("chaos: count the ledger's charges: %w", err)
+		}
+		res.ProviderCharges = h.provider.Charges()
+		if res.ProviderCharges != ledger {
+			res.violate("the payment provider made %d charges, the ledger holds %d (a customer charged twice, or a charge lost)", res.ProviderCharges, ledger)
+		}
+	}
 
 	// Outboxes: unsent or parked rows.
 	for _, s := range h.allSchemas() {
@@ -258,7 +268,7 @@ count(*) FILTER (WHERE dead_at IS NOT NULL) FROM `+ident(s, "outbox")).Scan(&uns
 		pivotDone := charges[id] > 0
 		for _, st := range s.steps {
 			switch st.State {
-			case saga.StepRunning, saga.StepRetrying, saga.StepUnknown, saga.StepQuerying, saga.StepCompensating, saga.StepCompRetrying:
+			case saga.StepRunning, saga.StepRetrying, saga.StepUnknown, saga.StepQuerying, saga.StepAccepted, saga.StepCompensating, saga.StepCompRetrying:
 				if terminal && s.state != string(saga.Failed) {
 					lost[id] = true
 					res.violate("saga %s is %s but step %s is still %s (no outcome recorded)", id, s.state, st.Name, st.State)

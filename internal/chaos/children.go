@@ -137,8 +137,12 @@ func (h *harness) spawn(_ context.Context, workDir, dbURL string) error {
 		} else {
 			args = append([]string{"participants"}, args...)
 		}
+		env := append(append([]string{ChildEnv + "=1"}, keys...), h.cfg.Env...)
+		if h.provider != nil && !s.orch {
+			env = append(env, "SAGAFLOW_PARTICIPANTS_PAYMENT_PROVIDER_URL="+h.provider.URL())
+		}
 		c := &child{
-			name: s.name, exe: h.cfg.Executable, args: args, env: append(append([]string{ChildEnv + "=1"}, keys...), h.cfg.Env...),
+			name: s.name, exe: h.cfg.Executable, args: args, env: env,
 			logPath: filepath.Join(workDir, s.name+".log"), log: h.log, participant: !s.orch,
 		}
 		h.children = append(h.children, c)

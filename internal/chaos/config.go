@@ -65,6 +65,14 @@ type Config struct {
 	// os.Executable()); Env is added to the children's environment.
 	Executable string
 	Env        []string
+	// PaymentProvider makes the participants charge through a fake payment
+	// provider the harness runs on loopback (participants/external/
+	// fakeprovider, given to the participants processes as
+	// participants.payment_provider_url): the kills of the participants
+	// then fall between a charge's intent, its call and its completion.
+	// The check adds: the provider's own count of charges equals the
+	// ledger's (every customer charged exactly once).
+	PaymentProvider bool
 	// FaultEvery is the mean time between two injected faults.
 	FaultEvery time.Duration
 	// Faults lists the kinds injected (FaultKinds); empty: all; FaultsNone

@@ -13,6 +13,9 @@ type Result struct {
 	Completed   int   `json:"completed"`
 	Compensated int   `json:"compensated"`
 	Failed      int   `json:"failed"`
+	// ProviderCharges is the fake payment provider's own count of charges
+	// (Config.PaymentProvider; 0 without).
+	ProviderCharges int `json:"provider_charges,omitempty"`
 	// Goodput is Completed over the twin's completed count (TwinCompleted):
 	// nil when not measured (no twin, or a twin that completed nothing).
 	Goodput *float64 `json:"goodput"`

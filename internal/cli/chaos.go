@@ -25,7 +25,7 @@ func chaosCmd(c *Config) *cobra.Command {
 		killBroker              bool
 		faults                  []string
 		brokerStop, brokerStart string
-		twin                    bool
+		twin, paymentProvider   bool
 		twinCompleted           int
 		minGoodput              float64
 	)
@@ -72,7 +72,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 				Seed: seed, Sagas: sagas, TripShare: tripShare, Duration: duration, DatabaseURL: c.Database.URL, Database: database,
 				Brokers: c.Kafka.Brokers, KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
 				FaultEvery: faultEvery, Faults: faults, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
-				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted,
+				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted, PaymentProvider: paymentProvider,
 			})
 			if err != nil {
 				if res.WorkDir != "" {
@@ -125,6 +125,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 	f.BoolVar(&twin, "twin", true, "run the fault-free twin first (same seed and workload, its own database) and report goodput")
 	f.IntVar(&twinCompleted, "twin-completed", 0, "the twin's completed count, measured before: goodput without running the twin")
 	f.Float64Var(&minGoodput, "min-goodput", 0, "exit 3 when goodput is below this (0: no threshold)")
+	f.BoolVar(&paymentProvider, "payment-provider", false, "the participants charge through a fake payment provider on loopback (answer later, external calls); the check adds: the provider's charges equal the ledger's")
 	f.BoolVar(&killBroker, "kill-broker", false, "real Kafka only: stop and start the broker as a fault (needs --broker-stop-cmd, --broker-start-cmd)")
 	f.StringVar(&brokerStop, "broker-stop-cmd", "", "shell command that stops the Kafka broker (with --kill-broker)")
 	f.StringVar(&brokerStart, "broker-start-cmd", "", "shell command that starts the Kafka broker again (with --kill-broker)")

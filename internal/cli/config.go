@@ -84,6 +84,7 @@ var Keys = []Key{
 	{"participants.shipping_fail_rate", 0.0, "Chance that one create-shipment attempt answers retry (transient)."},
 	{"participants.points_fail_rate", 0.0, "Chance that one award-points attempt answers retry (transient)."},
 	{"participants.payment_limit_cents", int64(100_000), "Charges above this are declined."},
+	{"participants.payment_provider_url", "", "Base URL of a payment provider to charge through (POST /charges with an Idempotency-Key, GET /charges/{key}): the payment step answers `accepted` and is settled by the provider's answer, made after the commit (package participants/external). Empty: charges are recorded in the ledger at once."},
 	{"participants.seed", int64(1), "Seed of the transient failures."},
 	{"participants.http_addr", "", "Listen address of the participants process's /healthz, /readyz, /metrics and /holds (the last three behind `http.protect_metrics`); empty: no HTTP listener."},
 	{"participants.items", "sku-apple,sku-pear,sku-plum,sku-fig", "Comma-separated items whose stock `participants --seed-stock` sets at start (with `participants.trips`, the demo's flights, hotels and cars get that capacity too)."},
@@ -133,7 +134,7 @@ var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": 
 	"security.orchestrator_keys": true, "security.participant_keys": true}
 
 // StepKeysDoc documents the per-step overrides.
-const StepKeysDoc = "sagas.<type>.steps.<step>.timeout, .deadline, .retry.initial_interval, .retry.max_interval, .retry.multiplier, .retry.max_attempts: override a step's timeout and retry policy without recompiling (e.g. `sagas.place-order.steps.charge-payment.timeout: 3s`)."
+const StepKeysDoc = "sagas.<type>.steps.<step>.timeout, .deadline, .accepted_deadline, .retry.initial_interval, .retry.max_interval, .retry.multiplier, .retry.max_attempts: override a step's timeout, deadlines and retry policy without recompiling (e.g. `sagas.place-order.steps.charge-payment.timeout: 3s`)."
 
 func newViper() *viper.Viper {
 	v := viper.New()

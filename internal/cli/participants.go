@@ -15,7 +15,9 @@ import (
 	"github.com/sagaflow/sagaflow/api"
 	"github.com/sagaflow/sagaflow/internal/workload"
 	"github.com/sagaflow/sagaflow/orchestrator"
+	"github.com/sagaflow/sagaflow/participants/external"
 	"github.com/sagaflow/sagaflow/participants/holds"
+	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/reference"
 )
 
@@ -44,6 +46,7 @@ func participantsCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 				Partitions: cfg.Kafka.Partitions, Logger: log, InboxMetrics: ms.Inbox, RelayMetrics: ms.Relay,
 				KeepSent: cfg.Relay.KeepSent, NoDispatch: !cfg.Relay.Dispatch,
 				CommandKeys: cfg.Security.orch, AllowUnsignedCommands: cfg.Security.AllowUnsignedCommands, ReplyKeys: cfg.Security.replyKeys(),
+				PaymentProvider: payment.ProviderOptions{URL: pc.PaymentProviderURL, External: external.Config{Logger: log}},
 			})
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -119,6 +120,8 @@ type ParticipantsConfig struct {
 	PaymentLimitCents, Seed          int64
 	// Trips runs flights, hotels and cars too.
 	Trips bool
+	// PaymentProviderURL, if set, makes payment charge through it.
+	PaymentProviderURL string
 }
 
 // RetentionConfig is retention.*.
@@ -216,6 +219,7 @@ func (c *Config) bindings() []binding {
 		{"participants.points_fail_rate", &p.PointsFailRate}, {"participants.payment_limit_cents", &p.PaymentLimitCents},
 		{"participants.seed", &p.Seed}, {"participants.http_addr", &p.HTTPAddr}, {"participants.items", &p.Items},
 		{"participants.trips", &p.Trips},
+		{"participants.payment_provider_url", &p.PaymentProviderURL},
 		{"retention.enabled", &r.Enabled}, {"retention.sent_outbox_after", &r.SentOutboxAfter}, {"retention.inbox_after", &r.InboxAfter},
 		{"retention.finished_saga_after", &r.FinishedSagaAfter},
 		{"retention.failed_saga_after", &r.FailedSagaAfter}, {"retention.barrier_after", &r.BarrierAfter},
@@ -336,6 +340,7 @@ func decodeOverrides(v *viper.Viper) ([]StepOverride, error) {
 			}
 			dur("timeout", &o.Timeout)
 			dur("deadline", &o.Deadline)
+			dur("accepted_deadline", &o.AcceptedDeadline)
 			dur("retry.initial_interval", &o.Retry.InitialInterval)
 			dur("retry.max_interval", &o.Retry.MaxInterval)
 			if raw := v.Get(base + "retry.multiplier"); v.IsSet(base + "retry.multiplier") {
@@ -456,6 +461,9 @@ func (c *Config) validate() error {
 	p := c.Participants
 	rate("participants.shipping_fail_rate", p.ShippingFailRate)
 	rate("participants.points_fail_rate", p.PointsFailRate)
+	if u, err := url.Parse(p.PaymentProviderURL); p.PaymentProviderURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		bad("participants.payment_provider_url", "must be an http:// or https:// URL", p.PaymentProviderURL)
+	}
 	if p.PaymentLimitCents < 0 {
 		bad("participants.payment_limit_cents", "must not be negative", p.PaymentLimitCents)
 	}

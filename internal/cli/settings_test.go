@@ -83,6 +83,7 @@ sagas:
           max_attempts: 4
       charge-payment:
         timeout: 3s
+        accepted_deadline: 2h
         retry:
           multiplier: 1.5
 `))
@@ -119,7 +120,7 @@ sagas:
 		}
 	}
 	want := []StepOverride{
-		{Type: "place-order", Step: "charge-payment", StepOverride: saga.StepOverride{Timeout: 3 * time.Second, Retry: saga.RetryPolicy{Multiplier: 1.5}}},
+		{Type: "place-order", Step: "charge-payment", StepOverride: saga.StepOverride{Timeout: 3 * time.Second, AcceptedDeadline: 2 * time.Hour, Retry: saga.RetryPolicy{Multiplier: 1.5}}},
 		{Type: "place-order", Step: "lock-coupon", StepOverride: saga.StepOverride{Retry: saga.RetryPolicy{MaxAttempts: 4}}},
 	}
 	if fmt.Sprint(c.Steps) != fmt.Sprint(want) {
@@ -157,6 +158,8 @@ func TestLoadRefusesBadValues(t *testing.T) {
 		{"step timeout", map[string]any{"sagas.place-order.steps.charge-payment.timeout": "soon"}, `config: sagas.place-order.steps.charge-payment.timeout: want a positive duration, got "soon"`},
 		{"step multiplier", map[string]any{"sagas.place-order.steps.charge-payment.retry.multiplier": 0.5}, `config: sagas.place-order.steps.charge-payment.retry.multiplier: must be at least 1, got "0.5"`},
 		{"step attempts", map[string]any{"sagas.place-order.steps.charge-payment.retry.max_attempts": 0}, `config: sagas.place-order.steps.charge-payment.retry.max_attempts: must be at least 1, got "0"`},
+		{"step accepted deadline", map[string]any{"sagas.place-order.steps.charge-payment.accepted_deadline": "-1h"}, `config: sagas.place-order.steps.charge-payment.accepted_deadline: want a positive duration, got "-1h"`},
+		{"payment provider not a URL", map[string]any{"participants.payment_provider_url": "provider:9000"}, `config: participants.payment_provider_url: must be an http:// or https:// URL`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := newViper()

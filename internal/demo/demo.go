@@ -32,6 +32,9 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/participants/conformance"
+	"github.com/sagaflow/sagaflow/participants/external"
+	"github.com/sagaflow/sagaflow/participants/external/fakeprovider"
+	"github.com/sagaflow/sagaflow/participants/payment"
 	"github.com/sagaflow/sagaflow/participants/reference"
 	"github.com/sagaflow/sagaflow/relay"
 	"github.com/sagaflow/sagaflow/saga"
@@ -73,6 +76,13 @@ type Config struct {
 	// keys, keys are generated for the run: the demo signs its records.
 	CommandKeys []message.Key
 	ReplyKeys   map[string]message.Key
+	// PaymentProvider charges through a fake payment provider started on
+	// loopback for the run (participants/external/fakeprovider, declining
+	// over Mix.LimitCents), the way a real participant calls one
+	// (payment.RegisterProvider): charge-payment is answered accepted and
+	// settled by the provider's answer. The check adds: the provider made
+	// exactly the charges the ledger holds.
+	PaymentProvider bool
 }
 
 // Summary is the demo's result. Completed, Compensated, Failed and
@@ -94,6 +104,9 @@ type Summary struct {
 	SagasPerSecond float64  `json:"sagas_per_second"`
 	Brokers        string   `json:"brokers"`
 	Database       string   `json:"database"`
+	// ProviderCharges is the fake provider's own count of charges (with
+	// Config.PaymentProvider).
+	ProviderCharges int `json:"provider_charges,omitempty"`
 }
 
 // Run runs the demo and returns its summary. An error means the demo could
@@ -168,13 +181,24 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	parts, err := reference.New(partPool, reference.Options{
+	popts := reference.Options{
 		Trips:   cfg.Mix.Trips > 0,
 		Brokers: brokers, ShippingFailRate: cfg.ShippingFailRate, PointsFailRate: cfg.PointsFailRate,
 		Seed: cfg.Mix.Seed, PaymentLimitCents: cfg.Mix.LimitCents, Logger: log.With(slog.String("component", "participants")),
 		InboxMetrics: im, RelayMetrics: rm, KeepSent: cfg.KeepSent,
 		CommandKeys: cmdKeys, ReplyKeys: replyKeys,
-	})
+	}
+	var provider *fakeprovider.Server
+	if cfg.PaymentProvider {
+		limit := cfg.Mix.LimitCents
+		if limit == 0 {
+			limit = payment.LimitCentsDefault
+		}
+		provider = fakeprovider.Start(limit)
+		defer provider.Close()
+		popts.PaymentProvider = payment.ProviderOptions{URL: provider.URL(), External: external.Config{Logger: popts.Logger}}
+	}
+	parts, err := reference.New(partPool, popts)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -254,6 +278,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if rep.Sagas != want {
 		sum.Violations = append(sum.Violations, fmt.Sprintf("%d orders and %d trips but %d sagas", len(plan.Orders), len(plan.Trips), rep.Sagas))
 	}
+	if provider != nil {
+		if v, err := providerMatchesLedger(ctx, partPool, schemas.Payment, provider); err != nil {
+			return Summary{}, err
+		} else if v != "" {
+			sum.Violations = append(sum.Violations, v)
+			sum.InvariantsOK = false
+		}
+		sum.ProviderCharges = provider.Charges()
+	}
 	if elapsed > 0 {
 		sum.SagasPerSecond = float64(want) / elapsed.Seconds()
 	}
@@ -306,6 +339,24 @@ func eventsAPI(eng *orchestrator.Engine, log *slog.Logger) (workload.Approver, f
 		_ = hs.Shutdown(sctx)
 	}
 	return workload.HTTPApprover{Base: "http://" + ln.Addr().String(), Client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}}, stop, nil
+}
+
+// providerMatchesLedger compares the provider's own count of charges with
+// the ledger's: "" when every charge the provider made is in the ledger
+// once and the ledger holds no other.
+func providerMatchesLedger(ctx context.Context, pool *pgxpool.Pool, schema string, provider *fakeprovider.Server) (string, error) {
+	charges, err := payment.Charges(ctx, pool, schema)
+	if err != nil {
+		return "", fmt.Errorf("demo: read the ledger: %w", err)
+	}
+	n := 0
+	for _, c := range charges {
+		n += c
+	}
+	if got := provider.Charges(); got != n {
+		return fmt.Sprintf("the payment provider made %d charges, the ledger holds %d", got, n), nil
+	}
+	return "", nil
 }
 
 func wrap(what string, err error) error {

@@ -78,3 +78,35 @@ func TestDemoWorkloadSeparateGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoWorkloadPaymentProvider: the demo with the payment participant
+// charging through the fake provider (answer later, external calls): every
+// saga terminal, the invariants hold, and the provider made exactly the
+// charges the ledger holds, one per completed order.
+func TestDemoWorkloadPaymentProvider(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 3*time.Minute)
+	sum, err := demo.Run(ctx, demo.Config{
+		DatabaseURL: testkit.Database(t),
+		Brokers:     testkit.Brokers(t),
+		Mix: workload.Mix{
+			Orders: 60, Seed: 11,
+			OutOfStockRate:  workload.OutOfStockRateDefault,
+			CouponTakenRate: workload.CouponTakenRateDefault,
+			DeclineRate:     workload.DeclineRateDefault,
+		},
+		Concurrency:     8,
+		Timeout:         2 * time.Minute,
+		Logger:          slog.New(slog.DiscardHandler),
+		PaymentProvider: true,
+	})
+	if err != nil {
+		t.Fatalf("demo.Run: %v", err)
+	}
+	if sum.NonTerminal != 0 || !sum.InvariantsOK || len(sum.Violations) > 0 {
+		t.Fatalf("demo: %d not terminal, invariants OK %v: %v", sum.NonTerminal, sum.InvariantsOK, sum.Violations)
+	}
+	if sum.Completed == 0 || sum.ProviderCharges != sum.Completed {
+		t.Fatalf("provider charges %d, completed orders %d: want one charge per completed order", sum.ProviderCharges, sum.Completed)
+	}
+}

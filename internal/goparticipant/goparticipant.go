@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -51,14 +52,18 @@ func Register(p *participants.Participant) error {
 	if p == nil {
 		return errors.New("goparticipant: Register: participant is nil")
 	}
-	h := handlers{effects: pgx.Identifier{p.Schema(), "conformance_effects"}.Sanitize()}
+	h := handlers{p: p, effects: pgx.Identifier{p.Schema(), "conformance_effects"}.Sanitize()}
 	if err := p.Handle(conformance.StepName, participants.One(h.forward), participants.One(h.compensate)); err != nil {
+		return fmt.Errorf("goparticipant: Register: %w", err)
+	}
+	if err := p.Handle(conformance.FinishStepName, participants.One(h.finish), nil); err != nil {
 		return fmt.Errorf("goparticipant: Register: %w", err)
 	}
 	return nil
 }
 
 type handlers struct {
+	p       *participants.Participant
 	effects string // qualified table name
 }
 
@@ -70,8 +75,8 @@ func decode(cmd message.Command, needMode bool) (conformance.Input, error) {
 	if in.Key == "" {
 		return in, participants.InvalidField(cmd, "key", "is empty")
 	}
-	if needMode && in.Mode != conformance.ModeSucceed && in.Mode != conformance.ModeFail && in.Mode != conformance.ModeRetry {
-		return in, participants.InvalidField(cmd, "mode", fmt.Sprintf("is %q, want succeed, fail or retry", in.Mode))
+	if needMode && in.Mode != conformance.ModeSucceed && in.Mode != conformance.ModeFail && in.Mode != conformance.ModeRetry && in.Mode != conformance.ModeAccept {
+		return in, participants.InvalidField(cmd, "mode", fmt.Sprintf("is %q, want succeed, fail, retry or accept", in.Mode))
 	}
 	return in, nil
 }
@@ -86,6 +91,8 @@ func (h handlers) forward(ctx context.Context, tx pgx.Tx, cmd message.Command) (
 		return participants.Fail(conformance.ReasonFail), nil
 	case conformance.ModeRetry:
 		return participants.RetryLater(conformance.ReasonRetry), nil
+	case conformance.ModeAccept:
+		return participants.Accepted(), nil // settled by a finish
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+h.effects+` (key, saga_id) VALUES ($1, $2)`, in.Key, cmd.SagaID); err != nil {
 		return participants.Result{}, fmt.Errorf("conformance forward saga %s: insert effect: %w", cmd.SagaID, err)
@@ -102,6 +109,45 @@ func (h handlers) compensate(ctx context.Context, tx pgx.Tx, cmd message.Command
 		return participants.Result{}, fmt.Errorf("conformance compensate saga %s: delete effect: %w", cmd.SagaID, err)
 	}
 	return h.count(ctx, tx, cmd, in.Key)
+}
+
+// finish settles the accepted conformance step it names, in its own
+// handler's transaction: the later completion from another code path.
+func (h handlers) finish(ctx context.Context, tx pgx.Tx, cmd message.Command) (participants.Result, error) {
+	f, err := participants.Decode[conformance.Finish](cmd)
+	if err != nil {
+		return participants.Result{}, err
+	}
+	id, err := uuid.Parse(f.Saga)
+	if err != nil || f.Key == "" {
+		return participants.Result{}, participants.InvalidField(cmd, "saga_id", "is not a saga id, or the key is empty")
+	}
+	ref := participants.Ref{SagaID: id, Step: conformance.StepName}
+	switch message.Outcome(f.Outcome) {
+	case message.Success:
+		if _, err := tx.Exec(ctx, `INSERT INTO `+h.effects+` (key, saga_id) VALUES ($1, $2)`, f.Key, id); err != nil {
+			return participants.Result{}, fmt.Errorf("conformance finish saga %s: insert effect: %w", id, err)
+		}
+		res, err := h.count(ctx, tx, cmd, f.Key)
+		if err != nil {
+			return res, err
+		}
+		err = h.p.Complete(ctx, tx, ref, res.Payload)
+		if errors.Is(err, participants.ErrSettled) || errors.Is(err, participants.ErrUnknownRef) {
+			return participants.Fail(conformance.ReasonNotAccepted), nil
+		}
+		return res, err
+	case message.Failure:
+		err := h.p.Fail(ctx, tx, ref, conformance.ReasonFail)
+		if errors.Is(err, participants.ErrSettled) || errors.Is(err, participants.ErrUnknownRef) {
+			return participants.Fail(conformance.ReasonNotAccepted), nil
+		}
+		if err != nil {
+			return participants.Result{}, err
+		}
+		return h.count(ctx, tx, cmd, f.Key)
+	}
+	return participants.Result{}, participants.InvalidField(cmd, "outcome", fmt.Sprintf("is %q, want success or failure", f.Outcome))
 }
 
 func (h handlers) count(ctx context.Context, tx pgx.Tx, cmd message.Command, key string) (participants.Result, error) {

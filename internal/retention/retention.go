@@ -313,12 +313,13 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM j),
 
 // barrier purges <schema>.barrier when the schema has one (a
 // participant's), by created_at (its BRIN index); rows locked by a handler
-// are skipped.
+// are skipped, and so are forwards still accepted (settled later, however
+// old: their row is what Complete and Fail settle).
 func (p *Purger) barrier(schema string, after time.Duration) job {
 	table := schema + ".barrier"
 	b := pgx.Identifier{schema, "barrier"}.Sanitize()
 	q := `DELETE FROM ` + b + ` WHERE (saga_id, step, action) IN (
-	SELECT saga_id, step, action FROM ` + b + ` WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	SELECT saga_id, step, action FROM ` + b + ` WHERE created_at < $1 AND outcome <> 'accepted' LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	return job{table: table, after: after, run: func(ctx context.Context, cutoff time.Time, limit int, _ *position) (map[string]int64, error) {
 		var exists bool
 		if err := p.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b).Scan(&exists); err != nil || !exists {

@@ -78,6 +78,8 @@ func (r *run) runChecks(ctx context.Context) {
 		{CheckQueryCompensated, r.queryCompensated},
 		{CheckQueryClosed, r.queryClosed},
 		{CheckForwardAfterQueryClosed, r.forwardAfterQueryClosed},
+		{CheckAcceptedCompletedLater, r.acceptedCompletedLater},
+		{CheckAcceptedCompensationHeld, r.acceptedCompensationHeld},
 		{CheckPoisonUndecodable, r.poison(poisonUndecodable)},
 		{CheckPoisonHeaderMismatch, r.poison(poisonHeaderMismatch)},
 		{CheckPoisonNoMessageID, r.poison(poisonNoMessageID)},

@@ -17,6 +17,22 @@ const (
 	ModeFail = "fail"
 	// ModeRetry answers retry with ReasonRetry and records nothing.
 	ModeRetry = "retry"
+	// ModeAccept records nothing and answers accepted (outcome accepted,
+	// not cancellable): the step is settled later by a FinishStepName
+	// command naming it.
+	ModeAccept = "accept"
+	// FinishStepName is the step whose forward settles an accepted
+	// conformance step from another code path (a handler of another
+	// command, in its transaction): its payload is a Finish. With outcome
+	// success it records one effect row for the key and completes the
+	// accepted step with Output; with failure it fails it with ReasonFail.
+	// It answers success with Output (the key's effect rows), or failure
+	// ReasonNotAccepted when the step named is not accepted (settled
+	// already, cancelled, never accepted): then it changes nothing.
+	FinishStepName = "conformance-finish"
+	// ReasonNotAccepted is the reason of a finish that found no accepted
+	// step to settle.
+	ReasonNotAccepted = "not_accepted"
 	// ReasonFail is the reason of a ModeFail answer.
 	ReasonFail = "conformance_fail"
 	// ReasonRetry is the reason of a ModeRetry answer.
@@ -50,6 +66,15 @@ const (
 type Input struct {
 	Key  string `json:"key"`
 	Mode string `json:"mode,omitempty"`
+}
+
+// Finish is the payload of a FinishStepName forward: the key and the saga
+// of the accepted conformance step to settle, and how (message.Success or
+// message.Failure).
+type Finish struct {
+	Key     string `json:"key"`
+	Saga    string `json:"saga_id"`
+	Outcome string `json:"outcome"`
 }
 
 // Output is the payload of a successful forward or compensation: the key

@@ -141,3 +141,9 @@ func WantReply(t testing.TB, a Answer, outcome message.Outcome, reason string) {
 		t.Fatalf("reply %s (reason %q), want %s (reason %q)", a.Reply.Outcome, a.Reply.Reason, outcome, reason)
 	}
 }
+
+// Attach is a Kit over participant p on pool, built and migrated by the
+// test itself (a participant whose registration needs the pool, say).
+func Attach(t testing.TB, pool *pgxpool.Pool, p *participants.Participant) *Kit {
+	return &Kit{Pool: pool, P: p, t: t}
+}

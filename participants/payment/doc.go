@@ -14,6 +14,17 @@
 // re-sent by the orchestrator until it gets a definite answer, which makes
 // this idempotency essential.
 //
+// Provider mode (RegisterProvider, ProviderMigrations): the charge is made
+// by an outside payment provider, the safe way (package
+// participants/external): the handler records the charge to make and
+// answers accepted; the returned Caller makes it after the commit with an
+// idempotency key derived from the step's barrier key (retried, bounded,
+// behind a circuit, resumed after a crash) and completes the step with
+// the provider's charge id, appending the ledger row in that transaction,
+// or fails it on a decline; the orchestrator's query of the accepted step
+// looks the charge up at the provider. The provider's own count is what
+// proves a customer charged once (participants/external/fakeprovider).
+//
 // Tables (in the participant's schema, see Migrations): ledger(id, saga_id,
 // order_id, customer, amount_cents, kind, created_at). Charges is the helper
 // invariant checks use.

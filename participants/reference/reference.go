@@ -23,6 +23,7 @@ import (
 	"github.com/sagaflow/sagaflow/participants"
 	"github.com/sagaflow/sagaflow/participants/cars"
 	"github.com/sagaflow/sagaflow/participants/coupon"
+	"github.com/sagaflow/sagaflow/participants/external"
 	"github.com/sagaflow/sagaflow/participants/flights"
 	"github.com/sagaflow/sagaflow/participants/hotels"
 	"github.com/sagaflow/sagaflow/participants/inventory"
@@ -57,8 +58,12 @@ type Options struct {
 	Seed int64
 	// PaymentLimitCents: charges above it are declined.
 	PaymentLimitCents int64
-	InboxBatchSize    int
-	Partitions        int
+	// PaymentProvider, if its URL is set, makes the payment participant
+	// charge through that outside provider (payment.RegisterProvider):
+	// charge-payment answers accepted and Run runs the calls' worker.
+	PaymentProvider payment.ProviderOptions
+	InboxBatchSize  int
+	Partitions      int
 	// KeepSent keeps published replies as sent history (relay.Config.KeepSent).
 	KeepSent bool
 	// NoDispatch leaves every reply to the relay (participants.Config.NoDispatch).
@@ -84,6 +89,8 @@ type Set struct {
 	opts  Options
 	parts []*participants.Participant
 	extra map[string][]migrations.Set
+	// workers run next to the participants (the payment provider's calls).
+	workers []func(context.Context) error
 }
 
 // Names of the reference participants, in saga order.
@@ -140,6 +147,14 @@ func New(pool *pgxpool.Pool, opts Options) (*Set, error) {
 				sets, err = coupon.Migrations(p.Schema())
 			}
 		case orderapi.Payment:
+			if opts.PaymentProvider.URL != "" {
+				var caller *external.Caller
+				if caller, err = payment.RegisterProvider(p, pool, opts.PaymentProvider); err == nil {
+					s.workers = append(s.workers, caller.Run)
+					sets, err = payment.ProviderMigrations(p.Schema())
+				}
+				break
+			}
 			err = payment.Register(p, payment.Options{LimitCents: opts.PaymentLimitCents})
 			if err == nil {
 				sets, err = payment.Migrations(p.Schema())
@@ -226,7 +241,8 @@ func (s *Set) Prepare(ctx context.Context) error {
 	return kafkaclient.EnsureTopicsWith(ctx, s.opts.Dialer, s.opts.Brokers, parts, 1, s.Topics()...)
 }
 
-// Run runs every participant until ctx is cancelled; the first error stops
+// Run runs every participant (and the payment provider's call worker, with
+// Options.PaymentProvider) until ctx is cancelled; the first error stops
 // the others and is returned.
 func (s *Set) Run(ctx context.Context) error {
 	fns := make([]func(context.Context) error, len(s.parts))
@@ -238,5 +254,5 @@ func (s *Set) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	return runall.Run(ctx, fns...)
+	return runall.Run(ctx, append(fns, s.workers...)...)
 }

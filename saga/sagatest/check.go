@@ -139,7 +139,7 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 		}
 	}
 	for _, s := range next.Steps {
-		active := s.State == saga.StepRunning || s.State == saga.StepRetrying || s.State == saga.StepQuerying ||
+		active := s.State == saga.StepRunning || s.State == saga.StepRetrying || s.State == saga.StepQuerying || s.State == saga.StepAccepted ||
 			s.State == saga.StepCompensating || s.State == saga.StepCompRetrying || s.State == saga.StepWaiting
 		if s.DueAt != nil && (next.State.Terminal() || !active) {
 			bad("step %q (%s) has a due time but the saga is %s at step %d", s.Name, s.State, next.State, next.Cursor)
@@ -183,7 +183,7 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 			if def.Steps[i].Kind == saga.Wait || prev.Steps[i].State == saga.StepSkipped {
 				bad("a forward command for step %q, a %s step %s", c.Step, def.Steps[i].Kind, prev.Steps[i].State)
 			}
-			settling := c.Attempt > 1 && (prev.Steps[i].State == saga.StepRetrying || prev.Steps[i].State == saga.StepRunning)
+			settling := c.Attempt > 1 && (prev.Steps[i].State == saga.StepRetrying || prev.Steps[i].State == saga.StepRunning || prev.Steps[i].State == saga.StepAccepted)
 			if (prev.State == saga.Compensating || next.State != saga.Running) && !(settling && next.State == saga.Compensating) {
 				bad("a forward command for step %q while the saga goes %s -> %s", c.Step, prev.State, next.State)
 			}
@@ -201,7 +201,7 @@ func CheckDecision(t TB, def *saga.Def, prev saga.Instance, ev saga.Event, d sag
 			}
 			for j := range next.Steps {
 				st := next.Steps[j].State
-				if st == saga.StepRunning || st == saga.StepRetrying || st == saga.StepQuerying {
+				if st == saga.StepRunning || st == saga.StepRetrying || st == saga.StepQuerying || st == saga.StepAccepted {
 					bad("a compensation for step %q while step %q is still in flight (%s): in-flight steps settle first", c.Step, next.Steps[j].Name, st)
 				}
 				if def.Steps[j].Kind == saga.Wait || (st != saga.StepSucceeded && st != saga.StepUnknown) {

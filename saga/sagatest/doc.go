@@ -31,7 +31,12 @@
 // [Harness.Succeed], [Harness.Fail] and [Harness.Retry] answer the command
 // the saga awaits ([Harness.Awaited]); [Harness.Reply] answers any command
 // it sent and [Harness.AnswerEarlier] an earlier send of the awaited one
-// (a slow participant), [Harness.Redeliver] repeats the last reply. An
+// (a slow participant), [Harness.Redeliver] repeats the last reply.
+// [Harness.Accept] answers the awaited forward accepted ([AcceptedLater]:
+// the participant settles it later); [Harness.Succeed] or [Harness.Fail]
+// then gives its final answer, and [Harness.Advance] past the step's
+// accepted deadline drives what follows (a query, or a re-send after the
+// pivot). An
 // answer the saga no longer awaits is journaled as a late reply and
 // ignored, as in production. [Harness.Operate] applies an operator action
 // and [Harness.Deliver] any event, returning Decide's error instead of

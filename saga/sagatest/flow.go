@@ -19,7 +19,7 @@ func (h *Harness) AwaitedBy(step string) (message.Command, bool) {
 	i := h.index(step)
 	s := h.in.Steps[i]
 	switch s.State {
-	case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepCompensating, saga.StepCompRetrying:
+	case saga.StepRunning, saga.StepRetrying, saga.StepQuerying, saga.StepAccepted, saga.StepCompensating, saga.StepCompRetrying:
 	default:
 		return message.Command{}, false
 	}

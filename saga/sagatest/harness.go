@@ -102,6 +102,19 @@ func Failed(reason string) Answer { return Answer{Outcome: message.Failure, Reas
 // RetryLater is a retry answer: not now, ask again.
 func RetryLater(reason string) Answer { return Answer{Outcome: message.Retry, Reason: reason} }
 
+// AcceptedLater is an accepted answer to a forward: the participant will
+// settle the step later (answer the same command again with [Succeeded]
+// or [Failed]: [Harness.Succeed] and [Harness.Fail] do). cancellable is
+// what the participant says about cancelling it meanwhile
+// (message.AcceptedAnswer).
+func AcceptedLater(cancellable bool) Answer {
+	a := Answer{Outcome: message.Accepted}
+	if cancellable {
+		a.Payload = message.AcceptedAnswer{Cancellable: true}.Encode()
+	}
+	return a
+}
+
 // Recorded is the answer to a query: what the participant's barrier
 // recorded for the step's forward, and with [message.QueryDone] its output
 // (nil for none; encoded like [Answer.Payload]).
@@ -359,6 +372,12 @@ func (h *Harness) Fail(reason string) saga.Decision {
 func (h *Harness) Retry(reason string) saga.Decision {
 	h.t.Helper()
 	return h.Reply(h.awaited("Retry"), RetryLater(reason))
+}
+
+// Accept answers the awaited forward accepted (see [AcceptedLater]).
+func (h *Harness) Accept(cancellable bool) saga.Decision {
+	h.t.Helper()
+	return h.Reply(h.awaited("Accept"), AcceptedLater(cancellable))
 }
 
 // Reply answers cmd, any command the saga sent (the awaited one, an earlier

@@ -168,6 +168,18 @@ class Participant {
     }
   }
 
+  // settle records the final outcome of the accepted forward ref
+  // ({saga_id, step}) in the transaction of client c and enqueues its reply
+  // (signed) in that transaction: the step's later completion or failure,
+  // from any code path. It throws NotAccepted (lib/store.js) when the step
+  // is not accepted (any more). res: {outcome: 'success' | 'failure',
+  // reason, payload}.
+  async settle(c, ref, res) {
+    const { cmd, rec } = await this.store.settle(c, ref, res);
+    const reply = replyRecord(cmd, rec);
+    await this.store.enqueue(c, this.signing ? this.signing.signReply(reply) : reply);
+  }
+
   async stop() {
     this.stopping = true;
     await this.consumer.disconnect().catch(() => {});

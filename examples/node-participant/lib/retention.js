@@ -5,7 +5,8 @@
 // barrier rows created longer ago than barrierAfter are deleted, batch by
 // batch of at most batchSize rows, found by the BRIN indexes on their time
 // columns. Rows a handler holds are skipped (SKIP LOCKED) and left for the
-// next cycle. barrierAfter is at least inboxAfter (checked at start): a
+// next cycle; a forward still accepted is kept however old (its settling
+// needs the row). barrierAfter is at least inboxAfter (checked at start): a
 // redelivered command the inbox no longer dedupes must still find its
 // barrier row, or a late forward would run after its compensation, or twice.
 // The outbox needs none: the relay deletes its rows once Kafka has them
@@ -25,7 +26,8 @@ class Retention {
       {
         table: `${store.schema}.barrier`, after: barrierAfter,
         sql: `DELETE FROM ${barrier} WHERE (saga_id, step, action) IN (SELECT saga_id, step, action FROM ${barrier}
-          WHERE created_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+          WHERE created_at < now() - $1::float8 * interval '1 millisecond' AND outcome <> 'accepted'
+          LIMIT $2 FOR UPDATE SKIP LOCKED)`,
       },
     ];
     this.timer = null;

@@ -15,6 +15,12 @@ class InvalidPayload extends Error {}
 const REASON_COMPENSATED = 'compensated';
 const REASON_EMPTY = 'empty';
 const REASON_CLOSED_BY_QUERY = 'closed_by_query';
+const REASON_CANCELLED = 'cancelled';
+const REASON_HELD = 'held: the forward was answered accepted and is not settled yet';
+
+// NotAccepted is what settle throws for a step that is not accepted (any
+// more): settled already, cancelled by its compensation, or never accepted.
+class NotAccepted extends Error {}
 
 const ident = (s) => `"${s.replace(/"/g, '""')}"`;
 
@@ -58,6 +64,20 @@ class Store {
       // order, so BRIN indexes on their time columns serve (as the Go side's).
       await c.query(`CREATE INDEX IF NOT EXISTS barrier_created_brin ON ${t.barrier} USING brin (created_at)`);
       await c.query(`CREATE INDEX IF NOT EXISTS inbox_received_brin ON ${t.inbox} USING brin (received_at)`);
+      // Answer later (the Go side's barrier migration 011): a forward may
+      // stay 'accepted' until settled, with the command its final reply
+      // answers (the latest copy) and whether a compensation may cancel it.
+      // Only once: ALTER TABLE locks the whole barrier, and would wait at
+      // every start for any transaction holding one of its rows.
+      const answerLater = await c.query(`SELECT 1 FROM information_schema.columns
+        WHERE table_schema = $1 AND table_name = 'barrier' AND column_name = 'cancellable'`, [this.schema]);
+      if (answerLater.rowCount === 0) {
+        await c.query(`ALTER TABLE ${t.barrier} DROP CONSTRAINT IF EXISTS barrier_outcome_check`);
+        await c.query(`ALTER TABLE ${t.barrier} ADD CONSTRAINT barrier_outcome_check
+          CHECK (outcome IN ('pending', 'success', 'failure', 'accepted'))`);
+        await c.query(`ALTER TABLE ${t.barrier} ADD COLUMN reply_to text, ADD COLUMN command_id uuid,
+          ADD COLUMN attempt integer, ADD COLUMN cancellable boolean NOT NULL DEFAULT false`);
+      }
       for (const sql of extra) await c.query(sql);
     });
   }
@@ -92,12 +112,15 @@ class Store {
   }
 
   async read(c, cmd, action) {
-    const r = await c.query(`SELECT outcome, reason, payload::text AS payload, closed FROM ${this.t.barrier}
+    const r = await c.query(`SELECT outcome, reason, payload::text AS payload, closed, cancellable FROM ${this.t.barrier}
       WHERE saga_id = $1 AND step = $2 AND action = $3`, [cmd.saga_id, cmd.step, action]);
     if (r.rowCount === 0) return null;
     const row = r.rows[0];
     if (row.outcome === 'pending') throw new Error(`barrier row ${cmd.saga_id} ${cmd.step} ${action} is pending in this transaction`);
-    return { outcome: row.outcome, reason: row.reason, payload: row.payload === null ? null : JSON.parse(row.payload), closed: row.closed };
+    return {
+      outcome: row.outcome, reason: row.reason, payload: row.payload === null ? null : JSON.parse(row.payload),
+      closed: row.closed, cancellable: row.cancellable,
+    };
   }
 
   async insertPending(c, cmd, action) {
@@ -134,8 +157,10 @@ class Store {
       if (!(e instanceof InvalidPayload)) throw e;
       res = { outcome: 'failure', reason: cut(`invalid_payload: ${e.message}`, 1024), invalidPayload: true };
     }
-    if (!['success', 'failure', 'retry'].includes(res.outcome)) throw new Error(`handler of ${cmd.step} answered outcome ${res.outcome}`);
-    await c.query(res.outcome === 'success' ? 'RELEASE SAVEPOINT handler' : 'ROLLBACK TO SAVEPOINT handler');
+    if (!['success', 'failure', 'retry', 'accepted'].includes(res.outcome)) throw new Error(`handler of ${cmd.step} answered outcome ${res.outcome}`);
+    if (res.outcome === 'accepted' && cmd.action !== 'forward') throw new Error(`handler of ${cmd.step} ${cmd.action} answered accepted: only a forward may`);
+    // An accepted forward keeps its writes too: the work it took on.
+    await c.query(res.outcome === 'success' || res.outcome === 'accepted' ? 'RELEASE SAVEPOINT handler' : 'ROLLBACK TO SAVEPOINT handler');
     return res;
   }
 
@@ -157,9 +182,24 @@ class Store {
       await c.query('RELEASE SAVEPOINT claim');
       const rec = await this.read(c, cmd, 'forward');
       if (rec.closed) return { outcome: 'failure', reason: rec.reason || REASON_COMPENSATED, payload: null };
+      if (rec.outcome === 'accepted') {
+        // Still accepted: answered so again; the final reply answers the
+        // latest copy.
+        await c.query(`UPDATE ${this.t.barrier} SET command_id = $3, attempt = $4, reply_to = $5
+          WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted' AND coalesce(attempt, 0) < $4`,
+        [cmd.saga_id, cmd.step, cmd.message_id, cmd.attempt, cmd.reply_to]);
+        return accepted(rec.cancellable);
+      }
       return rec;
     }
     const res = await this.runHandler(c, fn, cmd);
+    if (res.outcome === 'accepted') {
+      const cancellable = res.cancellable === true;
+      await c.query(`UPDATE ${this.t.barrier} SET outcome = 'accepted', command_id = $3, attempt = $4, reply_to = $5, cancellable = $6
+        WHERE saga_id = $1 AND step = $2 AND action = 'forward'`, [cmd.saga_id, cmd.step, cmd.message_id, cmd.attempt, cmd.reply_to, cancellable]);
+      await c.query('RELEASE SAVEPOINT claim');
+      return accepted(cancellable);
+    }
     if (res.outcome === 'retry') {
       // Nothing recorded, not even the barrier row: the next copy runs afresh.
       await c.query('ROLLBACK TO SAVEPOINT claim');
@@ -179,7 +219,23 @@ class Store {
     }
     // Closing the forward waits for a concurrent forward's transaction.
     let empty = await this.closeForward(c, cmd, REASON_COMPENSATED);
-    if (!empty) empty = (await this.read(c, cmd, 'forward')).outcome === 'failure';
+    if (!empty) {
+      let fwd = await this.read(c, cmd, 'forward');
+      if (fwd.outcome === 'accepted' && fwd.cancellable) {
+        // Cancelled: the accepted forward is settled as failed.
+        const r = await c.query(`UPDATE ${this.t.barrier} SET outcome = 'failure', reason = $3, closed = true
+          WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted'`, [cmd.saga_id, cmd.step, REASON_CANCELLED]);
+        if (r.rowCount === 0) fwd = await this.read(c, cmd, 'forward'); // settled meanwhile
+        else fwd = { outcome: 'failure' };
+      }
+      if (fwd.outcome === 'accepted') {
+        // Held until the forward is settled: record nothing.
+        await c.query('ROLLBACK TO SAVEPOINT claim');
+        await c.query('RELEASE SAVEPOINT claim');
+        return { outcome: 'retry', reason: REASON_HELD, payload: null };
+      }
+      empty = fwd.outcome === 'failure';
+    }
     if (empty || !fn) {
       const rec = await this.record(c, cmd, 'compensate', { outcome: 'success', reason: REASON_EMPTY });
       await c.query('RELEASE SAVEPOINT claim');
@@ -205,10 +261,37 @@ class Store {
     const fwd = await this.read(c, cmd, 'forward');
     if (fwd.closed) return answer('closed');
     if (fwd.outcome === 'failure') return answer('failed');
+    if (fwd.outcome === 'accepted') return answer('accepted'); // still pending, not closed
     const comp = await this.read(c, cmd, 'compensate');
     if (comp && comp.outcome === 'success') return answer('compensated');
     return answer('done', fwd.payload);
   }
+
+  // settle records the final outcome (res: {outcome: 'success' | 'failure',
+  // reason, payload}) of the accepted forward ref ({saga_id, step}) in the
+  // transaction of client c and returns the reply's command (the latest copy
+  // the barrier answered accepted) and what was recorded, for the caller to
+  // enqueue the reply in that transaction. It throws NotAccepted when the
+  // step is not accepted.
+  async settle(c, ref, res) {
+    const payload = res.payload === null || res.payload === undefined ? null : JSON.stringify(res.payload);
+    const r = await c.query(`UPDATE ${this.t.barrier} SET outcome = $3, reason = $4, payload = $5::text::jsonb
+      WHERE saga_id = $1 AND step = $2 AND action = 'forward' AND outcome = 'accepted'
+      RETURNING command_id::text AS command_id, reply_to, payload::text AS payload`, [ref.saga_id, ref.step, res.outcome, res.reason || '', payload]);
+    if (r.rowCount === 0) {
+      const fwd = await this.read(c, ref, 'forward');
+      const why = fwd === null ? 'nothing recorded' : (fwd.closed ? `cancelled (${fwd.reason})` : `recorded ${fwd.outcome}`);
+      throw new NotAccepted(`step ${ref.step} of saga ${ref.saga_id} is not accepted: ${why}`);
+    }
+    const row = r.rows[0];
+    const cmd = { message_id: row.command_id, saga_id: ref.saga_id, step: ref.step, action: 'forward', reply_to: row.reply_to };
+    return { cmd, rec: { outcome: res.outcome, reason: res.reason || '', payload: row.payload === null ? null : JSON.parse(row.payload) } };
+  }
 }
 
-module.exports = { Store, InvalidPayload, ident };
+// accepted is the answer to a forward answered accepted.
+function accepted(cancellable) {
+  return { outcome: 'accepted', reason: '', payload: cancellable ? { cancellable: true } : null };
+}
+
+module.exports = { Store, InvalidPayload, NotAccepted, ident };
