@@ -25,6 +25,7 @@ func TestSLOCountsFinishedSagas(t *testing.T) {
 		env.clock.advance(late)
 		mustReply(t, env, lastCommand(t, env), message.Success, orderapi.CreateShipmentResult{ShipmentID: "s"})
 		mustReply(t, env, lastCommand(t, env), message.Success, orderapi.AwardPointsResult{Balance: 1})
+		mustReply(t, env, lastCommand(t, env), message.Success, orderapi.ConfirmStockResult{Sold: 1})
 		if in, _ := get(t, env, id); in.State != saga.Completed {
 			t.Fatalf("saga %s is %s, want completed", key, in.State)
 		}
