@@ -72,6 +72,11 @@ func (s *Server) act(r *http.Request, id uuid.UUID, action saga.OperatorAction, 
 	if !knownAction(action) {
 		return saga.Instance{}, nil, &actionError{status: http.StatusNotFound, field: "action", msg: fmt.Sprintf("unknown action %s; want %s", echo(string(action)), actionNames)}
 	}
+	actor, aerr := s.actor(r, b.Actor)
+	if aerr != nil {
+		return saga.Instance{}, nil, aerr
+	}
+	b.Actor = actor
 	if aerr := checkAction(action, b); aerr != nil {
 		return saga.Instance{}, nil, aerr
 	}

@@ -82,6 +82,13 @@ type Config struct {
 	// from AdminToken. Both tokens must pass WeakToken (New refuses a weak
 	// one).
 	ClientToken string
+	// Operators are named operator tokens (name -> token), one a person:
+	// each grants what the admin token does, and the actor of its operator
+	// actions and four-eyes decisions is its name. Once any is set,
+	// operator actions and proposal decisions need one of them (see
+	// operators.go). Names: lower-case letters, digits, '-', '_'; tokens
+	// pass WeakToken and differ from every other token.
+	Operators map[string]string
 	// ProtectReads requires the client or the admin token for read-only
 	// endpoints and the status page, and for starts.
 	ProtectReads bool
@@ -156,10 +163,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("api: Config.MaxConcurrentReads is %d, want > 0", c.MaxConcurrentReads)
 	case c.ClientToken != "" && c.ClientToken == c.AdminToken:
 		return errors.New("api: Config.ClientToken equals Config.AdminToken: a client could act as an operator")
-	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "":
+	case (c.ProtectReads || c.ProtectMetrics) && c.AdminToken == "" && c.ClientToken == "" && len(c.Operators) == 0:
 		return errors.New("api: Config.ProtectReads or Config.ProtectMetrics is set without Config.ClientToken or Config.AdminToken: nobody could pass")
 	}
-	return nil
+	return c.validateOperators()
 }
 
 // Server serves the API.
@@ -169,6 +176,7 @@ type Server struct {
 	mux                 *http.ServeMux
 	routes              []Route
 	adminTok, clientTok secret
+	operators           []operatorSecret
 	failures            *failureLimiter
 	reads               chan struct{} // a slot per read in progress
 }
@@ -186,6 +194,7 @@ func New(eng Engine, cfg *Config) (*Server, error) {
 	}
 	s := &Server{eng: eng, cfg: cfg.WithDefaults(), mux: http.NewServeMux()}
 	s.adminTok, s.clientTok = newSecret(s.cfg.AdminToken), newSecret(s.cfg.ClientToken)
+	s.operators = newOperators(s.cfg.Operators)
 	s.reads = make(chan struct{}, cmp.Or(s.cfg.MaxConcurrentReads, MaxConcurrentReadsDefault))
 	s.failures = newFailureLimiter(AuthFailureBurst, AuthFailureRefill, AuthFailureClients)
 	s.routeAll()

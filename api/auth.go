@@ -80,15 +80,25 @@ func bearer(r *http.Request) (string, bool) {
 // roleOf is the role the token tok grants; both secrets are always
 // compared, so the time taken does not tell which one matched.
 func (s *Server) roleOf(tok string) role {
+	rl, _ := s.credentials(tok)
+	return rl
+}
+
+// credentials is the role tok grants and, for a named operator token
+// (Config.Operators), the operator's name. Every secret is compared.
+func (s *Server) credentials(tok string) (role, string) {
 	admin := s.adminTok.matches(tok)
 	client := s.clientTok.matches(tok)
+	name := s.operatorOf(tok)
 	switch {
 	case admin:
-		return roleAdmin
+		return roleAdmin, ""
+	case name != "":
+		return roleAdmin, name
 	case client:
-		return roleClient
+		return roleClient, ""
 	}
-	return roleNone
+	return roleNone, ""
 }
 
 // The status page's session: after POST /ui/login with the admin or the
@@ -110,11 +120,15 @@ func sessionMAC(key []byte, payload string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// newSession returns the cookie value of a session of role.
-func (s *Server) newSession(rl role, now time.Time) string {
+// newSession returns the cookie value of a session of role; a named
+// operator's session (operator set) is keyed by that operator's token.
+func (s *Server) newSession(rl role, operator string, now time.Time) string {
 	key, tag := s.clientTok.session, "c"
 	if rl == roleAdmin {
 		key, tag = s.adminTok.session, "a"
+	}
+	if sec, ok := s.operatorByName(operator); ok {
+		key, tag = sec.session, "o-"+operator
 	}
 	payload := tag + "." + strconv.FormatInt(now.Add(SessionTTL).Unix(), 10)
 	return payload + "." + sessionMAC(key, payload)
@@ -138,7 +152,14 @@ func (s *Server) sessionRole(r *http.Request, now time.Time) role {
 	case "c":
 		sec, rl = s.clientTok, roleClient
 	default:
-		return roleNone
+		name, ok := strings.CutPrefix(parts[0], "o-")
+		if !ok {
+			return roleNone
+		}
+		if sec, ok = s.operatorByName(name); !ok {
+			return roleNone
+		}
+		rl = roleAdmin
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || !sec.set || now.Unix() >= exp || exp > now.Add(SessionTTL+time.Minute).Unix() {

@@ -52,7 +52,7 @@ type loginData struct {
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	back := safeBack(r.PostFormValue("back"))
 	secure := r.TLS != nil || s.cfg.SecureCookie || s.forwardedHTTPS(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.newSession(callerRole(r), time.Now()), Path: "/ui/", MaxAge: int(SessionTTL / time.Second),
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.newSession(callerRole(r), callerOperator(r), time.Now()), Path: "/ui/", MaxAge: int(SessionTTL / time.Second),
 		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }

@@ -134,6 +134,11 @@ func (s *Server) decide(r *http.Request, pe ProposalEngine, id int64, decision s
 	bad := func(field, msg string) *actionError {
 		return &actionError{status: http.StatusBadRequest, field: field, msg: msg}
 	}
+	actor, aerr := s.actor(r, b.Actor)
+	if aerr != nil {
+		return orchestrator.Proposal{}, saga.Instance{}, aerr
+	}
+	b.Actor = actor
 	switch {
 	case strings.TrimSpace(b.Actor) == "" || !plainText(b.Actor, 200):
 		return orchestrator.Proposal{}, saga.Instance{}, bad("actor", "actor is required (who decides): UTF-8 text without NUL characters, at most 200 bytes")

@@ -25,6 +25,12 @@ import (
 // place-order, and an engine clock the test moves (skew).
 func setupFourEyes(t *testing.T) (*env, *atomic.Int64) {
 	t.Helper()
+	return setupFourEyesWith(t, &api.Config{AdminToken: adminToken})
+}
+
+// setupFourEyesWith is setupFourEyes with the API configured by cfg.
+func setupFourEyesWith(t *testing.T, cfg *api.Config) (*env, *atomic.Int64) {
+	t.Helper()
 	pool := testkit.Pool(t)
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
 	reg := saga.NewRegistry()
@@ -38,7 +44,7 @@ func setupFourEyes(t *testing.T) (*env, *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newAPI(t, eng, &api.Config{AdminToken: adminToken}))
+	srv := httptest.NewServer(newAPI(t, eng, cfg))
 	t.Cleanup(srv.Close)
 	return &env{t: t, pool: pool, eng: eng, srv: srv}, &skew
 }

@@ -206,7 +206,7 @@ func (s *Server) gate(a access, h http.HandlerFunc) http.HandlerFunc {
 			offered = tok != ""
 		}
 		need := s.needs(a)
-		if need == roleAdmin && !s.adminTok.set {
+		if need == roleAdmin && !s.adminTok.set && len(s.operators) == 0 {
 			s.refuse(w, r, a, http.StatusForbidden, 0)
 			return
 		}
@@ -217,9 +217,9 @@ func (s *Server) gate(a access, h http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 		}
-		rl := roleNone
+		rl, operator := roleNone, ""
 		if offered {
-			rl = s.roleOf(tok)
+			rl, operator = s.credentials(tok)
 			if rl == roleNone {
 				s.failures.fail(client, time.Now())
 				s.cfg.Logger.WarnContext(r.Context(), "wrong token", slog.String("client", client), slog.String("method", r.Method),
@@ -238,7 +238,7 @@ func (s *Server) gate(a access, h http.HandlerFunc) http.HandlerFunc {
 			s.refuse(w, r, a, http.StatusServiceUnavailable, StartingRetryAfter)
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, rl)))
+		h(w, r.WithContext(withOperator(context.WithValue(r.Context(), roleKey{}, rl), operator)))
 	}
 }
 

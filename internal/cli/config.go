@@ -62,6 +62,7 @@ var Keys = []Key{
 	{"http.addr", "127.0.0.1:8080", "Listen address of the HTTP API (`serve`). On an address other than loopback (127.0.0.0/8, ::1, localhost; an empty host is every interface) `serve` refuses to start unless both `http.admin_token` and `http.client_token` are set."},
 	{"http.admin_token", "", "Bearer token for operator actions (it opens everything the client token opens too); empty disables operator actions. At least 24 characters, not a placeholder or a repeated pattern (`openssl rand -hex 32`), else `serve` refuses to start. Secret: `config --effective` redacts it."},
 	{"http.client_token", "", "Bearer token of the services that start sagas; when set, `POST /sagas` needs it (or the admin token). Same rules as `http.admin_token`. Secret: `config --effective` redacts it."},
+	{"http.operator_tokens", "", "Named operator tokens, one a person, as `name:token` entries (a list, or comma-separated in SAGAFLOW_HTTP_OPERATOR_TOKENS). Each grants what the admin token does, and the actor of its operator actions and four-eyes decisions is its name; once any is set, operator actions and proposal decisions need one (the shared admin token is refused for them). Names: lower-case letters, digits, '-', '_'; tokens follow `http.admin_token`'s rules and differ from every other token. Secret: `config --effective` redacts it."},
 	{"http.trust_proxy", false, "A reverse proxy is in front of `serve`: the budget of wrong tokens is kept per the last `X-Forwarded-For` address (the one the proxy saw; the proxy must set or append it) and the session cookie is `Secure` when `X-Forwarded-Proto` is `https`. Leave it off when clients reach `serve` directly (they could write the headers themselves)."},
 	{"http.secure_cookie", false, "Always mark the status page's session cookie `Secure` (sent over HTTPS only): for a TLS proxy that does not set `X-Forwarded-Proto`."},
 	{"http.protect_reads", false, "Require the client or the admin token for starts, the read endpoints and the status page too."},
@@ -130,7 +131,7 @@ var Keys = []Key{
 }
 
 // secretKeys are the keys whose values `config --effective` never prints.
-var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "kafka.sasl.password": true,
+var secretKeys = map[string]bool{"http.admin_token": true, "http.client_token": true, "http.operator_tokens": true, "kafka.sasl.password": true,
 	"security.orchestrator_keys": true, "security.participant_keys": true}
 
 // StepKeysDoc documents the per-step overrides.

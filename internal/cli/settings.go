@@ -106,6 +106,8 @@ type HTTPConfig struct {
 	ReadTimeout, WriteTimeout, IdleTimeout, HandlerTimeout   time.Duration
 	MaxConnectionsPerClient, MaxConcurrentReads              int
 	BusyIdleTimeout                                          time.Duration
+	// OperatorTokens are "name:token" entries (http.operator_tokens).
+	OperatorTokens []string
 }
 
 // LogConfig is log.*.
@@ -207,6 +209,7 @@ func (c *Config) bindings() []binding {
 		{"orchestrator.proposal_ttl", &o.ProposalTTL},
 		{"relay.keep_sent", &c.Relay.KeepSent}, {"relay.dispatch", &c.Relay.Dispatch}, {"relay.dispatch_lease", &c.Relay.DispatchLease},
 		{"http.addr", &h.Addr}, {"http.admin_token", &h.AdminToken}, {"http.client_token", &h.ClientToken},
+		{"http.operator_tokens", &h.OperatorTokens},
 		{"http.protect_reads", &h.ProtectReads}, {"http.protect_metrics", &h.ProtectMetrics},
 		{"http.trust_proxy", &h.TrustProxy}, {"http.secure_cookie", &h.SecureCookie},
 		{"http.max_data_bytes", &h.MaxDataBytes}, {"http.max_header_bytes", &h.MaxHeaderBytes},
@@ -449,7 +452,10 @@ func (c *Config) validate() error {
 	if h.ClientToken != "" && h.ClientToken == h.AdminToken {
 		errs = append(errs, errors.New("config: http.client_token: must differ from http.admin_token (a client could act as an operator)"))
 	}
-	if (h.ProtectReads || h.ProtectMetrics) && h.AdminToken == "" && h.ClientToken == "" {
+	if _, err := h.operators(); err != nil {
+		errs = append(errs, err)
+	}
+	if (h.ProtectReads || h.ProtectMetrics) && h.AdminToken == "" && h.ClientToken == "" && len(h.OperatorTokens) == 0 {
 		errs = append(errs, errors.New("config: http.protect_reads and http.protect_metrics need http.client_token or http.admin_token: nobody could pass"))
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -570,9 +576,31 @@ func (h HTTPConfig) limits() api.Limits {
 		MaxConnectionsPerClient: h.MaxConnectionsPerClient, BusyIdleTimeout: h.BusyIdleTimeout}
 }
 
+// operators parses http.operator_tokens ("name:token" each) into the
+// API's named operator tokens; an entry without a name or a token, or a
+// name given twice, is an error naming its position (never the token).
+func (h HTTPConfig) operators() (map[string]string, error) {
+	if len(h.OperatorTokens) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(h.OperatorTokens))
+	for i, e := range h.OperatorTokens {
+		name, tok, ok := strings.Cut(strings.TrimSpace(e), ":")
+		switch {
+		case !ok || name == "" || tok == "":
+			return nil, fmt.Errorf("config: http.operator_tokens: entry %d: want name:token", i+1)
+		case out[name] != "":
+			return nil, fmt.Errorf("config: http.operator_tokens: entry %d: operator %q is given twice", i+1, name)
+		}
+		out[name] = tok
+	}
+	return out, nil
+}
+
 // api is the HTTP API's configuration.
 func (h HTTPConfig) api() api.Config {
-	return api.Config{AdminToken: h.AdminToken, ClientToken: h.ClientToken, ProtectReads: h.ProtectReads,
+	ops, _ := h.operators() // validate reported a bad entry already
+	return api.Config{AdminToken: h.AdminToken, ClientToken: h.ClientToken, Operators: ops, ProtectReads: h.ProtectReads,
 		ProtectMetrics: h.ProtectMetrics, TrustProxy: h.TrustProxy, SecureCookie: h.SecureCookie,
 		MaxDataBytes: h.MaxDataBytes, HandlerTimeout: h.HandlerTimeout,
 		MaxConcurrentReads: h.MaxConcurrentReads}

@@ -221,3 +221,28 @@ func TestRegistryRefusesUnknownStep(t *testing.T) {
 		t.Fatalf("registry: %v, want the unknown step named", err)
 	}
 }
+
+func TestOperatorTokensParse(t *testing.T) {
+	for _, tc := range []struct {
+		in      []string
+		want    map[string]string
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"alice:tok-a", " bob:tok:b "}, map[string]string{"alice": "tok-a", "bob": "tok:b"}, ""},
+		{[]string{"alice"}, nil, "entry 1: want name:token"},
+		{[]string{"alice:a", ":b"}, nil, "entry 2: want name:token"},
+		{[]string{"alice:a", "alice:b"}, nil, `entry 2: operator "alice" is given twice`},
+	} {
+		got, err := HTTPConfig{OperatorTokens: tc.in}.operators()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "tok-") {
+				t.Errorf("%q: err %v, want one containing %q and no token", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%q: %v %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
