@@ -77,13 +77,6 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// roleOf is the role the token tok grants; both secrets are always
-// compared, so the time taken does not tell which one matched.
-func (s *Server) roleOf(tok string) role {
-	rl, _ := s.credentials(tok)
-	return rl
-}
-
 // credentials is the role tok grants and, for a named operator token
 // (Config.Operators), the operator's name. Every secret is compared.
 func (s *Server) credentials(tok string) (role, string) {

@@ -56,9 +56,3 @@ func (c *circuit) unused() {
 	c.probing = false
 }
 
-// open reports whether no call may start now.
-func (c *circuit) open(now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.failures >= c.after && (now.Before(c.openTill) || c.probing)
-}

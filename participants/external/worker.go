@@ -171,7 +171,7 @@ func (c *Caller) settle(ctx context.Context, call Call, out Outcome) error {
 		}
 		if c.cfg.Settled != nil {
 			if err := c.cfg.Settled(ctx, sp, call, out); err != nil {
-				return fmt.Errorf("Settled: %w", err)
+				return fmt.Errorf("the Settled hook: %w", err)
 			}
 		}
 		if out.Done {
