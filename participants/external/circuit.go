@@ -55,4 +55,3 @@ func (c *circuit) unused() {
 	defer c.mu.Unlock()
 	c.probing = false
 }
-
