@@ -114,7 +114,7 @@ func demoCmd(v *viper.Viper, c *Config) *cobra.Command {
 	f.BoolVar(&embedded, "embedded-postgres", false, "run on a throwaway Postgres (started from the machine's initdb and postgres, removed on exit) even if database.url is set")
 	f.BoolVar(&ui, "ui", false, "after the summary, keep the status page on the demo's sagas open (its URL is printed) until Ctrl-C")
 	f.StringVar(&uiAddr, "ui-addr", "127.0.0.1:0", "listen address of the status page with --ui (port 0: a free one)")
-	f.BoolVar(&provider, "payment-provider", false, "charge through a fake payment provider on loopback (answer later: the payment step is accepted and settled by the provider's answer); the check adds: the provider's charges equal the ledger's")
+	f.BoolVar(&provider, "payment-provider", true, "charge through a fake payment provider the demo starts on loopback (false: in the payment participant's own transaction; true: answer later: the payment step is accepted and settled by the provider's answer); the check adds: the provider's charges equal the ledger's")
 	f.Int("orders", 0, "orders to place (demo.orders)")
 	f.Int64("seed", 0, "seed of the orders (demo.seed)")
 	f.Float64("trip-ratio", 0, "book-trip sagas per order, besides the orders (demo.trip_ratio)")
