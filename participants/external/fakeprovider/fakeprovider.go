@@ -65,7 +65,8 @@ func (s *Server) URL() string { return s.srv.URL }
 // Close stops the provider.
 func (s *Server) Close() { s.srv.Close() }
 
-// SetDelay makes every answer wait d first (the charge is made before the
+// SetDelay makes every answer, charge or lookup, wait d first (the charge
+// is made before the
 // wait: a caller that times out has been charged all the same).
 func (s *Server) SetDelay(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
 
@@ -134,6 +135,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
 	}
 	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/charges/") {
+		// A slow provider is slow to look up too.
+		s.mu.Lock()
+		delay := s.delay
+		s.mu.Unlock()
+		if !wait(r, delay) {
+			return
+		}
 		s.lookup(w, strings.TrimPrefix(r.URL.Path, "/charges/"))
 		return
 	}
@@ -172,13 +180,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		delay += s.slowBy
 	}
 	s.mu.Unlock()
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-			return
-		}
+	if !wait(r, delay) {
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(c)
+}
+
+// wait holds the answer to r for delay; false if the caller went away.
+func wait(r *http.Request, delay time.Duration) bool {
+	if delay <= 0 {
+		return true
+	}
+	select {
+	case <-time.After(delay):
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
