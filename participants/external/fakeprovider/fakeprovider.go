@@ -66,8 +66,8 @@ func (s *Server) URL() string { return s.srv.URL }
 func (s *Server) Close() { s.srv.Close() }
 
 // SetDelay makes every answer, charge or lookup, wait d first (the charge
-// is made before the
-// wait: a caller that times out has been charged all the same).
+// is made before the wait: a caller that times out has been charged all
+// the same).
 func (s *Server) SetDelay(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
 
 // SlowFirst makes the next n charge calls answer d late (after charging):
