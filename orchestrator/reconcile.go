@@ -65,6 +65,11 @@ type ReconcileOptions struct {
 	// bounds those checks per run.
 	FlowSampleRate float64
 	MaxFlowChecks  int
+	// Outcomes, if set, is the outcome topic the reconciler compares with
+	// the sagas that finished between OutcomeWindow and OutcomeGrace ago
+	// (reconcile_outcomes.go); serve sets it to its Service's.
+	Outcomes                    OutcomeSource
+	OutcomeWindow, OutcomeGrace time.Duration
 	// StuckAfter: a running or compensating saga that has not moved for
 	// this long is stuck (its timers should have moved it).
 	StuckAfter time.Duration
@@ -84,6 +89,8 @@ func (o ReconcileOptions) WithDefaults() ReconcileOptions {
 	o.MaxRepairs = cmp.Or(o.MaxRepairs, ReconcileMaxRepairsDefault)
 	o.FlowSampleRate = cmp.Or(o.FlowSampleRate, ReconcileFlowSampleDefault)
 	o.MaxFlowChecks = cmp.Or(o.MaxFlowChecks, ReconcileMaxFlowChecksDefault)
+	o.OutcomeWindow = cmp.Or(o.OutcomeWindow, ReconcileOutcomeWindowDefault)
+	o.OutcomeGrace = cmp.Or(o.OutcomeGrace, ReconcileOutcomeGraceDefault)
 	o.StuckAfter = cmp.Or(o.StuckAfter, ReconcileStuckAfterDefault)
 	o.QueryRounds = cmp.Or(o.QueryRounds, ReconcileQueryRoundsDefault)
 	o.Actor = cmp.Or(o.Actor, saga.ActorReconciler)
@@ -102,6 +109,8 @@ func (o ReconcileOptions) validate() error {
 		return fmt.Errorf("reconcile: MaxFlowChecks %d must not be negative", o.MaxFlowChecks)
 	case o.MaxChecks < 0 || o.MaxRepairs < 0:
 		return fmt.Errorf("reconcile: MaxChecks %d and MaxRepairs %d must not be negative", o.MaxChecks, o.MaxRepairs)
+	case o.OutcomeGrace < 0 || o.OutcomeWindow < 0:
+		return fmt.Errorf("reconcile: OutcomeWindow %s and OutcomeGrace %s must not be negative", o.OutcomeWindow, o.OutcomeGrace)
 	case o.StuckAfter < 0:
 		return fmt.Errorf("reconcile: StuckAfter %s must not be negative", o.StuckAfter)
 	case o.QueryRounds < 0:

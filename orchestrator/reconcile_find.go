@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -94,6 +95,20 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 		return nil, err
 	}
 	found = append(found, dup...)
+
+	// Flow: every end on the outcome topic once. The topic unreachable
+	// (the broker down) leaves this check for the next run, not the
+	// others.
+	if o.Outcomes != nil {
+		miss, err := e.missingOutcomes(ctx, o.Outcomes, now.Add(-o.OutcomeWindow), now.Add(-o.OutcomeGrace))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "reconcile: the outcome topic could not be read; its check waits for the next run", slog.String("error", err.Error()))
+		}
+		found = append(found, miss...)
+	}
 
 	// Journal: transitions of a finished saga that no operator made, and
 	// the differences check answers found (while the saga has not moved

@@ -344,7 +344,7 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			run = withReconciler(cfg.Reconcile, svc.Engine(), ms, run)
+			run = withReconciler(cfg.Reconcile, svc, ms, run)
 			return serveHTTP(ctx, log, httpAddrs{api: cfg.HTTP.Addr, health: cfg.HTTP.HealthAddr}, srv, limits, prep.then(log, "orchestrator", svc.Prepare, run), cfg.Shutdown.Timeout)
 		},
 	}

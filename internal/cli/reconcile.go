@@ -22,15 +22,20 @@ const ReconcileIntervalDefault = 5 * time.Minute
 
 // withReconciler runs run beside the engine's reconciler loop when
 // reconcile.enabled.
-func withReconciler(rc ReconcileConfig, eng *orchestrator.Engine, ms *metricset.Set, run func(context.Context) error) func(context.Context) error {
+func withReconciler(rc ReconcileConfig, svc *orchestrator.Service, ms *metricset.Set, run func(context.Context) error) func(context.Context) error {
 	if !rc.Enabled {
 		return run
 	}
+	o := rc.options()
+	o.Outcomes = svc.OutcomeSource()
+	// Each run looks at a window at least one interval wide: no end falls
+	// between two runs.
+	o.OutcomeWindow = max(orchestrator.ReconcileOutcomeWindowDefault, rc.Interval+orchestrator.ReconcileOutcomeGraceDefault)
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		done := make(chan error, 1)
-		go func() { done <- eng.RunReconciler(ctx, rc.Interval, rc.options(), ms.Reconcile) }()
+		go func() { done <- svc.Engine().RunReconciler(ctx, rc.Interval, o, ms.Reconcile) }()
 		err := run(ctx)
 		cancel()
 		return errors.Join(err, <-done)
