@@ -70,6 +70,9 @@ type ReconcileOptions struct {
 	// (reconcile_outcomes.go); serve sets it to its Service's.
 	Outcomes                    OutcomeSource
 	OutcomeWindow, OutcomeGrace time.Duration
+	// Starts, if set, is the start topic whose records of the same window
+	// must each have made a saga or been dead-lettered.
+	Starts StartSource
 	// StuckAfter: a running or compensating saga that has not moved for
 	// this long is stuck (its timers should have moved it).
 	StuckAfter time.Duration

@@ -109,6 +109,16 @@ func (e *Engine) findDiscrepancies(ctx context.Context, o ReconcileOptions, now 
 		}
 		found = append(found, miss...)
 	}
+	if o.Starts != nil {
+		lost, err := e.lostStarts(ctx, o.Starts, now.Add(-o.OutcomeWindow), now.Add(-o.OutcomeGrace))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "reconcile: the start topic could not be read; its check waits for the next run", slog.String("error", err.Error()))
+		}
+		found = append(found, lost...)
+	}
 
 	// Journal: transitions of a finished saga that no operator made, and
 	// the differences check answers found (while the saga has not moved

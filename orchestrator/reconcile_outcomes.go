@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/message"
@@ -91,17 +92,16 @@ WHERE finished_at >= $1 AND finished_at < $2 ORDER BY finished_at LIMIT $3`, fro
 	return out, nil
 }
 
-// kafkaOutcomes is the OutcomeSource of a Service: its outcome topic on
-// its brokers.
-type kafkaOutcomes struct {
-	brokers []string
-	dialer  *kafka.Dialer
-	topic   string
+// kafkaTopics reads a Service's own topics for the reconciler: the
+// outcome topic (OutcomeSource) and the start topic (StartSource).
+type kafkaTopics struct {
+	brokers          []string
+	dialer           *kafka.Dialer
+	outcomes, starts string
 }
 
-// OutcomeSource reads the service's outcome topic (for
-// ReconcileOptions.Outcomes); nil without brokers.
-func (s *Service) OutcomeSource() OutcomeSource {
+// kafkaSource is the Service's kafkaTopics; nil without brokers.
+func (s *Service) kafkaSource() *kafkaTopics {
 	if len(s.cfg.Brokers) == 0 {
 		return nil
 	}
@@ -109,57 +109,33 @@ func (s *Service) OutcomeSource() OutcomeSource {
 	if d == nil {
 		d = &kafka.Dialer{Timeout: 10 * time.Second}
 	}
-	return kafkaOutcomes{brokers: s.cfg.Brokers, dialer: d, topic: s.engine.cfg.OutcomeTopic}
+	return &kafkaTopics{brokers: s.cfg.Brokers, dialer: d, outcomes: s.engine.cfg.OutcomeTopic, starts: s.cfg.StartTopic}
 }
 
-// Finished reads every partition of the topic from the first record
-// published at or after since up to its end as of the call.
-func (k kafkaOutcomes) Finished(ctx context.Context, since time.Time) (map[uuid.UUID]int, error) {
-	conn, err := k.dialer.DialContext(ctx, "tcp", k.brokers[0])
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", k.brokers[0], err)
+// OutcomeSource reads the service's outcome topic (for
+// ReconcileOptions.Outcomes); nil without brokers.
+func (s *Service) OutcomeSource() OutcomeSource {
+	if k := s.kafkaSource(); k != nil {
+		return k
 	}
-	parts, err := conn.ReadPartitions(k.topic)
-	conn.Close()
-	if err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", k.topic, err)
+	return nil
+}
+
+// StartSource reads the service's start topic (for
+// ReconcileOptions.Starts); nil without brokers.
+func (s *Service) StartSource() StartSource {
+	if k := s.kafkaSource(); k != nil {
+		return k
 	}
+	return nil
+}
+
+// Finished reads every partition of the outcome topic from the first
+// record published at or after since up to its end as of the call.
+func (k *kafkaTopics) Finished(ctx context.Context, since time.Time) (map[uuid.UUID]int, error) {
 	out := map[uuid.UUID]int{}
 	seen := map[string]bool{}
-	for _, p := range parts {
-		if err := k.readPartition(ctx, p, since, out, seen); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-func (k kafkaOutcomes) readPartition(ctx context.Context, p kafka.Partition, since time.Time, out map[uuid.UUID]int, seen map[string]bool) error {
-	leader := net.JoinHostPort(p.Leader.Host, strconv.Itoa(p.Leader.Port))
-	lc, err := k.dialer.DialLeader(ctx, "tcp", leader, k.topic, p.ID)
-	if err != nil {
-		return fmt.Errorf("%s/%d: dial the leader %s: %w", k.topic, p.ID, leader, err)
-	}
-	first, err1 := lc.ReadOffset(since)
-	last, err2 := lc.ReadLastOffset()
-	lc.Close()
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("%s/%d: offsets: %w", k.topic, p.ID, err)
-	}
-	if first < 0 || first >= last {
-		return nil
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.brokers, Dialer: k.dialer, Topic: k.topic, Partition: p.ID,
-		MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond})
-	defer r.Close()
-	if err := r.SetOffset(first); err != nil {
-		return fmt.Errorf("%s/%d: seek to %d: %w", k.topic, p.ID, first, err)
-	}
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			return fmt.Errorf("%s/%d: read at %d of %d: %w", k.topic, p.ID, first, last, err)
-		}
+	err := k.read(ctx, k.outcomes, since, func(m kafka.Message) {
 		if o, err := message.DecodeSagaOutcome(m.Value); err == nil && o.Kind == message.OutcomeFinished {
 			id := headerValue(m.Headers, message.HeaderMessageID)
 			if !seen[id] {
@@ -167,6 +143,79 @@ func (k kafkaOutcomes) readPartition(ctx context.Context, p kafka.Partition, sin
 				out[o.SagaID]++
 			}
 		}
+	})
+	return out, err
+}
+
+// Starts reads every partition of the start topic from the first record
+// published at or after since up to its end as of the call, each message
+// id once.
+func (k *kafkaTopics) Starts(ctx context.Context, since time.Time) ([]StartSeen, error) {
+	var out []StartSeen
+	seen := map[string]bool{}
+	err := k.read(ctx, k.starts, since, func(m kafka.Message) {
+		id := headerValue(m.Headers, message.HeaderMessageID)
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		st := StartSeen{MessageID: id, At: m.Time, Where: fmt.Sprintf("%s/%d@%d", m.Topic, m.Partition, m.Offset)}
+		if r, err := message.DecodeStartRecord(m.Value); err == nil {
+			st.Type, st.IdempotencyKey = r.Type, r.IdempotencyKey
+		}
+		out = append(out, st)
+	})
+	return out, err
+}
+
+// read calls fn with every record of every partition of topic from the
+// first published at or after since up to the partition's end as of the
+// call.
+func (k *kafkaTopics) read(ctx context.Context, topic string, since time.Time, fn func(kafka.Message)) error {
+	conn, err := k.dialer.DialContext(ctx, "tcp", k.brokers[0])
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", k.brokers[0], err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return fmt.Errorf("partitions of %s: %w", topic, err)
+	}
+	for _, p := range parts {
+		if err := k.readPartition(ctx, topic, p, since, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *kafkaTopics) readPartition(ctx context.Context, topic string, p kafka.Partition, since time.Time, fn func(kafka.Message)) error {
+	leader := net.JoinHostPort(p.Leader.Host, strconv.Itoa(p.Leader.Port))
+	lc, err := k.dialer.DialLeader(ctx, "tcp", leader, topic, p.ID)
+	if err != nil {
+		return fmt.Errorf("%s/%d: dial the leader %s: %w", topic, p.ID, leader, err)
+	}
+	first, err1 := lc.ReadOffset(since)
+	last, err2 := lc.ReadLastOffset()
+	lc.Close()
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("%s/%d: offsets: %w", topic, p.ID, err)
+	}
+	if first < 0 || first >= last {
+		return nil
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.brokers, Dialer: k.dialer, Topic: topic, Partition: p.ID,
+		MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond})
+	defer r.Close()
+	if err := r.SetOffset(first); err != nil {
+		return fmt.Errorf("%s/%d: seek to %d: %w", topic, p.ID, first, err)
+	}
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return fmt.Errorf("%s/%d: read at %d of %d: %w", topic, p.ID, first, last, err)
+		}
+		fn(m)
 		if m.Offset >= last-1 {
 			return nil
 		}
@@ -180,4 +229,74 @@ func headerValue(hs []kafka.Header, key string) string {
 		}
 	}
 	return ""
+}
+
+// Every start on the start topic made a saga: each start record published
+// in the window, up to OutcomeGrace ago, must have a saga of its type and
+// idempotency key, or have been dead-lettered (a start refused: an unknown
+// type, bad data); one with neither is KindStartLost, under an id derived
+// from its message id (it has no saga).
+const KindStartLost DiscrepancyKind = "flow_start_lost"
+
+// StartSeen is one record of the start topic: its message id, where it is
+// (topic/partition@offset), when it was published and, when it decodes,
+// the start's type and idempotency key.
+type StartSeen struct {
+	MessageID, Where     string
+	At                   time.Time
+	Type, IdempotencyKey string
+}
+
+// StartSource reads the start topic for the reconciler: the records
+// published at or after since, each message id once.
+type StartSource interface {
+	Starts(ctx context.Context, since time.Time) ([]StartSeen, error)
+}
+
+// lostStartNamespace derives a lost start's discrepancy id from its
+// message id.
+var lostStartNamespace = uuid.MustParse("0c6f5d1e-8b8a-4c55-9d0c-3f1b7a9e2d44")
+
+// lostStarts finds the start records published between from and to that
+// made no saga and were not dead-lettered.
+func (e *Engine) lostStarts(ctx context.Context, src StartSource, from, to time.Time) ([]Discrepancy, error) {
+	if src == nil || !to.After(from) {
+		return nil, nil
+	}
+	all, err := src.Starts(ctx, from)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: starts: %w", err)
+	}
+	var seen []StartSeen
+	for _, st := range all {
+		if st.At.Before(to) && len(seen) < reconcileScanLimit {
+			seen = append(seen, st)
+		}
+	}
+	if len(seen) == 0 {
+		return nil, nil
+	}
+	types, keys, ids := make([]string, len(seen)), make([]string, len(seen)), make([]string, len(seen))
+	for i, st := range seen {
+		types[i], keys[i], ids[i] = st.Type, st.IdempotencyKey, st.MessageID
+	}
+	dl := pgx.Identifier{e.cfg.Schema, "dead_letters"}.Sanitize()
+	rows, err := e.pool.Query(ctx, `SELECT u.i FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(type, key, mid, i)
+WHERE NOT EXISTS (SELECT 1 FROM `+e.st.sagas+` s WHERE s.idempotency_key = u.key AND s.type = u.type AND u.key <> '')
+  AND NOT EXISTS (SELECT 1 FROM `+dl+` d WHERE d.message_id = u.mid)`, types, keys, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: starts: look up their sagas and dead letters: %w", err)
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: starts: look up their sagas and dead letters: %w", err)
+	}
+	out := make([]Discrepancy, 0, len(lost))
+	for _, i := range lost {
+		st := seen[i-1]
+		out = append(out, Discrepancy{SagaID: uuid.NewSHA1(lostStartNamespace, []byte(st.MessageID)), SagaType: st.Type, Kind: KindStartLost,
+			Detail: fmt.Sprintf("the start at %s (type %q, idempotency key %q, message id %s, published %s) made no saga and was not dead-lettered",
+				st.Where, clip(st.Type, 100), clip(st.IdempotencyKey, 200), clip(st.MessageID, 100), st.At.UTC().Format(time.RFC3339))})
+	}
+	return out, nil
 }

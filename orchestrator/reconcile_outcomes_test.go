@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,12 +107,80 @@ func TestOutcomeSourceReadsTheTopicFromSince(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	src := kafkaOutcomes{brokers: brokers, dialer: &kafka.Dialer{Timeout: 10 * time.Second}, topic: topic}
+	src := &kafkaTopics{brokers: brokers, dialer: &kafka.Dialer{Timeout: 10 * time.Second}, outcomes: topic}
 	got, err := src.Finished(ctx, now.Add(-10*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got[old] != 0 || got[once] != 1 || got[twice] != 2 || got[flagged] != 0 {
 		t.Fatalf("finished records by saga: old %d, once %d, twice %d, flagged %d; want 0, 1, 2, 0", got[old], got[once], got[twice], got[flagged])
+	}
+}
+
+// fakeStarts is a StartSource of fixed records.
+type fakeStarts []StartSeen
+
+func (f fakeStarts) Starts(context.Context, time.Time) ([]StartSeen, error) { return f, nil }
+
+// A start record that made a saga, and one that was dead-lettered, are
+// accounted for; one with neither is a lost start; one published within
+// the grace (perhaps not consumed yet) is not looked at.
+func TestReconcileFindsALostStart(t *testing.T) {
+	t.Parallel()
+	pool, e := orchEngine(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, data, steps, version, created_at, updated_at)
+VALUES (gen_random_uuid(), 'place-order', 1, 'o-1', 'o-1', 'running', '', '{}', '[]', 1, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	deadID, lostID := uuid.NewString(), uuid.NewString()
+	if _, err := pool.Exec(ctx, `INSERT INTO orch.dead_letters (topic, partition, "offset", value, message_id, reason) VALUES ('saga.starts', 0, 7, '\x00', $1, 'unknown saga type')`, deadID); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-5 * time.Minute)
+	src := fakeStarts{
+		{MessageID: uuid.NewString(), Where: "saga.starts/0@1", At: at, Type: "place-order", IdempotencyKey: "o-1"},
+		{MessageID: deadID, Where: "saga.starts/0@7", At: at, Type: "nope", IdempotencyKey: "x"},
+		{MessageID: lostID, Where: "saga.starts/1@3", At: at, Type: "place-order", IdempotencyKey: "o-lost"},
+		{MessageID: uuid.NewString(), Where: "saga.starts/1@4", At: time.Now(), Type: "place-order", IdempotencyKey: "o-new"},
+	}
+	rep, err := e.Reconcile(ctx, ReconcileOptions{DryRun: true, Starts: src}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ByKind[string(KindStartLost)] != 1 {
+		t.Fatalf("by kind %v; want one %s", rep.ByKind, KindStartLost)
+	}
+	for _, d := range rep.List {
+		if d.Kind == KindStartLost && (!strings.Contains(d.Detail, "o-lost") || !strings.Contains(d.Detail, lostID) || !strings.Contains(d.Detail, "saga.starts/1@3")) {
+			t.Errorf("lost start %+v; want it to name its key, message id and place", d)
+		}
+	}
+}
+
+// The Kafka source reads the start topic's records from since, each
+// message id once, with the type and key of those that decode.
+func TestStartSourceReadsTheStartTopic(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Brokers(t)
+	topic := testkit.Topic(t, brokers, "starts", 2)
+	ctx := testkit.Context(t, time.Minute)
+	rec := func(id, body string) kafka.Message {
+		return kafka.Message{Key: []byte("k"), Value: []byte(body), Time: time.Now(), Headers: []kafka.Header{{Key: message.HeaderMessageID, Value: []byte(id)}}}
+	}
+	a, b := uuid.NewString(), uuid.NewString()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond}
+	defer w.Close()
+	good := `{"type":"place-order","idempotency_key":"o-9","aggregate_id":"o-9","data":{}}`
+	if err := w.WriteMessages(ctx, rec(a, good), rec(a, good), rec(b, `not json`)); err != nil {
+		t.Fatal(err)
+	}
+	src := &kafkaTopics{brokers: brokers, dialer: &kafka.Dialer{Timeout: 10 * time.Second}, starts: topic}
+	got, err := src.Starts(ctx, time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].MessageID != a || got[0].Type != "place-order" || got[0].IdempotencyKey != "o-9" || got[1].MessageID != b || got[1].Type != "" {
+		t.Fatalf("starts read %+v; want o-9 once, then the record that does not decode", got)
 	}
 }

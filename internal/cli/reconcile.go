@@ -27,7 +27,7 @@ func withReconciler(rc ReconcileConfig, svc *orchestrator.Service, ms *metricset
 		return run
 	}
 	o := rc.options()
-	o.Outcomes = svc.OutcomeSource()
+	o.Outcomes, o.Starts = svc.OutcomeSource(), svc.StartSource()
 	// Each run looks at a window at least one interval wide: no end falls
 	// between two runs.
 	o.OutcomeWindow = max(orchestrator.ReconcileOutcomeWindowDefault, rc.Interval+orchestrator.ReconcileOutcomeGraceDefault)
