@@ -3,9 +3,12 @@ package conformance_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sagaflow/sagaflow/internal/testkit"
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
@@ -85,15 +88,8 @@ func TestReadOutcomes(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("an error naming each of %q", wants), func() (bool, error) {
 		_, err := r.Outcomes()
-		if named(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("error %v, want it to name each of %q", err, wants)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, bounded by the deadline
-	}
+		return named(err), nil
+	})
 }

@@ -117,10 +117,14 @@ func TestProviderChargesOnceOverTimeoutAndCrash(t *testing.T) {
 	e.clock.Advance(time.Second)
 	e.provider.SetDelay(5 * time.Second)
 	ctx, crash := context.WithCancel(e.ctx)
-	calls := e.provider.Calls()
+	select {
+	case <-e.provider.Arrived(): // a signal of an earlier call
+	default:
+	}
 	go func() {
-		for e.provider.Calls() == calls && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-e.provider.Arrived():
+		case <-ctx.Done():
 		}
 		crash() // the worker dies with the call at the provider
 	}()

@@ -49,12 +49,13 @@ type Server struct {
 	limit     int64
 
 	calls, inFlight, maxInFlight atomic.Int64
+	arrived                      chan struct{}
 }
 
 // Start starts a provider on 127.0.0.1 declining amounts over limit
 // (0: none); Close stops it.
 func Start(limit int64) *Server {
-	s := &Server{charges: map[string]Charge{}, limit: limit}
+	s := &Server{charges: map[string]Charge{}, limit: limit, arrived: make(chan struct{}, 1)}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -107,6 +108,10 @@ func (s *Server) Charges() int {
 	return n
 }
 
+// Arrived signals a call's arrival (one pending signal at most: drain it
+// before the call to wait for).
+func (s *Server) Arrived() <-chan struct{} { return s.arrived }
+
 // Calls is how many calls it received; MaxInFlight the most at once.
 func (s *Server) Calls() int64       { return s.calls.Load() }
 func (s *Server) MaxInFlight() int64 { return s.maxInFlight.Load() }
@@ -130,6 +135,10 @@ func (s *Server) lookup(w http.ResponseWriter, key string) {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
+	select {
+	case s.arrived <- struct{}{}:
+	default: // one pending signal is enough
+	}
 	n := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
