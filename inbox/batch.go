@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/internal/backoff"
+	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 )
 
@@ -301,6 +302,10 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, rec
 		if herr == nil {
 			return rs, nil
 		}
+		if h := hooksOf(ctx); h != nil && h.defer_ && wantsRerun(herr) {
+			return nil, &handlerError{err: fmt.Errorf("inbox: handle %d messages (first: topic %s partition %d offset %d): %w",
+				len(ms), ms[0].Topic, ms[0].Partition, ms[0].Offset, herr), deferred: true}
+		}
 		if h := hooksOf(ctx); h != nil && h.lazy && Classify(herr) != ClassUnavailable {
 			return nil, errLazy(herr, true)
 		}
@@ -349,6 +354,16 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, rec
 		out = append(out, rs...)
 	}
 	return out, nil
+}
+
+// wantsRerun reports whether err (a Handler's) asks for the batch to run
+// again at once with nothing deferred: the handler asked it
+// (txhooks.ErrRerun), or a deferred write failed when a later statement of
+// the call sent it, an error that belongs to the batch taken the careful
+// way, not to the message the call was handling.
+func wantsRerun(err error) bool {
+	var he *handlerError
+	return errors.Is(err, txhooks.ErrRerun) || (errors.As(err, &he) && he.deferred)
 }
 
 // call runs the Handler, turning a panic into a permanent error, a result

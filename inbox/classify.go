@@ -55,9 +55,15 @@ func (c Class) String() string {
 //
 // Everything else is transient (40001 serialization failure, 40P01
 // deadlock, 55P03 lock not available, 57014 query cancelled, unknown
-// errors).
+// errors), and so is a write a handler deferred (txhooks.Tx.CommitWith)
+// failing when a later statement sends it, whatever its cause: it belongs
+// to the batch taken with writes deferred, which runs again at once
+// without, not to the message being handled when it was sent.
 func Classify(err error) Class {
 	if err == nil {
+		return ClassTransient
+	}
+	if he := (*handlerError)(nil); errors.As(err, &he) && he.deferred {
 		return ClassTransient
 	}
 	if errIsPermanentMark(err) {

@@ -50,8 +50,10 @@ type barrier struct {
 	acceptMeta, acceptCopy, settleAccepted, cancelAccepted string
 	// claimForwards, recordForwards and releaseForwards are the forward
 	// rows of a run of forwards: claimed (pending) before the handlers,
-	// then recorded, or removed for a retry.
-	claimForwards, recordForwards, releaseForwards string
+	// then recorded, or removed for a retry. insertForwards records the
+	// outcomes of forwards that ran unclaimed; a row there already fails
+	// it.
+	claimForwards, recordForwards, releaseForwards, insertForwards string
 }
 
 func newBarrier(schema string) barrier {
@@ -77,6 +79,9 @@ RETURNING saga_id, step`,
 SELECT u.saga_id, u.step, 'forward', u.outcome, u.reason, u.payload::jsonb
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(saga_id, step, outcome, reason, payload)
 ON CONFLICT (saga_id, step, action) DO UPDATE SET outcome = excluded.outcome, reason = excluded.reason, payload = excluded.payload`,
+		insertForwards: `INSERT INTO ` + t + ` AS b (saga_id, step, action, outcome, reason, payload)
+SELECT u.saga_id, u.step, 'forward', u.outcome, u.reason, u.payload::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(saga_id, step, outcome, reason, payload)`,
 		// "b.saga_id = ANY($1)" repeats the join's condition as an index
 		// condition, for the same reason.
 		releaseForwards: `DELETE FROM ` + t + ` AS b USING unnest($1::uuid[], $2::text[]) AS u(saga_id, step)

@@ -20,149 +20,113 @@ type barrierKey struct {
 	step string
 }
 
-// forwards executes a run of forwards, no two of the same step and saga:
-// it claims their barrier rows in one statement; a forward whose row was
-// there already (a copy, or closed by its compensation or a query) is
-// answered from the row, never executed; the claimed ones run, one
-// handler call per step (see Handler for a batch that does not succeed as
-// a whole), and their outcomes are recorded in one statement. A retry
-// records nothing: its row is removed, and the next copy runs afresh.
-// See docs/DESIGN.md#the-barrier-protocol.
+// forwards executes a run of forwards, no two of the same step and saga,
+// one handler call per step (see Handler for a batch that does not succeed
+// as a whole). A forward whose barrier row is there already (a copy, or
+// closed by its compensation or a query) is answered from the row, never
+// executed; the outcomes of the others are recorded in one statement. A
+// retry records nothing: the next copy runs afresh. See
+// docs/DESIGN.md#the-barrier-protocol.
+//
+// Inside an inbox batch that may defer writes the handlers run first, as if
+// no forward had a row, and the outcomes are inserted at the commit: a row
+// there already fails the insert, and the inbox runs the batch again with
+// nothing deferred, where the rows are claimed (inserted pending) before
+// the handlers run. Elsewhere they are claimed first.
 func (c *call) forwards(run []*item) error {
 	if len(run) == 0 {
 		return nil
 	}
-	p, ctx, tx := c.p, c.ctx, c.tx
-	if err := c.flush(ctx); err != nil {
+	if err := c.flush(c.ctx); err != nil {
 		return err
 	}
+	if hooks, ok := txhooks.Of(c.tx); ok && hooks.CanDefer() {
+		all := make(map[barrierKey]bool, len(run))
+		for _, it := range run {
+			all[barrierKey{it.cmd.SagaID, it.cmd.Step}] = true
+		}
+		return c.runAndRecord(run, all, true)
+	}
+	claimed, err := c.claim(run)
+	if err != nil {
+		return err
+	}
+	for _, it := range run {
+		if !claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
+			if err := c.answerFromRow(it); err != nil {
+				return err
+			}
+		}
+	}
+	return c.runAndRecord(run, claimed, false)
+}
+
+// claim inserts the barrier rows of the forwards of run, pending, in one
+// statement, and returns those it inserted. A row another transaction
+// inserted and has not committed makes it wait for that transaction.
+func (c *call) claim(run []*item) (map[barrierKey]bool, error) {
 	ids, steps := barrierArgs(run)
-	claimed := map[barrierKey]bool{}
-	answered := false // the claim's rows were read
-	readClaims := func(rows pgx.Rows) error {
-		answered = true
+	claimed := make(map[barrierKey]bool, len(run))
+	rows, err := c.tx.Query(c.ctx, c.p.barrier.claimForwards, ids, steps)
+	if err == nil {
 		var (
 			id   pgtype.UUID
 			step string
 		)
-		_, err := pgx.ForEachRow(rows, []any{&id, &step}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&id, &step}, func() error {
 			claimed[barrierKey{id.Bytes, step}] = true
 			return nil
 		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("participant %q: claim %d forwards: %w", c.p.cfg.Name, len(run), err)
+	}
+	return claimed, nil
+}
+
+// answerFromRow sets the reply of forward it from its barrier row, there
+// already: it is never executed.
+func (c *call) answerFromRow(it *item) error {
+	p, tx := c.p, c.tx
+	rec, err := p.read(it.ctx, tx, it.cmd, message.Forward)
+	if err != nil {
 		return err
 	}
-	// Inside an inbox batch that may defer writes, the claim goes with the
-	// handlers' first statement, in one round trip: the handlers run
-	// under a savepoint as if every forward were claimed, and if one was
-	// not (a copy, or a step closed by its compensation or a query), what
-	// they wrote is rolled back and the claimed ones run again.
-	hooks, inInbox := txhooks.Of(tx)
-	if inInbox && hooks.CanDefer() {
-		claim := &pgx.Batch{}
-		claim.Queue(p.barrier.claimForwards, ids, steps).Query(readClaims)
-		if hooks.CommitWith(claim) {
-			ok, err := c.speculate(run, hooks, claimed, &answered)
-			if err != nil || ok {
-				return err
-			}
-			return c.runClaimed(run, claimed)
+	switch {
+	case rec.closed:
+		// Closed by its compensation (reason compensated) or by a query
+		// (closed_by_query): never executed.
+		p.log(it.ctx, it.cmd).InfoContext(it.ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
+		rec = recorded{outcome: string(message.Failure), reason: cmp.Or(rec.reason, ReasonCompensated)}
+	case rec.outcome == string(message.Accepted):
+		// Still accepted: answered so again, and the final reply will
+		// answer this copy if it is the latest.
+		if _, err := tx.Exec(it.ctx, p.barrier.acceptCopy, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo); err != nil {
+			return fmt.Errorf("%s: note the copy of an accepted forward: %w", p.opName(it.cmd), err)
 		}
+		p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered accepted from the barrier")
+		rec = recorded{outcome: string(message.Accepted), payload: acceptedPayload(rec.cancellable)}
+	default:
+		p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
 	}
-	rows, err := tx.Query(ctx, p.barrier.claimForwards, ids, steps)
-	if err == nil {
-		err = readClaims(rows)
-	}
-	if err != nil {
-		return fmt.Errorf("participant %q: claim %d forwards: %w", p.cfg.Name, len(run), err)
-	}
-	return c.runClaimed(run, claimed)
+	it.dead = nil
+	it.reply = replyTo(it.cmd, rec)
+	return nil
 }
 
-// speculate runs the handlers of run, grouped by step, in a savepoint,
-// with their claim still deferred, and records their outcomes if every
-// forward was claimed (ok). Otherwise it rolls the savepoint back and
-// leaves run as it was.
-func (c *call) speculate(run []*item, hooks txhooks.Tx, claimed map[barrierKey]bool, answered *bool) (ok bool, err error) {
-	p, ctx, tx := c.p, c.ctx, c.tx
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("participant %q: savepoint: %w", p.cfg.Name, err)
-	}
-	c.tx = sp
-	defer func() { c.tx = tx }()
-	all := map[barrierKey]bool{}
-	for _, it := range run {
-		all[barrierKey{it.cmd.SagaID, it.cmd.Step}] = true
-	}
-	groups := groupByStep(run, all)
-	results := map[*item]Result{}
-	for _, g := range groups {
-		if err := c.runForwards(g, results); err != nil {
-			return false, err
-		}
-	}
-	// The claim's answer came with the handlers' first statement; a
-	// handler that sent none leaves it to be sent now.
-	if !*answered {
-		if err := hooks.Flush(ctx); err != nil {
-			return false, err
-		}
-	}
-	if len(claimed) == len(all) {
-		if err := sp.Commit(ctx); err != nil {
-			return false, fmt.Errorf("participant %q: release savepoint: %w", p.cfg.Name, err)
-		}
-		c.tx = tx
-		return true, c.recordForwards(groups, results)
-	}
-	if err := sp.Rollback(ctx); err != nil {
-		return false, fmt.Errorf("participant %q: roll back savepoint: %w", p.cfg.Name, err)
-	}
-	for _, it := range run {
-		it.dead = nil
-	}
-	return false, nil
-}
-
-// runClaimed answers the forwards of run that were not claimed from their
-// barrier rows and runs the claimed ones, one handler call per step.
-func (c *call) runClaimed(run []*item, claimed map[barrierKey]bool) error {
-	p, tx := c.p, c.tx
-	for _, it := range run {
-		if claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
-			continue
-		}
-		rec, err := p.read(it.ctx, tx, it.cmd, message.Forward)
-		if err != nil {
-			return err
-		}
-		switch {
-		case rec.closed:
-			// Closed by its compensation (reason compensated) or by a
-			// query (closed_by_query): never executed.
-			p.log(it.ctx, it.cmd).InfoContext(it.ctx, "forward refused: the step's barrier is closed", slog.String("reason", rec.reason))
-			rec = recorded{outcome: string(message.Failure), reason: cmp.Or(rec.reason, ReasonCompensated)}
-		case rec.outcome == string(message.Accepted):
-			// Still accepted: answered so again, and the final reply
-			// will answer this copy if it is the latest.
-			if _, err := tx.Exec(it.ctx, p.barrier.acceptCopy, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo); err != nil {
-				return fmt.Errorf("%s: note the copy of an accepted forward: %w", p.opName(it.cmd), err)
-			}
-			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered accepted from the barrier")
-			rec = recorded{outcome: string(message.Accepted), payload: acceptedPayload(rec.cancellable)}
-		default:
-			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
-		}
-		it.reply = replyTo(it.cmd, rec)
-	}
-	groups := groupByStep(run, claimed)
+// runAndRecord runs the forwards of run that are in set, one handler call
+// per step, and records their outcomes: with fresh, no row of theirs is
+// there yet as far as this transaction knows (see forwards); otherwise
+// each has a pending row this transaction claimed.
+func (c *call) runAndRecord(run []*item, set map[barrierKey]bool, fresh bool) error {
+	groups := groupByStep(run, set)
 	results := map[*item]Result{}
 	for _, g := range groups {
 		if err := c.runForwards(g, results); err != nil {
 			return err
 		}
 	}
-	return c.recordForwards(groups, results)
+	return c.recordForwards(groups, results, fresh)
 }
 
 // groupByStep returns the forwards of run that are in set, by step, in
@@ -230,12 +194,15 @@ func (c *call) runForwards(g []*item, results map[*item]Result) error {
 	return nil
 }
 
-// recordForwards records the outcomes of the claimed forwards of groups
-// and sets their replies: a Success or a Failure is recorded; a retry or a
-// dead-lettered command leaves no row.
-func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error {
-	p, ctx, tx := c.p, c.ctx, c.tx
-	var rec, rel []*item
+// recordForwards records the outcomes of the forwards of groups and sets
+// their replies: a Success, a Failure or an Accepted is recorded; a retry or
+// a dead-lettered command leaves no row. With fresh the rows are inserted
+// (see forwards), and a forward leaving no row is claimed first to learn
+// whether it is a copy, then answered from its row; otherwise the claimed
+// rows are updated, or removed for a retry.
+func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh bool) error {
+	p := c.p
+	var rec, rel, accepted []*item
 	var reasons, payloads []*string
 	var outcomes []string
 	withPayload := false
@@ -253,7 +220,7 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error 
 				continue
 			case res.Outcome == message.Accepted:
 				rec, outcomes, reasons, payloads = append(rec, it), append(outcomes, string(res.Outcome)), append(reasons, new(string)), append(payloads, nil)
-				c.tail.Queue(p.barrier.acceptMeta, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo, res.cancellable())
+				accepted = append(accepted, it)
 				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Accepted), payload: acceptedPayload(res.cancellable())})
 				p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward accepted", slog.Bool("cancellable", res.cancellable()))
 				continue
@@ -274,24 +241,84 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error 
 			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward executed", slog.String("outcome", string(res.Outcome)), slog.String("reason", reason))
 		}
 	}
-	if len(rel) > 0 {
-		ids, steps := barrierArgs(rel)
-		c.tail.Queue(p.barrier.releaseForwards, ids, steps)
+	if err := c.release(rel, fresh); err != nil {
+		return err
 	}
-	if len(rec) == 0 {
+	if len(rec) > 0 {
+		if err := c.record(rec, outcomes, reasons, payloads, withPayload, fresh); err != nil {
+			return err
+		}
+	}
+	for _, it := range accepted {
+		res := results[it]
+		c.tail.Queue(p.barrier.acceptMeta, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo, res.cancellable())
+	}
+	return nil
+}
+
+// release leaves no row for the forwards of rel (answered retry, or
+// dead-lettered). Claimed (not fresh), their pending rows are removed.
+// Fresh, they are claimed now, as the handlers' writes for them were rolled
+// back: one that was there already is a copy, or was closed, and is
+// answered from its row instead.
+func (c *call) release(rel []*item, fresh bool) error {
+	if len(rel) == 0 {
 		return nil
 	}
+	if fresh {
+		if err := c.flush(c.ctx); err != nil {
+			return err
+		}
+		claimed, err := c.claim(rel)
+		if err != nil {
+			return err
+		}
+		var mine []*item
+		for _, it := range rel {
+			if claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
+				mine = append(mine, it)
+				continue
+			}
+			if err := c.answerFromRow(it); err != nil {
+				return err
+			}
+		}
+		rel = mine
+		if len(rel) == 0 {
+			return nil
+		}
+	}
+	ids, steps := barrierArgs(rel)
+	c.tail.Queue(c.p.barrier.releaseForwards, ids, steps)
+	return nil
+}
+
+// record writes the outcomes of the forwards of rec: inserted (fresh) or
+// over their claimed rows. Without payloads the statement goes in the
+// tail; with them it is sent now, and each reply carries its payload as
+// Postgres stored it (jsonb's key order: the bytes the answer to a later
+// copy carries).
+func (c *call) record(rec []*item, outcomes []string, reasons, payloads []*string, withPayload, fresh bool) error {
+	p, ctx, tx := c.p, c.ctx, c.tx
 	ids, steps := barrierArgs(rec)
 	if !withPayload {
-		c.tail.Queue(p.barrier.recordForwards, ids, steps, outcomes, reasons, payloads)
+		sql := p.barrier.recordForwards
+		if fresh {
+			sql = p.barrier.insertForwards
+		}
+		c.tail.Queue(sql, ids, steps, outcomes, reasons, payloads)
 		return nil
 	}
-	// Each reply carries its payload as Postgres stored it (jsonb's key
-	// order: the bytes the answer to a later copy carries).
 	if err := c.flush(ctx); err != nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, p.barrier.recordForwards+returningPayload, ids, steps, outcomes, reasons, payloads)
+	sql := p.barrier.recordForwards + returningPayload
+	if fresh {
+		// A row there already is not overwritten: the batch runs again
+		// with the rows claimed first.
+		sql = p.barrier.insertForwards + "\nON CONFLICT DO NOTHING" + returningPayload
+	}
+	rows, err := tx.Query(ctx, sql, ids, steps, outcomes, reasons, payloads)
 	if err != nil {
 		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, len(rec), err)
 	}
@@ -313,6 +340,9 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result) error 
 		return fmt.Errorf("participant %q: record %d forward outcomes: %w", p.cfg.Name, len(rec), err)
 	}
 	if len(stored) != len(rec) {
+		if fresh {
+			return fmt.Errorf("participant %q: %d of %d forwards had a barrier row already: %w", p.cfg.Name, len(rec)-len(stored), len(rec), txhooks.ErrRerun)
+		}
 		return fmt.Errorf("participant %q: recorded %d of %d forward outcomes", p.cfg.Name, len(stored), len(rec))
 	}
 	for _, it := range rec {

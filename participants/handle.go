@@ -187,13 +187,17 @@ func (c *call) run(items []*item) error {
 	return flushRun()
 }
 
-// flush sends the writes held in the tail.
+// flush sends the writes held in the tail: deferred to the inbox's next
+// round trip where it may (txhooks.Tx.CommitWith), now otherwise.
 func (c *call) flush(ctx context.Context) error {
 	if c.tail.Len() == 0 {
 		return nil
 	}
 	b := c.tail
 	c.tail = &pgx.Batch{}
+	if commitWith(c.tx, b) {
+		return nil
+	}
 	if err := c.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("participant %q: record forward outcomes: %w", c.p.cfg.Name, err)
 	}

@@ -8,6 +8,7 @@ package txhooks
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,6 +43,13 @@ type Tx interface {
 	// batch, or nil.
 	Prefetched() any
 }
+
+// ErrRerun, wrapped in a handler's error, asks the inbox to roll the batch
+// back and run it again at once with nothing deferred (CanDefer false): the
+// handler wrote ahead of a check that has now failed (a participant's
+// barrier row a copy recorded first), and the same batch taken the careful
+// way answers it. The inbox asks it only of a batch that could defer.
+var ErrRerun = errors.New("the batch must run again with nothing deferred")
 
 // Of returns tx as an inbox batch transaction, or false when it is the
 // caller's own transaction (whose commit nothing here sees).
