@@ -159,6 +159,14 @@ func (p *Participant) log(ctx context.Context, cmd message.Command) *slog.Logger
 	return l
 }
 
+// debug logs msg about cmd at debug level, building the command's logger
+// only when that level is on (it is on the path of every command).
+func (p *Participant) debug(ctx context.Context, cmd message.Command, msg string, args ...any) {
+	if p.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		p.log(ctx, cmd).DebugContext(ctx, msg, args...)
+	}
+}
+
 type traceKey struct{}
 
 // withTrace carries the trace id of record r's traceparent header (if
@@ -197,7 +205,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err != nil {
 			return recorded{}, err
 		}
-		p.log(ctx, cmd).DebugContext(ctx, "duplicate compensation answered from the barrier", slog.String("outcome", rec.outcome))
+		p.debug(ctx, cmd, "duplicate compensation answered from the barrier", slog.String("outcome", rec.outcome))
 		return rec, nil
 	}
 
@@ -241,7 +249,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(ctx, cmd).DebugContext(ctx, "empty compensation: no forward effect to undo")
+		p.debug(ctx, cmd, "empty compensation: no forward effect to undo")
 		return rec, nil
 	}
 
@@ -266,7 +274,7 @@ func (p *Participant) compensate(ctx context.Context, tx pgx.Tx, cmd message.Com
 		if err := claim.Commit(ctx); err != nil {
 			return recorded{}, fmt.Errorf("%s: release savepoint: %w", op, err)
 		}
-		p.log(ctx, cmd).DebugContext(ctx, "compensation executed", slog.String("outcome", rec.outcome))
+		p.debug(ctx, cmd, "compensation executed", slog.String("outcome", rec.outcome))
 		return rec, nil
 	case res.Outcome == message.Retry || res.Outcome == message.Failure:
 		// Compensations are retried until they succeed: record nothing.

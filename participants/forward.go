@@ -104,10 +104,10 @@ func (c *call) answerFromRow(it *item) error {
 		if _, err := tx.Exec(it.ctx, p.barrier.acceptCopy, it.cmd.SagaID, it.cmd.Step, it.cmd.MessageID, it.cmd.Attempt, it.cmd.ReplyTo); err != nil {
 			return fmt.Errorf("%s: note the copy of an accepted forward: %w", p.opName(it.cmd), err)
 		}
-		p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered accepted from the barrier")
+		p.debug(it.ctx, it.cmd, "duplicate forward answered accepted from the barrier")
 		rec = recorded{outcome: string(message.Accepted), payload: acceptedPayload(rec.cancellable)}
 	default:
-		p.log(it.ctx, it.cmd).DebugContext(it.ctx, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
+		p.debug(it.ctx, it.cmd, "duplicate forward answered from the barrier", slog.String("outcome", rec.outcome))
 	}
 	it.dead = nil
 	it.reply = replyTo(it.cmd, rec)
@@ -214,7 +214,7 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh 
 				rel = append(rel, it)
 				continue
 			case res.Outcome == message.Retry:
-				p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward answered retry", slog.String("reason", res.Reason))
+				p.debug(it.ctx, it.cmd, "forward answered retry", slog.String("reason", res.Reason))
 				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Retry), reason: res.Reason})
 				rel = append(rel, it)
 				continue
@@ -222,7 +222,7 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh 
 				rec, outcomes, reasons, payloads = append(rec, it), append(outcomes, string(res.Outcome)), append(reasons, new(string)), append(payloads, nil)
 				accepted = append(accepted, it)
 				it.reply = replyTo(it.cmd, recorded{outcome: string(message.Accepted), payload: acceptedPayload(res.cancellable())})
-				p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward accepted", slog.Bool("cancellable", res.cancellable()))
+				p.debug(it.ctx, it.cmd, "forward accepted", slog.Bool("cancellable", res.cancellable()))
 				continue
 			case res.Outcome != message.Success && res.Outcome != message.Failure:
 				return fmt.Errorf("%s: handler returned outcome %q, want success, failure, retry or accepted", p.opName(it.cmd), res.Outcome)
@@ -238,7 +238,7 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh 
 			withPayload = withPayload || pl != nil
 			rec, outcomes, reasons, payloads = append(rec, it), append(outcomes, string(res.Outcome)), append(reasons, &reason), append(payloads, pl)
 			it.reply = replyTo(it.cmd, recorded{outcome: string(res.Outcome), reason: reason})
-			p.log(it.ctx, it.cmd).DebugContext(it.ctx, "forward executed", slog.String("outcome", string(res.Outcome)), slog.String("reason", reason))
+			p.debug(it.ctx, it.cmd, "forward executed", slog.String("outcome", string(res.Outcome)), slog.String("reason", reason))
 		}
 	}
 	if err := c.release(rel, fresh); err != nil {

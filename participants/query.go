@@ -69,7 +69,7 @@ func (p *Participant) query(ctx context.Context, tx pgx.Tx, cmd message.Command,
 		return recorded{}, fmt.Errorf("%s: %w", op, err)
 	}
 	s := string(b)
-	p.log(ctx, cmd).DebugContext(ctx, "query answered from the barrier", slog.String("state", string(ans.State)))
+	p.debug(ctx, cmd, "query answered from the barrier", slog.String("state", string(ans.State)))
 	return recorded{outcome: string(message.Success), payload: &s}, nil
 }
 
