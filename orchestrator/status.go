@@ -145,7 +145,7 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 	// running and compensating sagas are read from sagas_in_flight_idx,
 	// the failed ones from sagas_failed_idx, the finished ones from
 	// sagas_state_created_idx. A filter that needs the open sagas of every
-	// state (step, stuck) reads the first two, each for a page (parts).
+	// state (step, stuck) reads the first two (parts: in flight, failed).
 	const (
 		open     = "state NOT IN ('completed', 'compensated')"
 		finished = "state IN ('completed', 'compensated')"
@@ -209,14 +209,18 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 		return q, args, f.Limit, nil
 	}
 	if len(parts) > 0 {
-		// A page from each index, newest first, and the newest of those:
-		// each part stops at its page as one index would.
+		// A page from each index, newest first, and the newest of those.
+		// When the sagas in flight fill a page, no failed saga older than
+		// its last one can be on it: the failed sagas are read down to
+		// there only (edge), as one index of both would have stopped
+		// there, instead of until a page of failed sagas matches.
 		limit := arg(f.Limit + 1)
-		var sub []string
-		for _, p := range parts {
-			sub = append(sub, `(SELECT `+sagaColumns+` FROM `+e.st.sagas+` WHERE `+strings.Join(append(where[:len(where):len(where)], p), " AND ")+order+limit+`)`)
-		}
-		q = `SELECT ` + sagaColumns + ` FROM (` + strings.Join(sub, " UNION ALL ") + `) AS o` + order + limit
+		cond := func(p string) string { return strings.Join(append(where[:len(where):len(where)], p), " AND ") }
+		q = `WITH f AS (SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE ` + cond(parts[0]) + order + limit + `),
+edge AS (SELECT created_at, id FROM f ORDER BY created_at DESC, id DESC OFFSET ` + arg(f.Limit) + ` LIMIT 1)
+SELECT ` + sagaColumns + ` FROM (SELECT ` + sagaColumns + ` FROM f UNION ALL (SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE ` + cond(parts[1]) +
+			` AND (created_at, id) > (coalesce((SELECT created_at FROM edge), '-infinity'), coalesce((SELECT id FROM edge), '00000000-0000-0000-0000-000000000000'))` +
+			order + limit + `)) AS o` + order + limit
 		return q, args, f.Limit, nil
 	}
 	q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas
