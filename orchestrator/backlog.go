@@ -17,8 +17,9 @@ import (
 // orchestrator outbox's unsent commands by topic, its dead rows by error
 // class, per saga type the oldest compensating and the oldest flagged
 // saga, and the open sagas past their type's consistency window. Every query reads a partial index the hot path keeps anyway
-// (outbox_unsent_idx, outbox_dead_idx, sagas_open_idx), so a read costs the
-// backlog, not the table's history.
+// (outbox_unsent_idx, outbox_dead_idx, sagas_in_flight_idx,
+// sagas_failed_idx, sagas_flagged_idx), so a read costs the backlog, not the
+// table's history.
 type Backlog struct {
 	// Outbox: unsent live rows by topic, topics sorted.
 	Outbox []TopicBacklog `json:"outbox_by_topic"`
@@ -103,18 +104,21 @@ func deadClassSQL() string {
 }
 
 // The backlog's queries, over the outbox (topic, dead) and the sagas
-// (oldest): the open sagas of sagas_open_idx in creation order, the first
-// of each type its oldest.
+// (oldest), the first saga of each type in creation order its oldest: the
+// compensating ones picked on sagas_in_flight_idx alone (an index-only
+// scan: the table is read for the sagas picked, not for every saga in
+// flight), the flagged ones on sagas_flagged_idx, which holds the open
+// flagged sagas only (failed sagas stay until retention; a flag is rare).
 func (e *Engine) backlogSQL() (topic, dead, compensating, flagged string) {
 	ob := pgx.Identifier{e.ob.Schema(), "outbox"}.Sanitize()
 	topic = `SELECT topic, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 FROM ` + ob + ` WHERE sent_at IS NULL AND dead_at IS NULL GROUP BY topic ORDER BY topic`
 	dead = `SELECT ` + deadClassSQL() + ` AS class, count(*) FROM ` + ob + ` WHERE dead_at IS NOT NULL AND sent_at IS NULL GROUP BY 1`
-	oldest := func(cond string) string {
-		return `SELECT DISTINCT ON (type) type, id, state, current_step, flag, created_at
-FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') AND ` + cond + ` ORDER BY type, created_at, id`
-	}
-	return topic, dead, oldest(`state = 'compensating'`), oldest(`flag <> ''`)
+	compensating = `SELECT type, id, state, current_step, flag, created_at FROM ` + e.st.sagas + ` WHERE id IN (
+SELECT DISTINCT ON (type) id FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` AND state = 'compensating' ORDER BY type, created_at, id)`
+	flagged = `SELECT DISTINCT ON (type) type, id, state, current_step, flag, created_at
+FROM ` + e.st.sagas + ` WHERE ` + flaggedPredicate + ` ORDER BY type, created_at, id`
+	return topic, dead, compensating, flagged
 }
 
 // Backlog reads the backlog in one read-only transaction that keeps to the

@@ -17,16 +17,16 @@ import (
 const reconcileScanLimit = 10000
 
 // stuckWhere selects the running and compensating sagas not moved since
-// $1, on sagas_open_idx (its predicate stated literally).
+// $1, on sagas_in_flight_idx (its predicate stated literally).
 //
 // A saga waiting for an external event is not stuck: it waits by
 // definition (its wait's deadline, if any, moves it).
-const stuckWhere = `state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') AND updated_at < $1
+const stuckWhere = inFlightPredicate + ` AND updated_at < $1
      AND NOT steps @? '$[*] ? (@.state == "waiting")'`
 
-// failedWhere selects the failed sagas on sagas_open_idx (its predicate
+// failedWhere selects the failed sagas on sagas_failed_idx (its predicate
 // stated literally).
-const failedWhere = `state NOT IN ('completed', 'compensated') AND state = 'failed'`
+const failedWhere = failedPredicate
 
 // brokenRules pre-selects the finished sagas whose steps break a rule
 // InstanceDiscrepancies judges.

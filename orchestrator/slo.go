@@ -52,10 +52,13 @@ type SLOBreach struct {
 }
 
 // sloBreachSQL counts a type's open sagas started before $2, on
-// sagas_open_idx (created_at, id): the scan reads the open sagas older
-// than the window only.
+// sagas_in_flight_idx and sagas_failed_idx (created_at, id): the scans read
+// the open sagas older than the window only.
 func (e *Engine) sloBreachSQL() string {
-	return `SELECT count(*) FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') AND created_at < $2 AND type = $1`
+	count := func(pred string) string {
+		return `(SELECT count(*) FROM ` + e.st.sagas + ` WHERE ` + pred + ` AND created_at < $2 AND type = $1)`
+	}
+	return `SELECT ` + count(inFlightPredicate) + ` + ` + count(failedPredicate)
 }
 
 // SLOBreaches counts, per type with a window (sorted), the open sagas past

@@ -140,22 +140,32 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	// open is the predicate of the partial indexes over sagas that are not
-	// completed or compensated; stated literally so the planner uses them.
+	// The predicates of the partial indexes by state, stated literally so
+	// the planner uses them (a bound state proves none of them): the
+	// running and compensating sagas are read from sagas_in_flight_idx,
+	// the failed ones from sagas_failed_idx, the finished ones from
+	// sagas_state_created_idx. A filter that needs the open sagas of every
+	// state (step, stuck) reads the first two (parts: in flight, failed).
 	const (
 		open     = "state NOT IN ('completed', 'compensated')"
 		finished = "state IN ('completed', 'compensated')"
 	)
+	var parts []string
 	if f.State != "" {
 		where = append(where, "state = "+arg(string(f.State)))
-		// The state's partial index, stated literally: the open states are
-		// read from sagas_open_idx, the finished ones from
-		// sagas_state_created_idx (a bound state proves neither predicate).
-		if f.State == saga.Completed || f.State == saga.Compensated {
+		switch f.State {
+		case saga.Completed, saga.Compensated:
 			where = append(where, finished)
-		} else {
-			where = append(where, open)
+			if f.Step != "" || f.Stuck {
+				where = append(where, open) // never both: an empty page, as before
+			}
+		case saga.Failed:
+			where = append(where, failedPredicate)
+		default:
+			where = append(where, inFlightPredicate)
 		}
+	} else if f.Step != "" || f.Stuck {
+		parts = []string{inFlightPredicate, failedPredicate}
 	}
 	if f.Type != "" {
 		where = append(where, "type = "+arg(f.Type))
@@ -167,7 +177,7 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 		where = append(where, "idempotency_key = "+arg(f.IdempotencyKey))
 	}
 	if f.Step != "" {
-		where = append(where, open, "current_step = "+arg(f.Step))
+		where = append(where, "current_step = "+arg(f.Step))
 	}
 	now := e.cfg.Now()
 	if f.OlderThan > 0 {
@@ -179,7 +189,7 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 			after = StuckAfterDefault
 		}
 		n := arg(now)
-		where = append(where, open, "(state = 'failed' OR flag <> '' OR deadline_at < "+n+" OR updated_at < "+arg(now.Add(-after))+")")
+		where = append(where, "(state = 'failed' OR flag <> '' OR deadline_at < "+n+" OR updated_at < "+arg(now.Add(-after))+")")
 	}
 	if f.Cursor != "" {
 		t, id, err := decodeCursor(f.Cursor)
@@ -190,12 +200,27 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 	}
 	const order = " ORDER BY created_at DESC, id DESC LIMIT "
 	if openStateOnly(f) {
-		// The page's ids come from an index-only scan of sagas_open_idx
-		// (state and type are in it): the open sagas of other states
-		// (the failed ones pile up over months) are passed over in the
+		// The page's ids come from an index-only scan of the state's index
+		// (sagas_in_flight_idx or sagas_failed_idx; state and type are in
+		// both): the sagas of the other open state are passed over in the
 		// index without reading their rows; only the page's rows are read.
 		q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE id IN (SELECT id FROM ` + e.st.sagas +
 			` WHERE ` + strings.Join(where, " AND ") + order + arg(f.Limit+1) + `) ORDER BY created_at DESC, id DESC`
+		return q, args, f.Limit, nil
+	}
+	if len(parts) > 0 {
+		// A page from each index, newest first, and the newest of those.
+		// When the sagas in flight fill a page, no failed saga older than
+		// its last one can be on it: the failed sagas are read down to
+		// there only (edge), as one index of both would have stopped
+		// there, instead of until a page of failed sagas matches.
+		limit := arg(f.Limit + 1)
+		cond := func(p string) string { return strings.Join(append(where[:len(where):len(where)], p), " AND ") }
+		q = `WITH f AS (SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE ` + cond(parts[0]) + order + limit + `),
+edge AS (SELECT created_at, id FROM f ORDER BY created_at DESC, id DESC OFFSET ` + arg(f.Limit) + ` LIMIT 1)
+SELECT ` + sagaColumns + ` FROM (SELECT ` + sagaColumns + ` FROM f UNION ALL (SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE ` + cond(parts[1]) +
+			` AND (created_at, id) > (coalesce((SELECT created_at FROM edge), '-infinity'), coalesce((SELECT id FROM edge), '00000000-0000-0000-0000-000000000000'))` +
+			order + limit + `)) AS o` + order + limit
 		return q, args, f.Limit, nil
 	}
 	q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas
@@ -208,7 +233,7 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 
 // openStateOnly reports whether f lists one open state (running,
 // compensating, failed) with no filter but type, age and cursor: every
-// column it reads is in sagas_open_idx.
+// column it reads is in the state's index.
 func openStateOnly(f Filter) bool {
 	return f.State != "" && f.State != saga.Completed && f.State != saga.Compensated &&
 		f.Step == "" && !f.Stuck && f.AggregateID == "" && f.IdempotencyKey == ""
@@ -298,11 +323,28 @@ const (
 )
 
 const (
-	statsOpenSQL     = `SELECT type, state, count(*) FROM %s WHERE state NOT IN ('completed', 'compensated') GROUP BY type, state`
+	// The sagas in flight are counted on sagas_in_flight_idx (an
+	// index-only scan of their entries alone); the failed ones are read
+	// from failed_counts, kept by triggers on the transitions into and out
+	// of failed (migration 020) in the transactions that make them, so the
+	// one statement reads both in one snapshot and the counts are exact.
+	statsOpenSQL = `SELECT type, state, count(*) FROM %[1]s WHERE ` + inFlightPredicate + ` GROUP BY type, state
+UNION ALL SELECT type, 'failed', n FROM %[2]s WHERE n <> 0`
 	statsFinishedSQL = `SELECT type, state, count(*) FROM %s WHERE finished_at IS NOT NULL AND finished_at >= $1 GROUP BY type, state`
-	// The first running or compensating row of sagas_open_idx (created_at,
-	// id): the scan stops there.
-	statsOldestSQL = `SELECT (SELECT created_at FROM %s WHERE state NOT IN ('completed', 'compensated') AND state IN ('running', 'compensating') ORDER BY created_at LIMIT 1)`
+	// The first row of sagas_in_flight_idx (created_at, id): the scan
+	// stops there.
+	statsOldestSQL = `SELECT (SELECT created_at FROM %s WHERE ` + inFlightPredicate + ` ORDER BY created_at LIMIT 1)`
+)
+
+// The predicates of the partial indexes over the open sagas, stated
+// literally in a query so that the planner uses them: sagas_in_flight_idx
+// (running, compensating) and sagas_failed_idx (failed), by creation with
+// the state and type in them, and sagas_flagged_idx (open and flagged) by
+// type and creation.
+const (
+	inFlightPredicate = "state IN ('running', 'compensating')"
+	failedPredicate   = "state = 'failed'"
+	flaggedPredicate  = "flag <> '' AND state NOT IN ('completed', 'compensated')"
 )
 
 // Stats summarizes sagas and the outbox with index-backed queries only:
@@ -319,7 +361,7 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	now := e.cfg.Now()
 	st := Stats{Window: window, At: now}
 	var err error
-	if st.Open, err = e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas)); err != nil {
+	if st.Open, err = e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts)); err != nil {
 		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
 	}
 	if st.Finished, err = e.countBy(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), now.Add(-window)); err != nil {
@@ -348,7 +390,7 @@ func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 		sql  string
 		args []any
 	}{
-		{fmt.Sprintf(statsOpenSQL, e.st.sagas), nil},
+		{fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), nil},
 		{fmt.Sprintf(statsFinishedSQL, e.st.sagas), []any{e.cfg.Now().Add(-StatsWindowDefault)}},
 		{fmt.Sprintf(statsOldestSQL, e.st.sagas), nil},
 	} {
@@ -382,20 +424,23 @@ func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string
 	return out, rows.Err()
 }
 
-// InFlight counts non-terminal sagas by state, on the open sagas' partial
-// index (sagas_open_idx, which includes the state: an index-only scan that
-// reads the table only for pages not all-visible), not a bitmap of it nor
-// the table, so the entries of finished sagas' old row versions are marked
-// dead as it passes them and later calls skip them (the gauge runs every few seconds;
-// a bitmap or sequential scan read every version of every recent saga each
-// time: docs/perf/figures.md#saga-inflight-index-scan).
+// InFlight counts non-terminal sagas by state: the running and
+// compensating ones on their partial index (sagas_in_flight_idx, which
+// includes the state: an index-only scan that reads the table only for
+// pages not all-visible), not a bitmap of it nor the table, so the entries
+// of finished sagas' old row versions are marked dead as it passes them and
+// later calls skip them (the gauge runs every few seconds; a bitmap or
+// sequential scan read every version of every recent saga each time:
+// docs/perf/figures.md#saga-inflight-index-scan); the failed ones from
+// failed_counts, as Stats does.
 func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
 	out := map[saga.State]int64{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN READ ONLY")
 	b.Queue("SET LOCAL enable_seqscan = off")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
-	b.Queue(`SELECT state, count(*) FROM ` + e.st.sagas + ` WHERE state NOT IN ('completed', 'compensated') GROUP BY state`).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT state, count(*) FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` GROUP BY state
+UNION ALL SELECT 'failed', sum(n)::bigint FROM ` + e.st.failedCounts + ` HAVING coalesce(sum(n), 0) <> 0`).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var s string
 			var n int64

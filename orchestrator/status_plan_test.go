@@ -71,6 +71,11 @@ ANALYZE orch.journal;`)
 		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
 			t.Errorf("list %s reads the whole table:\n%s", name, plan)
 		}
+		// A filter of the open sagas of every state (step, stuck) reads a
+		// page from each of their two indexes.
+		if f.State == "" && (f.Step != "" || f.Stuck) && (!strings.Contains(plan, "sagas_in_flight_idx") || !strings.Contains(plan, "sagas_failed_idx")) {
+			t.Errorf("list %s does not read sagas_in_flight_idx and sagas_failed_idx:\n%s", name, plan)
+		}
 		// A business key is found through its own index, not by walking
 		// every saga by creation time.
 		for key, idx := range map[string]string{"aggregate_id": "sagas_aggregate_idx", "idempotency_key": "sagas_idempotency_key_idx"} {
@@ -84,15 +89,20 @@ ANALYZE orch.journal;`)
 		t.Fatal(err)
 	}
 	for _, plan := range plans {
-		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+		// failed_counts has a row a type: read whole.
+		if strings.Contains(plan, "Seq Scan on sagas") || !strings.Contains(plan, "Index") {
 			t.Errorf("a stats query reads the whole table:\n%s", plan)
 		}
 	}
-	// The oldest saga in flight is the first running or compensating row
-	// of the open sagas' index (it has no index of its own), and the scan
-	// stops there.
-	if oldest := plans[2]; !strings.Contains(oldest, "sagas_open_idx") || !strings.Contains(oldest, "Limit") {
-		t.Errorf("the oldest in-flight saga is not the first row of sagas_open_idx:\n%s", oldest)
+	// The open counts read the sagas in flight on their index and the
+	// failed ones from failed_counts, not sagas_failed_idx; the oldest saga
+	// in flight is the first row of sagas_in_flight_idx, and the scan stops
+	// there.
+	if open := plans[0]; !strings.Contains(open, "sagas_in_flight_idx") || !strings.Contains(open, "failed_counts") || strings.Contains(open, "sagas_failed_idx") {
+		t.Errorf("the open counts do not read sagas_in_flight_idx and failed_counts:\n%s", open)
+	}
+	if oldest := plans[2]; !strings.Contains(oldest, "sagas_in_flight_idx") || !strings.Contains(oldest, "Limit") {
+		t.Errorf("the oldest in-flight saga is not the first row of sagas_in_flight_idx:\n%s", oldest)
 	}
 	st, err := e.Stats(ctx, time.Hour)
 	if err != nil {
@@ -110,13 +120,13 @@ ANALYZE orch.journal;`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "sagas_open_idx") {
-		t.Errorf("the reconciler's stuck query does not read sagas_open_idx:\n%s", plan)
+	if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "sagas_in_flight_idx") {
+		t.Errorf("the reconciler's stuck query does not read sagas_in_flight_idx:\n%s", plan)
 	}
 	// So are its failed sagas; the finished ones it judges are read from
 	// sagas_finished_idx and journal_after_finish_idx, never the table.
 	for _, c := range []struct{ where, index string }{
-		{failedWhere, "sagas_open_idx"},
+		{failedWhere, "sagas_failed_idx"},
 		{finishedInWindow + brokenRules, "sagas_finished_idx"},
 		{strings.Replace(movedAfterFinish, "{journal}", "orch.journal", 1) + brokenRules, "journal_from_end_idx"},
 	} {
@@ -151,6 +161,33 @@ ANALYZE orch.journal;`)
 	}
 	if len(l.Sagas) != 150 { // 50 running + 50 compensating (unmoved for over a minute) + 50 failed
 		t.Fatalf("stuck lists %d sagas, want 150", len(l.Sagas))
+	}
+	// A step's open sagas, page by page from both indexes: those of the
+	// table, newest first, each once.
+	var wantIDs []string
+	idRows, err := pool.Query(ctx, `SELECT id::text FROM orch.sagas WHERE state IN ('running', 'compensating', 'failed') AND current_step = 'charge-payment' ORDER BY created_at DESC, id DESC`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantIDs, err = pgx.CollectRows(idRows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for f := (Filter{Step: "charge-payment", Limit: 7}); ; {
+		p, err := e.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range p.Sagas {
+			got = append(got, s.ID.String())
+		}
+		if p.Next == "" || len(got) > len(wantIDs) {
+			break
+		}
+		f.Cursor = p.Next
+	}
+	if len(wantIDs) == 0 || strings.Join(got, ",") != strings.Join(wantIDs, ",") {
+		t.Fatalf("the step's list: %d sagas, want the %d of the table in order", len(got), len(wantIDs))
 	}
 	// The in-flight gauge (an index scan of the open sagas) counts them
 	// by state, twice the same.
@@ -189,8 +226,10 @@ func TestSagaIndexesAreLean(t *testing.T) {
 		"journal: CREATE UNIQUE INDEX journal_pkey ON orch.journal USING btree (saga_id, id)",
 		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
 		"sagas: CREATE INDEX sagas_created_idx ON orch.sagas USING btree (created_at DESC, id DESC)",
+		"sagas: CREATE INDEX sagas_failed_idx ON orch.sagas USING btree (created_at, id) INCLUDE (state, type) WHERE (state = 'failed'::text)",
 		"sagas: CREATE INDEX sagas_finished_idx ON orch.sagas USING btree (finished_at) WHERE (finished_at IS NOT NULL)",
-		"sagas: CREATE INDEX sagas_open_idx ON orch.sagas USING btree (created_at, id) INCLUDE (state, type) WHERE (state <> ALL (ARRAY['completed'::text, 'compensated'::text]))",
+		"sagas: CREATE INDEX sagas_flagged_idx ON orch.sagas USING btree (type, created_at, id) WHERE ((flag <> ''::text) AND (state <> ALL (ARRAY['completed'::text, 'compensated'::text])))",
+		"sagas: CREATE INDEX sagas_in_flight_idx ON orch.sagas USING btree (created_at, id) INCLUDE (state, type) WHERE (state = ANY (ARRAY['running'::text, 'compensating'::text]))",
 		"sagas: CREATE INDEX sagas_state_created_idx ON orch.sagas USING btree (state, created_at DESC, id DESC) WHERE (state = ANY (ARRAY['completed'::text, 'compensated'::text]))",
 		"sagas: CREATE INDEX sagas_type_created_idx ON orch.sagas USING btree (type, created_at DESC, id DESC)",
 		"sagas: CREATE UNIQUE INDEX sagas_idempotency_key_idx ON orch.sagas USING btree (idempotency_key, type)",
@@ -198,6 +237,26 @@ func TestSagaIndexesAreLean(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("indexes of sagas and journal:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The triggers that keep failed_counts (migration 020) fire only on
+	// the transitions into and out of failed: their WHEN conditions keep
+	// the hot path (a start, a step, running to completed) from queuing
+	// any trigger event; deletes (retention) are counted once a statement.
+	rows, err = pool.Query(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'orch.sagas'::regclass AND NOT tgisinternal ORDER BY tgname`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{
+		"CREATE TRIGGER sagas_failed_delete AFTER DELETE ON orch.sagas REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT EXECUTE FUNCTION orch.count_failed_deleted()",
+		"CREATE TRIGGER sagas_failed_insert AFTER INSERT ON orch.sagas FOR EACH ROW WHEN ((new.state = 'failed'::text)) EXECUTE FUNCTION orch.count_failed()",
+		"CREATE TRIGGER sagas_failed_truncate AFTER TRUNCATE ON orch.sagas FOR EACH STATEMENT EXECUTE FUNCTION orch.count_failed_truncate()",
+		"CREATE TRIGGER sagas_failed_update AFTER UPDATE OF state, type ON orch.sagas FOR EACH ROW WHEN ((((old.state = 'failed'::text) OR (new.state = 'failed'::text)) AND ((old.state IS DISTINCT FROM new.state) OR (old.type IS DISTINCT FROM new.type)))) EXECUTE FUNCTION orch.count_failed()",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("triggers of sagas:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

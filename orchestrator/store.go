@@ -28,6 +28,9 @@ type querier interface {
 // store owns the SQL of the orchestrator's saga and journal tables.
 type store struct {
 	sagas, journal, timers string
+	// failedCounts: the failed sagas by type, kept by triggers on sagas
+	// (migration 020).
+	failedCounts string
 	// The reconciler's tables, and the engine's outbox (dead commands).
 	discrepancies, reconcileRuns, outbox string
 	// The operator audit (repair.go) and the four-eyes proposals
@@ -48,6 +51,8 @@ func newStore(schema string) *store {
 		sagas:   pgx.Identifier{schema, "sagas"}.Sanitize(),
 		journal: pgx.Identifier{schema, "journal"}.Sanitize(),
 		timers:  pgx.Identifier{schema, "timers"}.Sanitize(),
+
+		failedCounts: pgx.Identifier{schema, "failed_counts"}.Sanitize(),
 
 		discrepancies: pgx.Identifier{schema, "reconcile_discrepancies"}.Sanitize(),
 		reconcileRuns: pgx.Identifier{schema, "reconcile_runs"}.Sanitize(),

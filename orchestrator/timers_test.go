@@ -111,6 +111,13 @@ var stepOutputs = map[string]any{
 // saga table read one of them (as a key, an expression or a partial-index
 // predicate), Postgres could not update the row in place (HOT) and would
 // add an entry to every index at every step.
+//
+// One exception: the open flagged sagas' index (sagas_flagged_idx, the
+// backlog's oldest flagged saga) reads flag in its predicate. Every update
+// writes the flag, but Postgres decides HOT on the values that changed,
+// and the flag changes only when a saga is flagged (once, a retry past its
+// threshold, a force-fail) or an operator clears it: a step that leaves it
+// as it was stays HOT.
 func TestNoSagaIndexReadsAColumnAStepChanges(t *testing.T) {
 	t.Parallel()
 	env := setupEngine(t)
@@ -133,6 +140,9 @@ WHERE i.indrelid = 'orch.sagas'::regclass
 		var idx, col string
 		if err := rows.Scan(&idx, &col); err != nil {
 			t.Fatal(err)
+		}
+		if idx == "sagas_flagged_idx" && col == "flag" {
+			continue
 		}
 		t.Errorf("index %s reads %s, which every step changes: step updates cannot be HOT", idx, col)
 	}

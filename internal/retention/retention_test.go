@@ -344,6 +344,11 @@ func TestPurgeBarrierAndAuditedSagasLater(t *testing.T) {
 			t.Errorf("saga %+v: purged = %v, want %v", c, gone, c.gone)
 		}
 	}
+	// The failed sagas' count by type (kept by triggers, migration 020)
+	// follows the purge: the one failed saga left.
+	if n := count(t, pool, `SELECT coalesce(sum(n), 0) FROM orch.failed_counts WHERE type = 'place-order'`); n != 1 {
+		t.Errorf("failed_counts has %d failed place-order sagas after the purge, want 1", n)
+	}
 }
 
 // TestPurgeRedrivenDeadLettersAndOldAudit: redriven dead letters go after
