@@ -303,8 +303,19 @@ func (c *Consumer) apply(ctx context.Context, tx pgx.Tx, ms []kafka.Message, rec
 			return rs, nil
 		}
 		if h := hooksOf(ctx); h != nil && h.defer_ && wantsRerun(herr) {
-			return nil, &handlerError{err: fmt.Errorf("inbox: handle %d messages (first: topic %s partition %d offset %d): %w",
-				len(ms), ms[0].Topic, ms[0].Partition, ms[0].Offset, herr), deferred: true}
+			// The call wrote ahead of a check that failed: its writes
+			// are undone and it runs again at once, in this
+			// transaction, with nothing deferred (not counted as an
+			// attempt).
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
+				return nil, fmt.Errorf("inbox: roll back to the batch savepoint to run the handler again with nothing deferred (%q): %w", herr.Error(), err)
+			}
+			h.defer_ = false
+			c.mReruns.Inc()
+			c.log.Debug("inbox: the handler's call runs again with nothing deferred", "err", herr, "messages", len(ms),
+				"first_topic", ms[0].Topic, "first_partition", ms[0].Partition, "first_offset", ms[0].Offset)
+			try--
+			continue
 		}
 		if h := hooksOf(ctx); h != nil && h.lazy && Classify(herr) != ClassUnavailable {
 			return nil, errLazy(herr, true)

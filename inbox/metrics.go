@@ -44,7 +44,7 @@ type Metrics struct {
 //	<ns>_inbox_partition_pauses_total{consumer} times a partition's queue was full and its fetch paused
 //	<ns>_inbox_offset_commits_total{consumer} offset commits to the group (each covers the batches since the last)
 //	<ns>_inbox_offset_commit_errors_total{consumer} offset commits that failed (retried with the next)
-//	<ns>_inbox_batch_reruns_total{consumer}   batches run again at once with nothing deferred (not errors: see Consumer.process)
+//	<ns>_inbox_batch_reruns_total{consumer}   batches, or handler calls, run again at once with nothing deferred (not errors: see Consumer.process)
 func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("inbox: NewMetrics: registerer is nil")
@@ -112,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}, labels),
 		reruns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "inbox_batch_reruns_total",
-			Help: "Batches run again at once with their message ids recorded first and nothing deferred to the commit: a deferred write failed (an engine version conflict, a barrier row a copy recorded first), or a batch that records its ids at the end met a copy or a handler that did not apply every message. Not errors; a high rate means many redeliveries or conflicts.",
+			Help: "Batches run again at once with their message ids recorded first and nothing deferred to the commit: a deferred write failed (an engine version conflict, a barrier row a copy recorded first), or a batch that records its ids at the end met a copy or a handler that did not apply every message; and handler calls made again in their transaction with nothing deferred (txhooks.ErrRerun: a participant's forwards not all kept). Not errors; a high rate means many redeliveries or conflicts.",
 		}, labels),
 	}
 	for _, c := range []prometheus.Collector{m.messages, m.duplicates, m.dlq, m.handleErrors, m.batchSize, m.recordWait, m.batchTime, m.restarts, m.isolated, m.shortened, m.lost, m.paused, m.commits, m.commitErrors, m.reruns} {

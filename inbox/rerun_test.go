@@ -11,20 +11,25 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sagaflow/sagaflow/inbox"
+	"github.com/sagaflow/sagaflow/internal/kafkaclient"
 	"github.com/sagaflow/sagaflow/internal/testkit"
 	"github.com/sagaflow/sagaflow/internal/txhooks"
 	"github.com/sagaflow/sagaflow/message"
 )
 
-// A handler that wrote ahead of a check may ask for its batch to run again
-// with nothing deferred (txhooks.ErrRerun), and a deferred write that fails
-// when a later statement of the call sends it asks the same, in a batch
-// that records its ids first (here: one holding a malformed record) as in
-// a lazy one: the batch runs again at once, once, with CanDefer false, and
-// neither message is dead-lettered for what the careful run does not do.
-func TestRerunRunsTheBatchAgainWithNothingDeferred(t *testing.T) {
+// A handler that wrote ahead of a check may ask for its call to be made
+// again with nothing deferred (txhooks.ErrRerun), and a deferred write that
+// fails when a later statement of the call sends it asks the same, in a
+// batch that records its ids first (here: one holding a malformed record)
+// as in a lazy one: the call's writes are undone and it runs again at once,
+// once, with CanDefer false, and neither message is dead-lettered for what
+// the careful run does not do.
+func TestRerunRunsTheCallAgainWithNothingDeferred(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1)
+	if err := kafkaclient.EnsureTopics(testkit.Context(t, wait), e.brokers, 1, 1, e.topic+inbox.DLQSuffixDefault); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.pool.Exec(context.Background(), `CREATE TABLE rerun_marks (k text PRIMARY KEY); INSERT INTO rerun_marks VALUES ('taken')`); err != nil {
 		t.Fatal(err)
 	}

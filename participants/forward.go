@@ -29,10 +29,13 @@ type barrierKey struct {
 // docs/DESIGN.md#the-barrier-protocol.
 //
 // Inside an inbox batch that may defer writes the handlers run first, as if
-// no forward had a row, and the outcomes are inserted at the commit: a row
-// there already fails the insert, and the inbox runs the batch again with
-// nothing deferred, where the rows are claimed (inserted pending) before
-// the handlers run. Elsewhere they are claimed first.
+// no forward had a row, with no savepoint of their own, and the outcomes
+// are inserted at the commit. Anything but every forward kept (a success
+// or an accepted) makes the inbox undo the call and make it again with
+// nothing deferred (txhooks.ErrRerun), and a row there already fails the
+// insert, which runs the batch again so: then the rows are claimed
+// (inserted pending) before the handlers run, each step's handler in a
+// savepoint. Elsewhere they are claimed first.
 func (c *call) forwards(run []*item) error {
 	if len(run) == 0 {
 		return nil
@@ -122,7 +125,7 @@ func (c *call) runAndRecord(run []*item, set map[barrierKey]bool, fresh bool) er
 	groups := groupByStep(run, set)
 	results := map[*item]Result{}
 	for _, g := range groups {
-		if err := c.runForwards(g, results); err != nil {
+		if err := c.runForwards(g, results, fresh); err != nil {
 			return err
 		}
 	}
@@ -149,12 +152,31 @@ func groupByStep(run []*item, set map[barrierKey]bool) [][]*item {
 	return groups
 }
 
-// runForwards runs the forward handler of the step of g (claimed
-// forwards) for all of g, and again for each command alone unless every
-// result is a Success; it sets each command's result, or its dead.
-func (c *call) runForwards(g []*item, results map[*item]Result) error {
+// runForwards runs the forward handler of the step of g for all of g and
+// sets each command's result, or its dead. With fresh it runs once, in the
+// call's transaction, and anything but every result kept fails the call
+// with txhooks.ErrRerun (see forwards). Otherwise it runs in a savepoint,
+// and again for each command alone unless every result is a Success.
+func (c *call) runForwards(g []*item, results map[*item]Result, fresh bool) error {
 	p, ctx, tx := c.p, c.ctx, c.tx
 	h := g[0].h.forward
+	if fresh {
+		cmds := make([]message.Command, len(g))
+		for i, it := range g {
+			cmds[i] = it.cmd
+		}
+		rs, herr := callHandler(ctx, tx, h, cmds)
+		switch {
+		case herr != nil:
+			return fmt.Errorf("participant %q: step %q: handler (run ahead, taken again with the barrier claimed): %v: %w", p.cfg.Name, cmds[0].Step, herr, txhooks.ErrRerun)
+		case len(rs) != len(cmds) || !allKept(rs):
+			return fmt.Errorf("participant %q: step %q: %d results for %d commands, not all kept (taken again with the barrier claimed): %w", p.cfg.Name, cmds[0].Step, len(rs), len(cmds), txhooks.ErrRerun)
+		}
+		for i, it := range g {
+			results[it] = rs[i]
+		}
+		return nil
+	}
 	if len(g) > 1 {
 		cmds := make([]message.Command, len(g))
 		for i, it := range g {
@@ -197,9 +219,8 @@ func (c *call) runForwards(g []*item, results map[*item]Result) error {
 // recordForwards records the outcomes of the forwards of groups and sets
 // their replies: a Success, a Failure or an Accepted is recorded; a retry or
 // a dead-lettered command leaves no row. With fresh the rows are inserted
-// (see forwards), and a forward leaving no row is claimed first to learn
-// whether it is a copy, then answered from its row; otherwise the claimed
-// rows are updated, or removed for a retry.
+// (see forwards; every forward was kept); otherwise the claimed rows are
+// updated, or removed.
 func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh bool) error {
 	p := c.p
 	var rec, rel, accepted []*item
@@ -241,9 +262,7 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh 
 			p.debug(it.ctx, it.cmd, "forward executed", slog.String("outcome", string(res.Outcome)), slog.String("reason", reason))
 		}
 	}
-	if err := c.release(rel, fresh); err != nil {
-		return err
-	}
+	c.release(rel)
 	if len(rec) > 0 {
 		if err := c.record(rec, outcomes, reasons, payloads, withPayload, fresh); err != nil {
 			return err
@@ -256,41 +275,15 @@ func (c *call) recordForwards(groups [][]*item, results map[*item]Result, fresh 
 	return nil
 }
 
-// release leaves no row for the forwards of rel (answered retry, or
-// dead-lettered). Claimed (not fresh), their pending rows are removed.
-// Fresh, they are claimed now, as the handlers' writes for them were rolled
-// back: one that was there already is a copy, or was closed, and is
-// answered from its row instead.
-func (c *call) release(rel []*item, fresh bool) error {
+// release removes the pending rows of the forwards of rel (answered
+// retry, or dead-lettered): nothing is recorded, the next copy runs
+// afresh.
+func (c *call) release(rel []*item) {
 	if len(rel) == 0 {
-		return nil
-	}
-	if fresh {
-		if err := c.flush(c.ctx); err != nil {
-			return err
-		}
-		claimed, err := c.claim(rel)
-		if err != nil {
-			return err
-		}
-		var mine []*item
-		for _, it := range rel {
-			if claimed[barrierKey{it.cmd.SagaID, it.cmd.Step}] {
-				mine = append(mine, it)
-				continue
-			}
-			if err := c.answerFromRow(it); err != nil {
-				return err
-			}
-		}
-		rel = mine
-		if len(rel) == 0 {
-			return nil
-		}
+		return
 	}
 	ids, steps := barrierArgs(rel)
 	c.tail.Queue(c.p.barrier.releaseForwards, ids, steps)
-	return nil
 }
 
 // record writes the outcomes of the forwards of rec: inserted (fresh) or
@@ -372,6 +365,17 @@ func acceptedPayload(cancellable bool) *string {
 	}
 	s := string(b)
 	return &s
+}
+
+// allKept reports whether every result keeps its handler's writes: a
+// Success or an Accepted.
+func allKept(rs []Result) bool {
+	for _, r := range rs {
+		if r.Outcome != message.Success && r.Outcome != message.Accepted {
+			return false
+		}
+	}
+	return true
 }
 
 func allSuccess(rs []Result) bool {

@@ -44,11 +44,14 @@ type Tx interface {
 	Prefetched() any
 }
 
-// ErrRerun, wrapped in a handler's error, asks the inbox to roll the batch
-// back and run it again at once with nothing deferred (CanDefer false): the
-// handler wrote ahead of a check that has now failed (a participant's
-// barrier row a copy recorded first), and the same batch taken the careful
-// way answers it. The inbox asks it only of a batch that could defer.
+// ErrRerun, wrapped in a handler's error, asks the inbox to undo the
+// handler's call (back to the savepoint it runs under) and make it again
+// at once, in the same transaction, with nothing deferred (CanDefer
+// false): the handler wrote ahead of a check that has now failed (a
+// participant's forward answered other than success, a barrier row a copy
+// recorded first), and the same commands taken the careful way answer it.
+// A deferred write failing when a later statement of the call sends it is
+// handled alike. The inbox does it only in a call that could defer.
 var ErrRerun = errors.New("the batch must run again with nothing deferred")
 
 // Of returns tx as an inbox batch transaction, or false when it is the
