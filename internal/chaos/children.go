@@ -95,8 +95,8 @@ func tripConfig(st time.Duration) string {
 	return b.String()
 }
 
-// spawn writes the children's config and starts two orchestrator replicas
-// and two participant processes.
+// spawn writes the children's config and starts Config.Replicas
+// orchestrator replicas and as many participants processes.
 func (h *harness) spawn(_ context.Context, workDir, dbURL string) error {
 	cfgPath := filepath.Join(workDir, "chaos.yaml")
 	if err := os.WriteFile(cfgPath, []byte(h.config()), 0o644); err != nil {
@@ -118,7 +118,14 @@ func (h *harness) spawn(_ context.Context, workDir, dbURL string) error {
 		name string
 		orch bool
 	}
-	for _, s := range []spec{{"orchestrator-a", true}, {"orchestrator-b", true}, {"participants-1", false}, {"participants-2", false}} {
+	var specs []spec
+	for i := range h.cfg.Replicas {
+		specs = append(specs, spec{"orchestrator-" + string(rune('a'+i)), true})
+	}
+	for i := range h.cfg.Replicas {
+		specs = append(specs, spec{fmt.Sprintf("participants-%d", i+1), false})
+	}
+	for _, s := range specs {
 		px, err := faultproxy.New("127.0.0.1:0", pgTarget)
 		if err != nil {
 			return err
@@ -165,7 +172,7 @@ func (h *harness) closeProxies() {
 	}
 }
 
-// waitReady waits until both replicas answer /readyz with 200.
+// waitReady waits until every replica answers /readyz with 200.
 func (h *harness) waitReady(ctx context.Context, bound time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()

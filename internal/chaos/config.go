@@ -11,8 +11,12 @@ import (
 
 // Defaults of Config.
 const (
-	DatabaseDefault       = "sagaflow_chaos"
-	SagasDefault          = 300
+	DatabaseDefault = "sagaflow_chaos"
+	SagasDefault    = 300
+	// ReplicasDefault is how many orchestrator processes, and how many
+	// participants processes, a run starts (Config.Replicas); at most
+	// PartitionsDefault of each consume.
+	ReplicasDefault       = 2
 	DurationDefault       = 45 * time.Second
 	FaultEveryDefault     = 700 * time.Millisecond
 	QuiesceTimeoutDefault = 3 * time.Minute
@@ -95,6 +99,10 @@ type Config struct {
 	QuiesceTimeout time.Duration
 	// Concurrency of saga starts over HTTP.
 	Concurrency int
+	// Replicas is how many orchestrator processes (`serve`) and how many
+	// participants processes run, each pair of kinds sharing its consumer
+	// groups and database; 0: ReplicasDefault; 1 to PartitionsDefault.
+	Replicas int
 	// WorkDir keeps the children's config and logs, the run's under
 	// faults/ and the twin's under twin/; empty: a temporary directory
 	// removed after a clean run.
@@ -112,6 +120,7 @@ func (c Config) WithDefaults() Config {
 	c.StepTimeout = cmp.Or(c.StepTimeout, StepTimeoutDefault)
 	c.QuiesceTimeout = cmp.Or(c.QuiesceTimeout, QuiesceTimeoutDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
 	c.TripShare = cmp.Or(c.TripShare, TripShareDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -135,6 +144,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("chaos: Config.QuiesceTimeout is %s, want > 0", c.QuiesceTimeout)
 	case c.Concurrency < 1:
 		return fmt.Errorf("chaos: Config.Concurrency is %d, want at least 1", c.Concurrency)
+	case c.Replicas < 1 || c.Replicas > PartitionsDefault:
+		return fmt.Errorf("chaos: Config.Replicas is %d, want 1 to %d (the topics' partitions)", c.Replicas, PartitionsDefault)
 	case !knownFaults(c.Faults):
 		return fmt.Errorf("chaos: Config.Faults %v: want some of %v, or %q alone", c.Faults, FaultKinds, FaultsNone)
 	case slices.Contains(c.Faults, FaultsNone) && len(c.Faults) > 1:

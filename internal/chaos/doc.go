@@ -1,7 +1,7 @@
 // Package chaos is the fault harness behind `orchestrator chaos`.
 //
-// Run starts two orchestrator replicas (`serve`) and two reference
-// participant processes (`participants`, each running all eight
+// Run starts two orchestrator replicas (`serve`; Config.Replicas sets
+// how many) and as many reference participant processes (`participants`, each running all eight
 // participants, place-order's five and book-trip's three, in the same
 // consumer groups) as separate OS processes, each connected to Postgres and
 // to the Kafka broker through its own loopback fault proxy (package

@@ -18,6 +18,7 @@ func chaosCmd(c *Config) *cobra.Command {
 		asJSON                  bool
 		seed                    int64
 		sagas, concurrency      int
+		replicas                int
 		tripShare               float64
 		duration, faultEvery    time.Duration
 		stepTimeout, quiesce    time.Duration
@@ -32,7 +33,7 @@ func chaosCmd(c *Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Fault harness: two orchestrator replicas and the participants as processes under kills, cut connections, duplicates and late replies; checks every invariant",
-		Long: `chaos starts two orchestrator replicas (serve) and two reference participant
+		Long: `chaos starts two orchestrator replicas (serve; --replicas sets how many) and as many reference participant
 processes as separate OS processes, each behind a loopback fault proxy to
 Postgres and to the broker, drives a seeded place-order workload through the
 replicas' HTTP API and, from the same seed, SIGKILLs and restarts processes,
@@ -72,7 +73,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 				Seed: seed, Sagas: sagas, TripShare: tripShare, Duration: duration, DatabaseURL: c.Database.URL, Database: database,
 				Brokers: c.Kafka.Brokers, KillBroker: killBroker, BrokerStopCmd: brokerStop, BrokerStartCmd: brokerStart,
 				FaultEvery: faultEvery, Faults: faults, StepTimeout: stepTimeout, QuiesceTimeout: quiesce, Concurrency: concurrency,
-				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted, PaymentProvider: paymentProvider,
+				WorkDir: workDir, Logger: log, Twin: twin, TwinCompleted: twinCompleted, PaymentProvider: paymentProvider, Replicas: replicas,
 			})
 			if err != nil {
 				if res.WorkDir != "" {
@@ -120,6 +121,7 @@ The embedded broker runs in the harness and is never killed. With real Kafka
 	f.DurationVar(&stepTimeout, "step-timeout", chaos.StepTimeoutDefault, "reply timeout of the steps before the pivot (the pivot and after: twice this)")
 	f.DurationVar(&quiesce, "quiesce-timeout", chaos.QuiesceTimeoutDefault, "bound on the wait for every saga terminal and outbox drained")
 	f.IntVar(&concurrency, "concurrency", chaos.ConcurrencyDefault, "concurrent HTTP saga starts")
+	f.IntVar(&replicas, "replicas", chaos.ReplicasDefault, fmt.Sprintf("orchestrator processes (serve) and participants processes, as many of each (1 to %d)", chaos.PartitionsDefault))
 	f.StringVar(&database, "database", chaos.DatabaseDefault, "database created afresh on the server of database.url (the twin's: this + "+chaos.TwinSuffix+")")
 	f.StringVar(&workDir, "work-dir", "", "keep the children's config and logs here, in faults/ and twin/ (default: a temporary directory, removed after a clean run)")
 	f.BoolVar(&twin, "twin", true, "run the fault-free twin first (same seed and workload, its own database) and report goodput")
