@@ -138,6 +138,9 @@ func TestTwinConfig(t *testing.T) {
 func TestValidateFaultsAndTwin(t *testing.T) {
 	t.Parallel()
 	ok := Config{}.WithDefaults()
+	if ok.Replicas != ReplicasDefault {
+		t.Fatalf("default Replicas %d, want %d", ok.Replicas, ReplicasDefault)
+	}
 	for _, c := range []struct {
 		name string
 		mod  func(*Config)
@@ -154,6 +157,10 @@ func TestValidateFaultsAndTwin(t *testing.T) {
 		{"twin given negative", func(c *Config) { c.TwinCompleted = -1 }, "TwinCompleted"},
 		{"twin database too long", func(c *Config) { c.Twin, c.Database = true, strings.Repeat("d", 60) }, "too long"},
 		{"long database without twin", func(c *Config) { c.Database = strings.Repeat("d", 60) }, ""},
+		{"four replicas", func(c *Config) { c.Replicas = 4 }, ""},
+		{"a replica per partition", func(c *Config) { c.Replicas = PartitionsDefault }, ""},
+		{"more replicas than partitions", func(c *Config) { c.Replicas = PartitionsDefault + 1 }, "Replicas"},
+		{"no replica", func(c *Config) { c.Replicas = -1 }, "Replicas"},
 	} {
 		cfg := ok
 		c.mod(&cfg)
