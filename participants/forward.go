@@ -156,7 +156,7 @@ func groupByStep(run []*item, set map[barrierKey]bool) [][]*item {
 // sets each command's result, or its dead. With fresh it runs once, in the
 // call's transaction, and anything but every result kept fails the call
 // with txhooks.ErrRerun (see forwards). Otherwise it runs in a savepoint,
-// and again for each command alone unless every result is a Success.
+// and again for each command alone unless every result is kept.
 func (c *call) runForwards(g []*item, results map[*item]Result, fresh bool) error {
 	p, ctx, tx := c.p, c.ctx, c.tx
 	h := g[0].h.forward
@@ -187,7 +187,7 @@ func (c *call) runForwards(g []*item, results map[*item]Result, fresh bool) erro
 			return fmt.Errorf("participant %q: step %q: handler savepoint: %w", p.cfg.Name, cmds[0].Step, err)
 		}
 		rs, herr := callHandler(ctx, sp, h, cmds)
-		if herr == nil && len(rs) == len(cmds) && allSuccess(rs) {
+		if herr == nil && len(rs) == len(cmds) && allKept(rs) {
 			if err := sp.Commit(ctx); err != nil {
 				return fmt.Errorf("participant %q: step %q: release handler savepoint: %w", p.cfg.Name, cmds[0].Step, err)
 			}
@@ -372,15 +372,6 @@ func acceptedPayload(cancellable bool) *string {
 func allKept(rs []Result) bool {
 	for _, r := range rs {
 		if r.Outcome != message.Success && r.Outcome != message.Accepted {
-			return false
-		}
-	}
-	return true
-}
-
-func allSuccess(rs []Result) bool {
-	for _, r := range rs {
-		if r.Outcome != message.Success {
 			return false
 		}
 	}

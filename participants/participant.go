@@ -38,13 +38,16 @@ func RetryLater(reason string) Result { return Result{Outcome: message.Retry, Re
 // action, each of a different saga, in arrival order; a compensation always
 // comes alone, and so does a command run again on its own.
 //
-// A batch counts only when every Result is a Success: any other Result, a
-// result count that does not match or an error rolls back the handler's
-// writes for the whole batch and the SDK runs it again one command at a
-// time, so each failure or retry undoes its own writes alone. A batch
-// handler therefore gets only the common case right (typically one
-// set-based statement) and answers anything else, say [RetryLater], for a
-// command that is not the plain case: the run alone decides.
+// A batch counts only when every Result keeps its writes (a Success, or an
+// Accepted): any other Result, a result count that does not match or an
+// error rolls back the handler's writes for the whole batch and the SDK
+// runs it again one command at a time, so each failure or retry undoes its
+// own writes alone. A batch handler therefore gets only the common case
+// right (typically one set-based statement) and answers anything else, say
+// [RetryLater], for a command that is not the plain case: the run alone
+// decides. The SDK may call it for the same batch once more before that
+// (it runs a batch ahead of the barrier's checks, and again behind them
+// when a check or a result asks for it); only the last call's writes stay.
 //
 // A returned error is an infrastructure problem (the database went away):
 // the transaction rolls back and the command is processed again. An error
