@@ -160,6 +160,10 @@ func TestBatchRunsOneHandlerCallPerStep(t *testing.T) {
 	if err := f.p.Handle("decline", participants.WithBatch(effectOne(participants.Success(nil), &single), batchEffect(participants.Fail("short"), &declineCalls)), nil); err != nil {
 		t.Fatal(err)
 	}
+	var acceptCalls []int
+	if err := f.p.Handle("accept", participants.WithBatch(effectOne(participants.Success(nil), &single), batchEffect(participants.Accepted(), &acceptCalls)), nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.p.Handle("plain", effect(participants.Success(nil), &single), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +215,24 @@ func TestBatchRunsOneHandlerCallPerStep(t *testing.T) {
 	for _, c := range []message.Command{d1, d2} {
 		if rs := got[c.MessageID]; len(rs) != 1 || rs[0].Outcome != message.Success {
 			t.Fatalf("replies to %s: %+v, want one success from the run alone", c.MessageID, rs)
+		}
+	}
+
+	// A batch whose results are all accepted keeps its writes like one of
+	// successes: one call, nothing run alone.
+	single.Store(0)
+	a1, a2 := command(uuid.New(), "accept", message.Forward), command(uuid.New(), "accept", message.Forward)
+	inBatchTx(t, f, []message.Record{record(t, a1, nil), record(t, a2, nil)})
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pt.effects WHERE step = 'accept'`).Scan(&effects); err != nil {
+		t.Fatal(err)
+	}
+	if effects != 2 || !slices.Equal(acceptCalls, []int{2}) || single.Load() != 0 {
+		t.Fatalf("accepted batch: %d effects (want 2), batch calls %v (want [2]), %d runs alone (want 0)", effects, acceptCalls, single.Load())
+	}
+	got = replies(t, f)
+	for _, c := range []message.Command{a1, a2} {
+		if rs := got[c.MessageID]; len(rs) != 1 || rs[0].Outcome != message.Accepted {
+			t.Fatalf("replies to %s: %+v, want one accepted", c.MessageID, rs)
 		}
 	}
 }
