@@ -95,7 +95,7 @@ func TestOutcomeSourceReadsTheTopicFromSince(t *testing.T) {
 	}
 	old, once, twice, flagged := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	dup := uuid.NewString()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	if err := w.WriteMessages(ctx,
 		rec(old, message.OutcomeFinished, uuid.NewString(), now.Add(-time.Hour)),
@@ -169,7 +169,7 @@ func TestStartSourceReadsTheStartTopic(t *testing.T) {
 		return kafka.Message{Key: []byte("k"), Value: []byte(body), Time: time.Now(), Headers: []kafka.Header{{Key: message.HeaderMessageID, Value: []byte(id)}}}
 	}
 	a, b := uuid.NewString(), uuid.NewString()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: kafkaclient.Balancer(), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	good := `{"type":"place-order","idempotency_key":"o-9","aggregate_id":"o-9","data":{}}`
 	if err := w.WriteMessages(ctx, rec(a, good), rec(a, good), rec(b, `not json`)); err != nil {
