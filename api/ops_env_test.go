@@ -40,13 +40,21 @@ const opsToken = "169db81251968505a795de4b2361b081"
 
 func newOpsEnv(t *testing.T, cfg *api.Config) *opsEnv {
 	t.Helper()
+	return newOpsEnvEngine(t, cfg, orchestrator.EngineConfig{})
+}
+
+// newOpsEnvEngine is newOpsEnv with an engine configured by ec (its
+// schema is set).
+func newOpsEnvEngine(t *testing.T, cfg *api.Config, ec orchestrator.EngineConfig) *opsEnv {
+	t.Helper()
 	pool := testkit.Pool(t)
 	testkit.Migrate(t, pool, testkit.MustSets(t)(migrations.Orchestrator("orch")))
 	reg := saga.NewRegistry()
 	if err := steps.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := orchestrator.NewEngine(pool, reg, &orchestrator.EngineConfig{Schema: "orch"})
+	ec.Schema = "orch"
+	eng, err := orchestrator.NewEngine(pool, reg, &ec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,8 +100,11 @@ type listData struct {
 	Stats  *StatsView
 	StRows []statsRow
 	Window string
-	Error  string
-	Now    string
+	// OpenCounted: how long ago the running and compensating counts were
+	// taken, when they are an estimate.
+	OpenCounted string
+	Error       string
+	Now         string
 }
 
 type listRow struct {
@@ -180,6 +183,9 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 		d.Stats = &v
 		d.StRows = statsRows(v)
 		d.Window = fmtDur(time.Duration(v.WindowSeconds * float64(time.Second)))
+		if v.OpenEstimated {
+			d.OpenCounted = fmtDur(max(v.At.Sub(v.OpenCountedAt), 0))
+		}
 	}
 	s.render(w, status, "list", d)
 }
@@ -465,8 +471,9 @@ func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
 // compensating and failed are all open sagas; completed and compensated
 // those finished within the stats window.
 type statsRow struct {
-	Type   string
-	Counts []int64
+	Type string
+	// Counts are formatted: an estimate starts with "≈".
+	Counts []string
 }
 
 func statsRows(v StatsView) []statsRow {
@@ -474,11 +481,15 @@ func statsRows(v StatsView) []statsRow {
 	for _, t := range statsTypes(v) {
 		row := statsRow{Type: t}
 		for _, st := range allStates {
-			src := v.Open
+			src, est := v.Open, v.OpenEstimated && (st == saga.Running || st == saga.Compensating)
 			if st == saga.Completed || st == saga.Compensated {
-				src = v.Finished
+				src, est = v.Finished, v.FinishedEstimated
 			}
-			row.Counts = append(row.Counts, src[t][st])
+			n := strconv.FormatInt(src[t][st], 10)
+			if est {
+				n = "≈" + n
+			}
+			row.Counts = append(row.Counts, n)
 		}
 		out = append(out, row)
 	}

@@ -14,12 +14,20 @@ import (
 type StatsView struct {
 	At time.Time `json:"at"`
 	// Open: sagas not completed or compensated (running, compensating,
-	// failed), exact, by type then state.
-	Open map[string]map[saga.State]int64 `json:"open"`
+	// failed), by type then state. Exact, unless OpenEstimated: more sagas
+	// are in flight than the stats count one by one (10,000 by default),
+	// and the running and compensating counts are the last full count,
+	// taken at OpenCountedAt (every few seconds).
+	Open          map[string]map[saga.State]int64 `json:"open"`
+	OpenEstimated bool                            `json:"open_estimated"`
+	OpenCountedAt time.Time                       `json:"open_counted_at"`
 	// Finished: sagas that reached completed, compensated or failed within
-	// the last WindowSeconds, by type then state.
-	Finished      map[string]map[saga.State]int64 `json:"finished"`
-	WindowSeconds float64                         `json:"window_seconds"`
+	// the last WindowSeconds, by type then state. Exact, unless
+	// FinishedEstimated: more finished in the window than the stats count
+	// one by one, and the counts are the newest ones' scaled to the window.
+	Finished          map[string]map[saga.State]int64 `json:"finished"`
+	FinishedEstimated bool                            `json:"finished_estimated"`
+	WindowSeconds     float64                         `json:"window_seconds"`
 	// ByState sums Open and Finished over the types.
 	ByState map[saga.State]int64 `json:"by_state"`
 	// OldestInFlightSeconds: age of the oldest running or compensating saga.
@@ -52,6 +60,9 @@ type SLOView struct {
 	Type          string  `json:"type"`
 	WindowSeconds float64 `json:"window_seconds"`
 	Open          int64   `json:"open"`
+	// AtLeast: Open is a lower bound (a count stopped at the stats'
+	// exact limit).
+	AtLeast bool `json:"at_least"`
 }
 
 // TopicBacklogView is one topic's unsent commands.
@@ -75,7 +86,7 @@ func backlogView(b orchestrator.Backlog) BacklogView {
 	}
 	v.SLO = []SLOView{}
 	for _, x := range b.SLO {
-		v.SLO = append(v.SLO, SLOView{Type: x.Type, WindowSeconds: x.Window.Seconds(), Open: x.Open})
+		v.SLO = append(v.SLO, SLOView{Type: x.Type, WindowSeconds: x.Window.Seconds(), Open: x.Open, AtLeast: x.AtLeast})
 	}
 	for _, t := range b.Outbox {
 		v.OutboxByTopic = append(v.OutboxByTopic, TopicBacklogView{Topic: t.Topic, Pending: t.Pending, OldestUnsentSeconds: t.OldestUnsent.Seconds()})
@@ -92,7 +103,8 @@ func oldestViews(in []orchestrator.OldestSaga) []OldestSagaView {
 }
 
 func statsView(st orchestrator.Stats) StatsView {
-	v := StatsView{At: st.At, Open: st.Open, Finished: st.Finished, WindowSeconds: st.Window.Seconds(),
+	v := StatsView{At: st.At, Open: st.Open, OpenEstimated: st.OpenEstimated, OpenCountedAt: st.OpenCountedAt,
+		Finished: st.Finished, FinishedEstimated: st.FinishedEstimated, WindowSeconds: st.Window.Seconds(),
 		ByState: map[saga.State]int64{}, OldestInFlightSeconds: st.OldestInFlight.Seconds()}
 	for _, m := range []map[string]map[saga.State]int64{st.Open, st.Finished} {
 		for _, byState := range m {

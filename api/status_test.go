@@ -198,6 +198,45 @@ func TestStatsCountsAndOutbox(t *testing.T) {
 	}
 }
 
+// More sagas in flight and finished than the stats count one by one: the
+// JSON says which counts are estimates and when the in-flight ones were
+// counted, and the page marks them with "≈" and says why.
+func TestStatsSayWhichCountsAreEstimates(t *testing.T) {
+	t.Parallel()
+	env := newOpsEnvEngine(t, nil, orchestrator.EngineConfig{Advanced: orchestrator.Advanced{StatsExactLimit: 2}})
+	for i := range 6 {
+		env.start(t, fmt.Sprintf("order-%d", i))
+	}
+	var st api.StatsView
+	env.getJSON(t, "/stats", &st) // no full count kept: this read makes one, exact
+	po := orderapi.SagaType
+	if st.Open[po][saga.Running] != 6 || st.OpenEstimated || st.FinishedEstimated {
+		t.Fatalf("first read: open %v estimated %v/%v; want 6 running, exact", st.Open, st.OpenEstimated, st.FinishedEstimated)
+	}
+	// Three finished a minute apart, beyond the limit of 2.
+	if _, err := env.pool.Exec(context.Background(), `
+UPDATE orch.sagas s SET state = 'completed', finished_at = now() - n * interval '1 minute'
+FROM (SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM orch.sagas ORDER BY created_at LIMIT 3) f WHERE s.id = f.id`); err != nil {
+		t.Fatal(err)
+	}
+	st = api.StatsView{}
+	env.getJSON(t, "/stats", &st)
+	// Three still run, over the limit: the first read's count is used.
+	if !st.OpenEstimated || st.Open[po][saga.Running] != 6 || st.OpenCountedAt.IsZero() || !st.OpenCountedAt.Before(st.At) {
+		t.Fatalf("second read: open %v estimated %v counted at %v (read at %v); want the first read's 6 running, an estimate counted before",
+			st.Open, st.OpenEstimated, st.OpenCountedAt, st.At)
+	}
+	if !st.FinishedEstimated || st.Finished[po][saga.Completed] <= 3 {
+		t.Fatalf("finished %v estimated %v; want an estimate scaled to the hour from the newest three", st.Finished, st.FinishedEstimated)
+	}
+	_, page := env.do(t, http.MethodGet, "/ui/sagas", "", "")
+	for _, want := range []string{`id="open-estimated"`, `id="finished-estimated"`, "≈6"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not show %q:\n%s", want, page)
+		}
+	}
+}
+
 // A book-trip's three reservations, in flight together, are the saga's
 // active steps side by side (JSON active_steps, each member's group, the
 // page's "in flight together"); once they succeeded, the saga waits for its

@@ -104,21 +104,35 @@ func deadClassSQL() string {
 }
 
 // The backlog's queries, over the outbox (topic, dead) and the sagas
-// (oldest), the first saga of each type in creation order its oldest: the
-// compensating ones picked on sagas_in_flight_idx alone (an index-only
-// scan: the table is read for the sagas picked, not for every saga in
-// flight), the flagged ones on sagas_flagged_idx, which holds the open
-// flagged sagas only (failed sagas stay until retention; a flag is rare).
+// (oldest): the first saga of each type in creation order is its oldest.
+// The compensating ones are picked on sagas_compensating_idx, the flagged
+// ones on sagas_flagged_idx, both by (type, created_at, id) and holding
+// only the sagas in that condition (migrations 021 and 022).
 func (e *Engine) backlogSQL() (topic, dead, compensating, flagged string) {
 	ob := pgx.Identifier{e.ob.Schema(), "outbox"}.Sanitize()
 	topic = `SELECT topic, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 FROM ` + ob + ` WHERE sent_at IS NULL AND dead_at IS NULL GROUP BY topic ORDER BY topic`
 	dead = `SELECT ` + deadClassSQL() + ` AS class, count(*) FROM ` + ob + ` WHERE dead_at IS NOT NULL AND sent_at IS NULL GROUP BY 1`
-	compensating = `SELECT type, id, state, current_step, flag, created_at FROM ` + e.st.sagas + ` WHERE id IN (
-SELECT DISTINCT ON (type) id FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` AND state = 'compensating' ORDER BY type, created_at, id)`
-	flagged = `SELECT DISTINCT ON (type) type, id, state, current_step, flag, created_at
-FROM ` + e.st.sagas + ` WHERE ` + flaggedPredicate + ` ORDER BY type, created_at, id`
-	return topic, dead, compensating, flagged
+	return topic, dead, e.oldestPerTypeSQL(compensatingPredicate), e.oldestPerTypeSQL(flaggedPredicate)
+}
+
+// oldestPerTypeSQL picks the oldest saga of each type among those matching
+// pred, whose partial index is ordered by (type, created_at, id): the
+// recursive part skips from one type to the next (one index descent a
+// type), and each type's oldest is the first entry of its range. So a read
+// costs the number of types, not the number of sagas matching (a DISTINCT
+// ON over the index read every entry: all of a mass compensation's).
+func (e *Engine) oldestPerTypeSQL(pred string) string {
+	s := e.st.sagas
+	return `WITH RECURSIVE types AS (
+  (SELECT type FROM ` + s + ` WHERE ` + pred + ` ORDER BY type LIMIT 1)
+  UNION ALL
+  SELECT (SELECT n.type FROM ` + s + ` n WHERE ` + pred + ` AND n.type > types.type ORDER BY n.type LIMIT 1)
+  FROM types WHERE types.type IS NOT NULL)
+SELECT o.type, o.id, o.state, o.current_step, o.flag, o.created_at FROM types CROSS JOIN LATERAL (
+  SELECT type, id, state, current_step, flag, created_at FROM ` + s + ` WHERE ` + pred + ` AND type = types.type
+  ORDER BY created_at, id LIMIT 1) o
+ORDER BY o.type`
 }
 
 // Backlog reads the backlog in one read-only transaction that keeps to the

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -121,7 +122,15 @@ type Advanced struct {
 	// Start its own transaction. StartLanes is how many such transactions
 	// run at once (default StartLanesDefault).
 	StartBatch, StartLanes int
+	// StatsExactLimit is how many sagas Stats counts one by one in each
+	// of its counts (in flight, finished within the window, open past a
+	// consistency window) before it gives an estimate and says so; default
+	// StatsExactLimitDefault. A count reads one index entry a saga.
+	StatsExactLimit int
 }
+
+// StatsExactLimitDefault is the default Advanced.StatsExactLimit.
+const StatsExactLimitDefault = 10000
 
 var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{0,200}$`)
 
@@ -135,6 +144,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, GaugeIntervalDefault)
 	c.StartBatch = cmp.Or(c.StartBatch, StartBatchDefault)
 	c.StartLanes = cmp.Or(c.StartLanes, StartLanesDefault)
+	c.StatsExactLimit = cmp.Or(c.StatsExactLimit, StatsExactLimitDefault)
 	c.ProposalTTL = cmp.Or(c.ProposalTTL, ProposalTTLDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -167,6 +177,8 @@ func (c EngineConfig) validate() error {
 		return fmt.Errorf("saga engine: EngineConfig.StartBatch is %d, want > 0", c.StartBatch)
 	case c.StartLanes < 0:
 		return fmt.Errorf("saga engine: EngineConfig.StartLanes is %d, want > 0", c.StartLanes)
+	case c.StatsExactLimit < 0:
+		return fmt.Errorf("saga engine: EngineConfig.StatsExactLimit is %d, want > 0", c.StatsExactLimit)
 	case c.ProposalTTL < 0:
 		return fmt.Errorf("saga engine: EngineConfig.ProposalTTL is %s, want > 0", c.ProposalTTL)
 	}
@@ -193,6 +205,8 @@ type Engine struct {
 	ignored ignoredSampler
 	// traceDrops samples the log lines of dropped trace contexts.
 	traceDrops dropSampler
+	// inFlight is the last full count of the sagas in flight (InFlight).
+	inFlight atomic.Pointer[inFlightCount]
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.

@@ -117,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		sloWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_seconds",
 			Help: "The consistency window of a saga type (sagas.<type>.slo), for the types that have one."}, []string{"type"}),
 		sloBreaches: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "saga_slo_breaches",
-			Help: "Open sagas (running, compensating, failed) started longer ago than their type's consistency window, by type."}, []string{"type"}),
+			Help: "Open sagas (running, compensating, failed) started longer ago than their type's consistency window, by type; each of the in-flight and failed counts stops after 10,001 (Advanced.StatsExactLimit+1)."}, []string{"type"}),
 		sloTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_slo_total",
 			Help: "Sagas of a type with a consistency window that reached a terminal state, by type and result: met (within the window) or missed."}, []string{"type", "result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",

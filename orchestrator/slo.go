@@ -47,18 +47,22 @@ type SLOBreach struct {
 	Type   string        `json:"type"`
 	Window time.Duration `json:"-"`
 	// Open counts the sagas of the type not finished (running,
-	// compensating or failed) that started longer ago than Window.
-	Open int64 `json:"open"`
+	// compensating or failed) that started longer ago than Window. Each of
+	// the two counts (in flight, failed) stops after StatsExactLimit+1
+	// sagas: AtLeast says one did, and Open is then a lower bound.
+	Open    int64 `json:"open"`
+	AtLeast bool  `json:"at_least"`
 }
 
 // sloBreachSQL counts a type's open sagas started before $2, on
-// sagas_in_flight_idx and sagas_failed_idx (created_at, id): the scans read
-// the open sagas older than the window only.
+// sagas_in_flight_idx and sagas_failed_idx (created_at, id), at most $3 of
+// each: the scans read the open sagas older than the window only, and no
+// more of them than that.
 func (e *Engine) sloBreachSQL() string {
 	count := func(pred string) string {
-		return `(SELECT count(*) FROM ` + e.st.sagas + ` WHERE ` + pred + ` AND created_at < $2 AND type = $1)`
+		return `(SELECT count(*) FROM (SELECT FROM ` + e.st.sagas + ` WHERE ` + pred + ` AND created_at < $2 AND type = $1 LIMIT $3) c)`
 	}
-	return `SELECT ` + count(inFlightPredicate) + ` + ` + count(failedPredicate)
+	return `SELECT ` + count(inFlightPredicate) + `, ` + count(failedPredicate)
 }
 
 // SLOBreaches counts, per type with a window (sorted), the open sagas past
@@ -68,9 +72,12 @@ func (e *Engine) SLOBreaches(ctx context.Context) ([]SLOBreach, error) {
 	var out []SLOBreach
 	for t, w := range e.cfg.SLO {
 		b := SLOBreach{Type: t, Window: w}
-		if err := e.pool.QueryRow(ctx, e.sloBreachSQL(), t, now.Add(-w)).Scan(&b.Open); err != nil {
+		limit := int64(e.cfg.StatsExactLimit)
+		var inFlight, failed int64
+		if err := e.pool.QueryRow(ctx, e.sloBreachSQL(), t, now.Add(-w), limit+1).Scan(&inFlight, &failed); err != nil {
 			return nil, fmt.Errorf("sagas of type %s past their window: %w", t, err)
 		}
+		b.Open, b.AtLeast = inFlight+failed, inFlight > limit || failed > limit
 		out = append(out, b)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })

@@ -47,7 +47,7 @@ ANALYZE orch.sagas;`)
 		t.Errorf("Stats(%s) counts %d finished sagas, want the 1,440 of the last day", StatsWindowMax, got)
 	}
 	q := "EXPLAIN (ANALYZE, FORMAT TEXT) " + fmt.Sprintf(statsFinishedSQL, e.st.sagas)
-	rows, err := pool.Query(ctx, q, e.cfg.Now().Add(-StatsWindowMax))
+	rows, err := pool.Query(ctx, q, e.cfg.Now().Add(-StatsWindowMax), e.cfg.StatsExactLimit+1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -296,13 +297,23 @@ func (e *Engine) explain(ctx context.Context, q string, args ...any) (string, er
 // Stats is the pipeline summary of GET /stats.
 type Stats struct {
 	// Open counts sagas that are not completed or compensated (running,
-	// compensating, failed) by type and state: exact.
-	Open map[string]map[saga.State]int64 `json:"open"`
+	// compensating, failed) by type and state. The failed ones are exact;
+	// the ones in flight too, unless more than StatsExactLimit are in
+	// flight: then OpenEstimated is set and they are the engine's last
+	// full count, taken at OpenCountedAt (the gauge refresh makes one every
+	// GaugeInterval).
+	Open          map[string]map[saga.State]int64 `json:"open"`
+	OpenEstimated bool                            `json:"open_estimated"`
+	OpenCountedAt time.Time                       `json:"open_counted_at"`
 	// Finished counts sagas that reached completed, compensated or failed
 	// within the last Window, by type and state. Totals since the start
-	// are the Prometheus counter sagaflow_sagas_finished_total.
-	Finished map[string]map[saga.State]int64 `json:"finished"`
-	Window   time.Duration                   `json:"-"`
+	// are the Prometheus counter sagaflow_sagas_finished_total. When more
+	// than StatsExactLimit finished within the window, FinishedEstimated is
+	// set and the counts are the newest StatsExactLimit finished sagas'
+	// counts scaled to the window by the time those took to finish.
+	Finished          map[string]map[saga.State]int64 `json:"finished"`
+	FinishedEstimated bool                            `json:"finished_estimated"`
+	Window            time.Duration                   `json:"-"`
 	// OldestInFlight is the age of the oldest running or compensating
 	// saga; zero when none is.
 	OldestInFlight time.Duration `json:"-"`
@@ -315,8 +326,7 @@ type Stats struct {
 }
 
 // StatsWindowDefault is the window of Stats.Finished; StatsWindowMax the
-// longest one Stats accepts, so that a stats read counts at most a day of
-// finished sagas (on sagas_finished_idx), never the whole history.
+// longest one Stats accepts.
 const (
 	StatsWindowDefault = time.Hour
 	StatsWindowMax     = 24 * time.Hour
@@ -324,13 +334,17 @@ const (
 
 const (
 	// The sagas in flight are counted on sagas_in_flight_idx (an
-	// index-only scan of their entries alone); the failed ones are read
-	// from failed_counts, kept by triggers on the transitions into and out
-	// of failed (migration 020) in the transactions that make them, so the
-	// one statement reads both in one snapshot and the counts are exact.
-	statsOpenSQL = `SELECT type, state, count(*) FROM %[1]s WHERE ` + inFlightPredicate + ` GROUP BY type, state
+	// index-only scan of their entries alone), at most $1 of them; the
+	// failed ones are read from failed_counts, kept by triggers on the
+	// transitions into and out of failed (migration 020) in the
+	// transactions that make them, so the one statement reads both in one
+	// snapshot and the counts are exact.
+	statsOpenSQL = `SELECT type, state, count(*) FROM (SELECT type, state FROM %[1]s WHERE ` + inFlightPredicate + ` LIMIT $1) f GROUP BY type, state
 UNION ALL SELECT type, 'failed', n FROM %[2]s WHERE n <> 0`
-	statsFinishedSQL = `SELECT type, state, count(*) FROM %s WHERE finished_at IS NOT NULL AND finished_at >= $1 GROUP BY type, state`
+	// The newest $2 sagas finished since $1 (sagas_finished_idx, read
+	// backwards), by type and state, with the oldest finish among them.
+	statsFinishedSQL = `SELECT type, state, count(*), min(finished_at) FROM (SELECT type, state, finished_at FROM %s
+WHERE finished_at IS NOT NULL AND finished_at >= $1 ORDER BY finished_at DESC LIMIT $2) f GROUP BY type, state`
 	// The first row of sagas_in_flight_idx (created_at, id): the scan
 	// stops there.
 	statsOldestSQL = `SELECT (SELECT created_at FROM %s WHERE ` + inFlightPredicate + ` ORDER BY created_at LIMIT 1)`
@@ -345,12 +359,25 @@ const (
 	inFlightPredicate = "state IN ('running', 'compensating')"
 	failedPredicate   = "state = 'failed'"
 	flaggedPredicate  = "flag <> '' AND state NOT IN ('completed', 'compensated')"
+	// sagas_compensating_idx (migration 022), by type and creation.
+	compensatingPredicate = "state = 'compensating'"
 )
 
-// Stats summarizes sagas and the outbox with index-backed queries only:
-// open sagas (a partial index), sagas finished within window (an index on
+// inFlightCount is a full count of the sagas in flight by type and state,
+// taken at at.
+type inFlightCount struct {
+	at     time.Time
+	byType map[string]map[saga.State]int64
+}
+
+// Stats summarizes sagas and the outbox with index-backed queries only,
+// each reading at most StatsExactLimit entries of a saga index (so a read
+// costs the same with a hundred or a million sagas in flight): open sagas
+// (a partial index), sagas finished within window (an index on
 // finished_at), the oldest in-flight saga and the outbox's unsent rows.
-// A window over StatsWindowMax is refused (ErrInvalidInput).
+// Counts over the limit are estimates, and say so (Stats.OpenEstimated,
+// Stats.FinishedEstimated, SLOBreach.AtLeast). A window over
+// StatsWindowMax is refused (ErrInvalidInput).
 func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error) {
 	if window <= 0 {
 		window = StatsWindowDefault
@@ -361,10 +388,10 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	now := e.cfg.Now()
 	st := Stats{Window: window, At: now}
 	var err error
-	if st.Open, err = e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts)); err != nil {
+	if err = e.statsOpen(ctx, now, &st); err != nil {
 		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
 	}
-	if st.Finished, err = e.countBy(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), now.Add(-window)); err != nil {
+	if err = e.statsFinished(ctx, now, &st); err != nil {
 		return Stats{}, fmt.Errorf("stats: finished sagas: %w", err)
 	}
 	var oldest *time.Time
@@ -383,6 +410,102 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	return st, nil
 }
 
+// statsOpen counts the open sagas: the failed ones from failed_counts, the
+// ones in flight on their index up to StatsExactLimit. Over it, the last
+// full count is used if it is younger than three gauge intervals; if not,
+// a full count is made now (exact) and kept for the next reads.
+func (e *Engine) statsOpen(ctx context.Context, now time.Time, st *Stats) error {
+	limit := e.cfg.StatsExactLimit
+	counts, err := e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), limit+1)
+	if err != nil {
+		return err
+	}
+	st.Open, st.OpenCountedAt = counts, now
+	var inFlight int64
+	for _, byState := range counts {
+		inFlight += byState[saga.Running] + byState[saga.Compensating]
+	}
+	if inFlight <= int64(limit) {
+		return nil
+	}
+	last := e.inFlight.Load()
+	if last == nil || now.Sub(last.at) > 3*e.cfg.GaugeInterval {
+		if last, err = e.countInFlight(ctx); err != nil {
+			return err
+		}
+	} else {
+		st.OpenEstimated = true
+	}
+	st.OpenCountedAt = last.at
+	for t, byState := range counts {
+		delete(byState, saga.Running)
+		delete(byState, saga.Compensating)
+		if len(byState) == 0 {
+			delete(counts, t)
+		}
+	}
+	for t, byState := range last.byType {
+		for s, n := range byState {
+			if counts[t] == nil {
+				counts[t] = map[saga.State]int64{}
+			}
+			counts[t][s] = n
+		}
+	}
+	return nil
+}
+
+// statsFinished counts the sagas finished within st.Window: exactly when
+// at most StatsExactLimit did; otherwise the newest StatsExactLimit+1 are
+// counted and scaled to the window by the time they span (the rate of
+// the last minutes taken for the window's).
+func (e *Engine) statsFinished(ctx context.Context, now time.Time, st *Stats) error {
+	limit := e.cfg.StatsExactLimit
+	from := now.Add(-st.Window)
+	rows, err := e.pool.Query(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), from, limit+1)
+	if err != nil {
+		return err
+	}
+	type group struct {
+		t string
+		s saga.State
+		n int64
+	}
+	var groups []group
+	var total int64
+	oldest := now
+	for rows.Next() {
+		var g group
+		var first time.Time
+		if err := rows.Scan(&g.t, &g.s, &g.n, &first); err != nil {
+			rows.Close()
+			return err
+		}
+		groups, total = append(groups, g), total+g.n
+		if first.Before(oldest) {
+			oldest = first
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	scale := 1.0
+	if total > int64(limit) {
+		st.FinishedEstimated = true
+		if span := now.Sub(oldest); span > 0 && span < st.Window {
+			scale = float64(st.Window) / float64(span)
+		}
+	}
+	st.Finished = map[string]map[saga.State]int64{}
+	for _, g := range groups {
+		if st.Finished[g.t] == nil {
+			st.Finished[g.t] = map[saga.State]int64{}
+		}
+		st.Finished[g.t][g.s] = int64(math.Round(float64(g.n) * scale))
+	}
+	return nil
+}
+
 // explainStats returns the plans of the saga queries Stats runs.
 func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 	var out []string
@@ -390,8 +513,8 @@ func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 		sql  string
 		args []any
 	}{
-		{fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), nil},
-		{fmt.Sprintf(statsFinishedSQL, e.st.sagas), []any{e.cfg.Now().Add(-StatsWindowDefault)}},
+		{fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), []any{e.cfg.StatsExactLimit + 1}},
+		{fmt.Sprintf(statsFinishedSQL, e.st.sagas), []any{e.cfg.Now().Add(-StatsWindowDefault), e.cfg.StatsExactLimit + 1}},
 		{fmt.Sprintf(statsOldestSQL, e.st.sagas), nil},
 	} {
 		p, err := e.explain(ctx, q.sql, q.args...)
@@ -432,22 +555,47 @@ func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string
 // later calls skip them (the gauge runs every few seconds; a bitmap or
 // sequential scan read every version of every recent saga each time:
 // docs/perf/figures.md#saga-inflight-index-scan); the failed ones from
-// failed_counts, as Stats does.
+// failed_counts, as Stats does. The count by type is kept for Stats.
 func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
+	c, err := e.countInFlight(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := map[saga.State]int64{}
+	for _, byState := range c.byType {
+		for s, n := range byState {
+			out[s] += n
+		}
+	}
+	var failed int64
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+e.st.failedCounts).Scan(&failed); err != nil {
+		return nil, fmt.Errorf("count failed sagas: %w", err)
+	}
+	if failed != 0 {
+		out[saga.Failed] = failed
+	}
+	return out, nil
+}
+
+// countInFlight counts every saga in flight by type and state and keeps
+// the count (Engine.inFlight) for Stats.
+func (e *Engine) countInFlight(ctx context.Context) (*inFlightCount, error) {
+	c := &inFlightCount{at: e.cfg.Now(), byType: map[string]map[saga.State]int64{}}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN READ ONLY")
 	b.Queue("SET LOCAL enable_seqscan = off")
 	b.Queue("SET LOCAL enable_bitmapscan = off")
-	b.Queue(`SELECT state, count(*) FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` GROUP BY state
-UNION ALL SELECT 'failed', sum(n)::bigint FROM ` + e.st.failedCounts + ` HAVING coalesce(sum(n), 0) <> 0`).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT type, state, count(*) FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` GROUP BY type, state`).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var s string
+			var t, s string
 			var n int64
-			if err := rows.Scan(&s, &n); err != nil {
+			if err := rows.Scan(&t, &s, &n); err != nil {
 				return err
 			}
-			out[saga.State(s)] = n
+			if c.byType[t] == nil {
+				c.byType[t] = map[saga.State]int64{}
+			}
+			c.byType[t][saga.State(s)] = n
 		}
 		return rows.Err()
 	})
@@ -455,5 +603,6 @@ UNION ALL SELECT 'failed', sum(n)::bigint FROM ` + e.st.failedCounts + ` HAVING 
 	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("count sagas in flight: %w", err)
 	}
-	return out, nil
+	e.inFlight.Store(c)
+	return c, nil
 }

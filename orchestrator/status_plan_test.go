@@ -225,6 +225,7 @@ func TestSagaIndexesAreLean(t *testing.T) {
 		"journal: CREATE INDEX journal_reconcile_idx ON orch.journal USING btree (event, at) WHERE (event = ANY (ARRAY['difference'::text, 'check sent'::text]))",
 		"journal: CREATE UNIQUE INDEX journal_pkey ON orch.journal USING btree (saga_id, id)",
 		"sagas: CREATE INDEX sagas_aggregate_idx ON orch.sagas USING btree (aggregate_id, created_at DESC, id DESC)",
+		"sagas: CREATE INDEX sagas_compensating_idx ON orch.sagas USING btree (type, created_at, id) WHERE (state = 'compensating'::text)",
 		"sagas: CREATE INDEX sagas_created_idx ON orch.sagas USING btree (created_at DESC, id DESC)",
 		"sagas: CREATE INDEX sagas_failed_idx ON orch.sagas USING btree (created_at, id) INCLUDE (state, type) WHERE (state = 'failed'::text)",
 		"sagas: CREATE INDEX sagas_finished_idx ON orch.sagas USING btree (finished_at) WHERE (finished_at IS NOT NULL)",
