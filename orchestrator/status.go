@@ -145,7 +145,7 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 	// the planner uses them (a bound state proves none of them): the
 	// running and compensating sagas are read from sagas_in_flight_idx,
 	// the failed ones from sagas_failed_idx, the finished ones from
-	// sagas_state_created_idx. A filter that needs the open sagas of every
+	// sagas_finished_state_idx. A filter that needs the open sagas of every
 	// state (step, stuck) reads the first two (parts: in flight, failed).
 	const (
 		open     = "state NOT IN ('completed', 'compensated')"
@@ -200,11 +200,13 @@ func (e *Engine) listQuery(f Filter) (q string, args []any, limit int, err error
 		where = append(where, "(created_at, id) < ("+arg(t)+", "+arg(id)+")")
 	}
 	const order = " ORDER BY created_at DESC, id DESC LIMIT "
-	if openStateOnly(f) {
+	if oneStateOnly(f) {
 		// The page's ids come from an index-only scan of the state's index
-		// (sagas_in_flight_idx or sagas_failed_idx; state and type are in
-		// both): the sagas of the other open state are passed over in the
-		// index without reading their rows; only the page's rows are read.
+		// (sagas_in_flight_idx, sagas_failed_idx or sagas_finished_state_idx;
+		// state and type are in each): the sagas of another state or type
+		// are passed over in the index without reading their rows, and no
+		// saga in flight is read on the way to the first completed one;
+		// only the page's rows are read.
 		q = `SELECT ` + sagaColumns + ` FROM ` + e.st.sagas + ` WHERE id IN (SELECT id FROM ` + e.st.sagas +
 			` WHERE ` + strings.Join(where, " AND ") + order + arg(f.Limit+1) + `) ORDER BY created_at DESC, id DESC`
 		return q, args, f.Limit, nil
@@ -232,12 +234,10 @@ SELECT ` + sagaColumns + ` FROM (SELECT ` + sagaColumns + ` FROM f UNION ALL (SE
 	return q, args, f.Limit, nil
 }
 
-// openStateOnly reports whether f lists one open state (running,
-// compensating, failed) with no filter but type, age and cursor: every
-// column it reads is in the state's index.
-func openStateOnly(f Filter) bool {
-	return f.State != "" && f.State != saga.Completed && f.State != saga.Compensated &&
-		f.Step == "" && !f.Stuck && f.AggregateID == "" && f.IdempotencyKey == ""
+// oneStateOnly reports whether f lists one state with no filter but
+// type, age and cursor: every column it reads is in the state's index.
+func oneStateOnly(f Filter) bool {
+	return f.State != "" && f.Step == "" && !f.Stuck && f.AggregateID == "" && f.IdempotencyKey == ""
 }
 
 // List returns sagas matching f, newest first, with keyset pagination on

@@ -89,6 +89,13 @@ func TestOpenSagaReadsAreIndexOnly(t *testing.T) {
 		"failed, cursor":        {State: saga.Failed, Cursor: p.Next},
 		"compensating, type":    {State: saga.Compensating, Type: "refund"},
 		"failed, older than 1h": {State: saga.Failed, OlderThan: 3600e9},
+		// The finished states: the newest sagas are the ones in flight,
+		// and a page of completed ones must not read them on its way.
+		"completed":           {State: saga.Completed},
+		"completed, type":     {State: saga.Completed, Type: "refund"},
+		"compensated, type":   {State: saga.Compensated, Type: "place-order"},
+		"completed, cursor":   {State: saga.Completed, Cursor: p.Next},
+		"completed, older 2h": {State: saga.Completed, Type: "refund", OlderThan: 7200e9},
 	} {
 		q, args, _, err := e.listQuery(f)
 		if err != nil {
@@ -98,6 +105,8 @@ func TestOpenSagaReadsAreIndexOnly(t *testing.T) {
 		switch f.State {
 		case saga.Failed:
 			index = "sagas_failed_idx"
+		case saga.Completed, saga.Compensated:
+			index = "sagas_finished_state_idx"
 		case saga.Compensating:
 			// Its own index (migration 022) holds the compensating
 			// sagas alone, by type and creation: the planner may take
@@ -108,8 +117,11 @@ func TestOpenSagaReadsAreIndexOnly(t *testing.T) {
 		}
 		plan := explainAnalyze(t, pool, q, args...)
 		want := "Index Only Scan Backward using " + index
-		if index == "sagas_compensating_idx" {
+		switch index {
+		case "sagas_compensating_idx":
 			want = "using " + index // by type first: the newest of every type, then sorted
+		case "sagas_finished_state_idx":
+			want = "Index Only Scan using " + index // newest first as built
 		}
 		if !strings.Contains(plan, "Index Only Scan") || !strings.Contains(plan, want) || !strings.Contains(plan, "Heap Fetches: 0") ||
 			strings.Contains(plan, "Seq Scan") {

@@ -117,7 +117,7 @@ func TestHistoryFillAndMeasure(t *testing.T) {
 			t.Errorf("%s: status %d, %d runs", r.Name, r.Status, len(r.Runs))
 		}
 		switch r.Name {
-		case "list, first page", "list, deep page", "list, deep filtered page", "list, state filter":
+		case "list, first page", "list, deep page", "list, deep filtered page", "list, state filter", "list, completed", "list, state and type":
 			if r.Items != 50 {
 				t.Errorf("%s: %d sagas, want a full page of 50", r.Name, r.Items)
 			}

@@ -75,6 +75,11 @@ ORDER BY created_at DESC, id DESC LIMIT 1`
 		{Name: "list, state filter", Path: "/sagas?state=compensated&limit=50"},
 		{Name: "list, type filter", Path: "/sagas?type=bench.generic&limit=50"},
 		{Name: "list, rare state", Path: "/sagas?state=failed&limit=50"},
+		// The common finished state, alone and with a type: the newest
+		// sagas are the ones in flight, and these pages must not read them.
+		{Name: "list, completed", Path: "/sagas?state=completed&limit=50"},
+		{Name: "list, state and type", Path: "/sagas?state=completed&type=place-order&limit=50"},
+		{Name: "list, running and type", Path: "/sagas?state=running&type=bench.generic&limit=50"},
 		{Name: "list, deep page", Path: "/sagas?limit=50&cursor=" + url.QueryEscape(cursor)},
 		{Name: "list, deep filtered page", Path: "/sagas?state=completed&limit=50&cursor=" + url.QueryEscape(cursor)},
 		{Name: "lookup by business key", Path: "/sagas?aggregate_id=" + url.QueryEscape(key)},
