@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -135,74 +134,84 @@ SELECT o.type, o.id, o.state, o.current_step, o.flag, o.created_at FROM types CR
 ORDER BY o.type`
 }
 
-// Backlog reads the backlog in one read-only transaction that keeps to the
-// indexes (sequential and bitmap scans off, as the outbox stats do).
+// Backlog reads the backlog in one read-only transaction sent as one
+// batch (a round trip), which keeps to the indexes (sequential and bitmap
+// scans off, as the outbox stats do).
 func (e *Engine) Backlog(ctx context.Context) (Backlog, error) {
-	b := Backlog{DeadByClass: map[string]int64{}}
+	var out Backlog
+	b := readBatch()
+	e.queueBacklog(b, &out, e.cfg.Now())
+	if err := e.sendRead(ctx, b); err != nil {
+		return Backlog{}, fmt.Errorf("backlog: %w", err)
+	}
+	return out, nil
+}
+
+// readBatch starts a batch of reads in one read-only transaction that
+// keeps to the indexes; sendRead ends and sends it.
+func readBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN READ ONLY")
+	b.Queue("SET LOCAL enable_seqscan = off")
+	b.Queue("SET LOCAL enable_bitmapscan = off")
+	return b
+}
+
+func (e *Engine) sendRead(ctx context.Context, b *pgx.Batch) error {
+	b.Queue("COMMIT")
+	return e.pool.SendBatch(ctx, b).Close()
+}
+
+// queueBacklog queues the backlog's reads on b; their answers fill out
+// when b's results are read.
+func (e *Engine) queueBacklog(b *pgx.Batch, out *Backlog, now time.Time) {
+	out.DeadByClass = map[string]int64{}
 	topicQ, deadQ, compQ, flagQ := e.backlogSQL()
-	now := e.cfg.Now()
-	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		for _, set := range []string{"SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off"} {
-			if _, err := tx.Exec(ctx, set); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.Query(ctx, topicQ)
-		if err != nil {
-			return fmt.Errorf("outbox by topic: %w", err)
-		}
+	b.Queue(topicQ).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var t TopicBacklog
 			var age float64
 			if err := rows.Scan(&t.Topic, &t.Pending, &age); err != nil {
-				rows.Close()
 				return fmt.Errorf("outbox by topic: %w", err)
 			}
 			t.OldestUnsent = time.Duration(age * float64(time.Second))
-			b.Outbox = append(b.Outbox, t)
+			out.Outbox = append(out.Outbox, t)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("outbox by topic: %w", err)
 		}
-		rows, err = tx.Query(ctx, deadQ)
-		if err != nil {
-			return fmt.Errorf("dead outbox rows by class: %w", err)
-		}
+		return nil
+	})
+	b.Queue(deadQ).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var class string
 			var n int64
 			if err := rows.Scan(&class, &n); err != nil {
-				rows.Close()
 				return fmt.Errorf("dead outbox rows by class: %w", err)
 			}
-			b.DeadByClass[class] = n
+			out.DeadByClass[class] = n
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("dead outbox rows by class: %w", err)
 		}
-		if b.OldestCompensating, err = oldestByType(ctx, tx, compQ, now); err != nil {
+		return nil
+	})
+	b.Queue(compQ).Query(func(rows pgx.Rows) (err error) {
+		if out.OldestCompensating, err = oldestByType(rows, now); err != nil {
 			return fmt.Errorf("oldest compensating sagas: %w", err)
 		}
-		if b.OldestFlagged, err = oldestByType(ctx, tx, flagQ, now); err != nil {
+		return nil
+	})
+	b.Queue(flagQ).Query(func(rows pgx.Rows) (err error) {
+		if out.OldestFlagged, err = oldestByType(rows, now); err != nil {
 			return fmt.Errorf("oldest flagged sagas: %w", err)
 		}
 		return nil
 	})
-	if err != nil {
-		return Backlog{}, fmt.Errorf("backlog: %w", err)
-	}
-	if b.SLO, err = e.SLOBreaches(ctx); err != nil {
-		return Backlog{}, fmt.Errorf("backlog: %w", err)
-	}
-	return b, nil
+	e.queueSLO(b, &out.SLO, now)
 }
 
-func oldestByType(ctx context.Context, tx pgx.Tx, q string, now time.Time) ([]OldestSaga, error) {
-	rows, err := tx.Query(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func oldestByType(rows pgx.Rows, now time.Time) ([]OldestSaga, error) {
 	var out []OldestSaga
 	for rows.Next() {
 		var o OldestSaga
@@ -213,13 +222,9 @@ func oldestByType(ctx context.Context, tx pgx.Tx, q string, now time.Time) ([]Ol
 		o.Age = max(now.Sub(created), 0)
 		out = append(out, o)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, rows.Err()
 }
 
-// refreshBacklog sets the backlog gauges from a fresh read: every
-// registered type and every dead class has a series (0 when none), topics
-// only while they have unsent rows.
 func (e *Engine) refreshBacklog(ctx context.Context) error {
 	b, err := e.Backlog(ctx)
 	if err != nil {

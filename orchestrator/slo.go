@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"sort"
 	"time"
 )
@@ -66,20 +67,35 @@ func (e *Engine) sloBreachSQL() string {
 }
 
 // SLOBreaches counts, per type with a window (sorted), the open sagas past
-// it.
+// it, in one read-only transaction sent as one batch.
 func (e *Engine) SLOBreaches(ctx context.Context) ([]SLOBreach, error) {
-	now := e.cfg.Now()
 	var out []SLOBreach
-	for t, w := range e.cfg.SLO {
-		b := SLOBreach{Type: t, Window: w}
-		limit := int64(e.cfg.StatsExactLimit)
-		var inFlight, failed int64
-		if err := e.pool.QueryRow(ctx, e.sloBreachSQL(), t, now.Add(-w), limit+1).Scan(&inFlight, &failed); err != nil {
-			return nil, fmt.Errorf("sagas of type %s past their window: %w", t, err)
-		}
-		b.Open, b.AtLeast = inFlight+failed, inFlight > limit || failed > limit
-		out = append(out, b)
+	b := readBatch()
+	e.queueSLO(b, &out, e.cfg.Now())
+	if err := e.sendRead(ctx, b); err != nil {
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, nil
+}
+
+// queueSLO queues the count of each type with a window (sorted) on b;
+// the answers are appended to out when b's results are read.
+func (e *Engine) queueSLO(b *pgx.Batch, out *[]SLOBreach, now time.Time) {
+	types := make([]string, 0, len(e.cfg.SLO))
+	for t := range e.cfg.SLO {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	limit := int64(e.cfg.StatsExactLimit)
+	for _, t := range types {
+		w := e.cfg.SLO[t]
+		b.Queue(e.sloBreachSQL(), t, now.Add(-w), limit+1).QueryRow(func(r pgx.Row) error {
+			var inFlight, failed int64
+			if err := r.Scan(&inFlight, &failed); err != nil {
+				return fmt.Errorf("sagas of type %s past their window: %w", t, err)
+			}
+			*out = append(*out, SLOBreach{Type: t, Window: w, Open: inFlight + failed, AtLeast: inFlight > limit || failed > limit})
+			return nil
+		})
+	}
 }

@@ -387,49 +387,129 @@ func (e *Engine) Stats(ctx context.Context, window time.Duration) (Stats, error)
 	}
 	now := e.cfg.Now()
 	st := Stats{Window: window, At: now}
-	var err error
-	if err = e.statsOpen(ctx, now, &st); err != nil {
-		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
-	}
-	if err = e.statsFinished(ctx, now, &st); err != nil {
-		return Stats{}, fmt.Errorf("stats: finished sagas: %w", err)
-	}
-	var oldest *time.Time
-	if err := e.pool.QueryRow(ctx, fmt.Sprintf(statsOldestSQL, e.st.sagas)).Scan(&oldest); err != nil {
-		return Stats{}, fmt.Errorf("stats: oldest in-flight saga: %w", err)
+	limit := e.cfg.StatsExactLimit
+	var finished []countGroup
+	var oldestFinish, oldest *time.Time
+	// One read-only transaction, one round trip: on a busy machine every
+	// round trip is a wake-up of each side.
+	b := readBatch()
+	b.Queue(fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), limit+1).Query(func(rows pgx.Rows) error {
+		groups, err := scanCounts(rows, nil)
+		if err != nil {
+			return fmt.Errorf("open sagas: %w", err)
+		}
+		st.Open = countMap(groups)
+		return nil
+	})
+	b.Queue(fmt.Sprintf(statsFinishedSQL, e.st.sagas), now.Add(-window), limit+1).Query(func(rows pgx.Rows) (err error) {
+		if finished, err = scanCounts(rows, &oldestFinish); err != nil {
+			return fmt.Errorf("finished sagas: %w", err)
+		}
+		return nil
+	})
+	b.Queue(fmt.Sprintf(statsOldestSQL, e.st.sagas)).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&oldest); err != nil {
+			return fmt.Errorf("oldest in-flight saga: %w", err)
+		}
+		return nil
+	})
+	outboxdb.For(e.ob.Schema()).QueueStats(b, &st.Outbox)
+	e.queueBacklog(b, &st.Backlog, now)
+	if err := e.sendRead(ctx, b); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	if oldest != nil {
 		st.OldestInFlight = max(now.Sub(*oldest), 0)
 	}
-	if st.Outbox, err = outboxdb.For(e.ob.Schema()).Stats(ctx, e.pool); err != nil {
-		return Stats{}, fmt.Errorf("stats: %w", err)
+	if err := e.estimateOpen(ctx, now, &st); err != nil {
+		return Stats{}, fmt.Errorf("stats: open sagas: %w", err)
 	}
-	if st.Backlog, err = e.Backlog(ctx); err != nil {
-		return Stats{}, fmt.Errorf("stats: %w", err)
+	st.Finished = map[string]map[saga.State]int64{}
+	var total int64
+	for _, g := range finished {
+		total += g.n
+	}
+	scale := 1.0
+	if total > int64(limit) && oldestFinish != nil {
+		// The newest limit+1 finished sagas, scaled to the window by the
+		// time they span: the rate of the last minutes taken for the
+		// window's.
+		st.FinishedEstimated = true
+		if span := now.Sub(*oldestFinish); span > 0 && span < window {
+			scale = float64(window) / float64(span)
+		}
+	}
+	for _, g := range finished {
+		g.n = int64(math.Round(float64(g.n) * scale))
+		addCount(st.Finished, g)
 	}
 	return st, nil
 }
 
-// statsOpen counts the open sagas: the failed ones from failed_counts, the
-// ones in flight on their index up to StatsExactLimit. Over it, the last
-// full count is used if it is younger than three gauge intervals; if not,
-// a full count is made now (exact) and kept for the next reads.
-func (e *Engine) statsOpen(ctx context.Context, now time.Time, st *Stats) error {
-	limit := e.cfg.StatsExactLimit
-	counts, err := e.countBy(ctx, fmt.Sprintf(statsOpenSQL, e.st.sagas, e.st.failedCounts), limit+1)
-	if err != nil {
-		return err
+// countGroup is a count of one type and state.
+type countGroup struct {
+	t string
+	s saga.State
+	n int64
+}
+
+// scanCounts reads rows of (type, state, count) and, if first is not nil,
+// a fourth column: the earliest time among them, kept in *first.
+func scanCounts(rows pgx.Rows, first **time.Time) ([]countGroup, error) {
+	var out []countGroup
+	for rows.Next() {
+		var g countGroup
+		var s string
+		var err error
+		if first != nil {
+			var at time.Time
+			if err = rows.Scan(&g.t, &s, &g.n, &at); err == nil && (*first == nil || at.Before(**first)) {
+				*first = &at
+			}
+		} else {
+			err = rows.Scan(&g.t, &s, &g.n)
+		}
+		if err != nil {
+			return nil, err
+		}
+		g.s = saga.State(s)
+		out = append(out, g)
 	}
-	st.Open, st.OpenCountedAt = counts, now
+	return out, rows.Err()
+}
+
+func countMap(groups []countGroup) map[string]map[saga.State]int64 {
+	out := map[string]map[saga.State]int64{}
+	for _, g := range groups {
+		addCount(out, g)
+	}
+	return out
+}
+
+func addCount(m map[string]map[saga.State]int64, g countGroup) {
+	if m[g.t] == nil {
+		m[g.t] = map[saga.State]int64{}
+	}
+	m[g.t][g.s] = g.n
+}
+
+// estimateOpen replaces the in-flight counts of st.Open when more than
+// StatsExactLimit sagas are in flight (the count stopped there): with the
+// last full count if it is younger than three gauge intervals (an
+// estimate, and said to be); if not, with a full count made now (exact),
+// kept for the next reads.
+func (e *Engine) estimateOpen(ctx context.Context, now time.Time, st *Stats) error {
+	st.OpenCountedAt = now
 	var inFlight int64
-	for _, byState := range counts {
+	for _, byState := range st.Open {
 		inFlight += byState[saga.Running] + byState[saga.Compensating]
 	}
-	if inFlight <= int64(limit) {
+	if inFlight <= int64(e.cfg.StatsExactLimit) {
 		return nil
 	}
 	last := e.inFlight.Load()
 	if last == nil || now.Sub(last.at) > 3*e.cfg.GaugeInterval {
+		var err error
 		if last, err = e.countInFlight(ctx); err != nil {
 			return err
 		}
@@ -437,71 +517,17 @@ func (e *Engine) statsOpen(ctx context.Context, now time.Time, st *Stats) error 
 		st.OpenEstimated = true
 	}
 	st.OpenCountedAt = last.at
-	for t, byState := range counts {
+	for t, byState := range st.Open {
 		delete(byState, saga.Running)
 		delete(byState, saga.Compensating)
 		if len(byState) == 0 {
-			delete(counts, t)
+			delete(st.Open, t)
 		}
 	}
 	for t, byState := range last.byType {
 		for s, n := range byState {
-			if counts[t] == nil {
-				counts[t] = map[saga.State]int64{}
-			}
-			counts[t][s] = n
+			addCount(st.Open, countGroup{t, s, n})
 		}
-	}
-	return nil
-}
-
-// statsFinished counts the sagas finished within st.Window: exactly when
-// at most StatsExactLimit did; otherwise the newest StatsExactLimit+1 are
-// counted and scaled to the window by the time they span (the rate of
-// the last minutes taken for the window's).
-func (e *Engine) statsFinished(ctx context.Context, now time.Time, st *Stats) error {
-	limit := e.cfg.StatsExactLimit
-	from := now.Add(-st.Window)
-	rows, err := e.pool.Query(ctx, fmt.Sprintf(statsFinishedSQL, e.st.sagas), from, limit+1)
-	if err != nil {
-		return err
-	}
-	type group struct {
-		t string
-		s saga.State
-		n int64
-	}
-	var groups []group
-	var total int64
-	oldest := now
-	for rows.Next() {
-		var g group
-		var first time.Time
-		if err := rows.Scan(&g.t, &g.s, &g.n, &first); err != nil {
-			rows.Close()
-			return err
-		}
-		groups, total = append(groups, g), total+g.n
-		if first.Before(oldest) {
-			oldest = first
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	scale := 1.0
-	if total > int64(limit) {
-		st.FinishedEstimated = true
-		if span := now.Sub(oldest); span > 0 && span < st.Window {
-			scale = float64(st.Window) / float64(span)
-		}
-	}
-	st.Finished = map[string]map[saga.State]int64{}
-	for _, g := range groups {
-		if st.Finished[g.t] == nil {
-			st.Finished[g.t] = map[saga.State]int64{}
-		}
-		st.Finished[g.t][g.s] = int64(math.Round(float64(g.n) * scale))
 	}
 	return nil
 }
@@ -524,27 +550,6 @@ func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-func (e *Engine) countBy(ctx context.Context, q string, args ...any) (map[string]map[saga.State]int64, error) {
-	rows, err := e.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]map[saga.State]int64{}
-	for rows.Next() {
-		var t, s string
-		var n int64
-		if err := rows.Scan(&t, &s, &n); err != nil {
-			return nil, err
-		}
-		if out[t] == nil {
-			out[t] = map[saga.State]int64{}
-		}
-		out[t][saga.State(s)] = n
-	}
-	return out, rows.Err()
 }
 
 // InFlight counts non-terminal sagas by state: the running and

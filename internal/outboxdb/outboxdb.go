@@ -378,7 +378,6 @@ type Stats struct {
 // the planner settings would outlast it there, and BEGIN/COMMIT must not.
 func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
-	var age float64
 	b := &pgx.Batch{}
 	_, inTx := db.(pgx.Tx)
 	if !inTx {
@@ -386,13 +385,26 @@ func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 		b.Queue("SET LOCAL enable_seqscan = off")
 		b.Queue("SET LOCAL enable_bitmapscan = off")
 	}
-	b.Queue(o.statsSQL).QueryRow(func(r pgx.Row) error { return r.Scan(&s.Pending, &age, &s.Dead) })
+	o.QueueStats(b, &s)
 	if !inTx {
 		b.Queue("COMMIT")
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.schema, err)
 	}
-	s.OldestUnsent = time.Duration(age * float64(time.Second))
 	return s, nil
+}
+
+// QueueStats queues Stats' query on b, to run in a transaction of the
+// caller's that keeps to the indexes as Stats does (sequential and bitmap
+// scans off); its answer is written to s when b's results are read.
+func (o *Table) QueueStats(b *pgx.Batch, s *Stats) {
+	b.Queue(o.statsSQL).QueryRow(func(r pgx.Row) error {
+		var age float64
+		if err := r.Scan(&s.Pending, &age, &s.Dead); err != nil {
+			return fmt.Errorf("outbox %s: stats: %w", o.schema, err)
+		}
+		s.OldestUnsent = time.Duration(age * float64(time.Second))
+		return nil
+	})
 }
