@@ -586,10 +586,7 @@ func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
 // the count (Engine.inFlight) for Stats.
 func (e *Engine) countInFlight(ctx context.Context) (*inFlightCount, error) {
 	c := &inFlightCount{at: e.cfg.Now(), byType: map[string]map[saga.State]int64{}}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN READ ONLY")
-	b.Queue("SET LOCAL enable_seqscan = off")
-	b.Queue("SET LOCAL enable_bitmapscan = off")
+	b := readBatch()
 	b.Queue(`SELECT type, state, count(*) FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` GROUP BY type, state`).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var t, s string
@@ -604,8 +601,7 @@ func (e *Engine) countInFlight(ctx context.Context) (*inFlightCount, error) {
 		}
 		return rows.Err()
 	})
-	b.Queue("COMMIT")
-	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := e.sendRead(ctx, b); err != nil {
 		return nil, fmt.Errorf("count sagas in flight: %w", err)
 	}
 	e.inFlight.Store(c)

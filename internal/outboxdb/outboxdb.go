@@ -384,6 +384,7 @@ func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 		b.Queue("BEGIN READ ONLY")
 		b.Queue("SET LOCAL enable_seqscan = off")
 		b.Queue("SET LOCAL enable_bitmapscan = off")
+		b.Queue("SET LOCAL jit = off") // a disabled scan's cost must not start a compile
 	}
 	o.QueueStats(b, &s)
 	if !inTx {
