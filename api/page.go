@@ -146,8 +146,20 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 		s.render(w, status, "list", d)
 		return
 	}
+	// The overview's stats are read beside the list, on another
+	// connection: the page waits for the slower of the two, not their sum.
+	type statsRead struct {
+		v   StatsView
+		err error
+	}
+	stats := make(chan statsRead, 1)
+	go func() {
+		v, _, _, err := s.readStats(r)
+		stats <- statsRead{v, err}
+	}()
 	p, err := s.eng.List(r.Context(), f)
 	if err != nil {
+		<-stats
 		d.Error, status = cut(err.Error(), errorMax), http.StatusBadRequest
 		if !errors.Is(err, orchestrator.ErrInvalidInput) {
 			var body Error
@@ -179,7 +191,8 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 	if f.Cursor != "" {
 		d.First = "/ui/sagas?" + keep.Encode()
 	}
-	if v, _, _, err := s.readStats(r); err == nil {
+	if st := <-stats; st.err == nil {
+		v := st.v
 		d.Stats = &v
 		d.StRows = statsRows(v)
 		d.Window = fmtDur(time.Duration(v.WindowSeconds * float64(time.Second)))
