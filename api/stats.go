@@ -28,7 +28,10 @@ type StatsView struct {
 	Finished          map[string]map[saga.State]int64 `json:"finished"`
 	FinishedEstimated bool                            `json:"finished_estimated"`
 	WindowSeconds     float64                         `json:"window_seconds"`
-	// ByState sums Open and Finished over the types.
+	// ByState sums Open and Finished over the types: its running and
+	// compensating counts are estimates when OpenEstimated is set, its
+	// completed, compensated and finished-failed part when
+	// FinishedEstimated is.
 	ByState map[saga.State]int64 `json:"by_state"`
 	// OldestInFlightSeconds: age of the oldest running or compensating saga.
 	OldestInFlightSeconds float64 `json:"oldest_in_flight_seconds"`
