@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -205,8 +206,10 @@ type Engine struct {
 	ignored ignoredSampler
 	// traceDrops samples the log lines of dropped trace contexts.
 	traceDrops dropSampler
-	// inFlight is the last full count of the sagas in flight (InFlight).
+	// inFlight is the last full count of the sagas in flight (InFlight);
+	// recount lets one stats read at a time make a new one.
 	inFlight atomic.Pointer[inFlightCount]
+	recount  sync.Mutex
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.

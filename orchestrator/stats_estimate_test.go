@@ -273,3 +273,40 @@ func TestStatsReadsAreNotCompiled(t *testing.T) {
 		t.Fatalf("jit = %s in the stats' read transaction; plan:\n%s", setting, text)
 	}
 }
+
+// TestStaleCountIsMadeOnceForConcurrentReads: reads that find the full
+// count stale together make one count between them: the first counts
+// (exact), the others wait for it and use it (an estimate).
+func TestStaleCountIsMadeOnceForConcurrentReads(t *testing.T) {
+	t.Parallel()
+	pool, e, clock := estimateEngine(t, 2, nil)
+	ctx := context.Background()
+	addSagas(t, pool, 5, "place-order", "running", clock.Now().Add(-time.Minute), time.Second)
+	const readers = 8
+	var wg sync.WaitGroup
+	results := make(chan Stats, readers)
+	for range readers {
+		wg.Go(func() {
+			st, err := e.Stats(ctx, time.Hour)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results <- st
+		})
+	}
+	wg.Wait()
+	close(results)
+	exact := 0
+	for st := range results {
+		if !st.OpenEstimated {
+			exact++
+		}
+		if got := st.Open["place-order"][saga.Running]; got != 5 {
+			t.Errorf("running = %d, want 5", got)
+		}
+	}
+	if exact != 1 {
+		t.Fatalf("%d of %d concurrent reads made a full count, want 1", exact, readers)
+	}
+}

@@ -508,11 +508,22 @@ func (e *Engine) estimateOpen(ctx context.Context, now time.Time, st *Stats) err
 		return nil
 	}
 	last := e.inFlight.Load()
-	if last == nil || now.Sub(last.at) > 3*e.cfg.GaugeInterval {
-		var err error
-		if last, err = e.countInFlight(ctx); err != nil {
-			return err
+	if stale := func(c *inFlightCount) bool { return c == nil || now.Sub(c.at) > 3*e.cfg.GaugeInterval }; stale(last) {
+		// One full count at a time: reads that find the count stale
+		// together wait for the first one's count instead of each making
+		// their own.
+		e.recount.Lock()
+		if last = e.inFlight.Load(); stale(last) {
+			var err error
+			last, err = e.countInFlight(ctx)
+			if err != nil {
+				e.recount.Unlock()
+				return err
+			}
+		} else {
+			st.OpenEstimated = true
 		}
+		e.recount.Unlock()
 	} else {
 		st.OpenEstimated = true
 	}
