@@ -1,8 +1,11 @@
 package saga
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"math"
 	"strings"
@@ -131,6 +134,18 @@ type machine struct {
 	// decision, merged as received (a step's stored Output drops an empty
 	// or null one).
 	payloads map[int][]byte
+	// mac is the saga's command-id HMAC, keyed once for the decision.
+	mac hash.Hash
+}
+
+// commandID is in.CommandID with the decision's one keyed HMAC.
+func (m *machine) commandID(step string, action message.Action, attempt int) uuid.UUID {
+	if m.mac == nil {
+		m.mac = hmac.New(sha256.New, m.in.Secret)
+	} else {
+		m.mac.Reset()
+	}
+	return commandID(m.mac, m.in.ID, step, action, attempt)
 }
 
 func (m *machine) note(e JournalEntry) {
@@ -211,7 +226,7 @@ func (m *machine) sendForward(i int) error {
 	}
 	s := &m.in.Steps[i]
 	s.Attempts++
-	id := m.in.CommandID(sd.Name, message.Forward, s.Attempts)
+	id := m.commandID(sd.Name, message.Forward, s.Attempts)
 	s.State, s.AwaitID = StepRunning, id
 	if s.StartedAt == nil {
 		at := m.at
@@ -239,7 +254,7 @@ func (m *machine) sendCompensate(i int) error {
 	}
 	s := &m.in.Steps[i]
 	s.CompAttempts++
-	id := m.in.CommandID(sd.Name, message.Compensate, s.CompAttempts)
+	id := m.commandID(sd.Name, message.Compensate, s.CompAttempts)
 	s.State, s.AwaitID = StepCompensating, id
 	due := m.at.Add(awaitFor(sd.Timeout, sd.CompRetry, m.in.ID, sd.Name+"/compensate", s.CompAttempts))
 	s.DueAt = &due
@@ -312,7 +327,7 @@ func (m *machine) sends(i int, action message.Action) int {
 func (m *machine) sentAttempt(i int, action message.Action, id uuid.UUID) int {
 	name := m.in.Steps[i].Name
 	for k := m.sends(i, action); k >= 1; k-- {
-		if m.in.CommandID(name, action, k) == id {
+		if m.commandID(name, action, k) == id {
 			return k
 		}
 	}

@@ -68,7 +68,7 @@ func (m *machine) startQuery(i int, why string) {
 func (m *machine) sendQuery(i int) {
 	s, sd := &m.in.Steps[i], &m.def.Steps[i]
 	s.QueryAttempts++
-	id := m.in.CommandID(sd.Name, message.Query, s.QueryAttempts)
+	id := m.commandID(sd.Name, message.Query, s.QueryAttempts)
 	s.AwaitID = id
 	round := s.QueryAttempts - (s.QueryUntil - max(sd.QueryAttempts, 1))
 	due := m.at.Add(awaitFor(sd.Timeout, sd.Retry, m.in.ID, sd.Name+"/query", max(round, 1)))
@@ -187,7 +187,7 @@ func (m *machine) operatorCheck(entry JournalEntry) error {
 		}
 		n++
 		s.QueryAttempts++
-		id := m.in.CommandID(s.Name, message.Query, s.QueryAttempts)
+		id := m.commandID(s.Name, message.Query, s.QueryAttempts)
 		m.emit(&m.def.Steps[i], message.Query, id, s.QueryAttempts, nil)
 	}
 	if n == 0 {
