@@ -515,7 +515,7 @@ func (e *Engine) estimateOpen(ctx context.Context, now time.Time, st *Stats) err
 		e.recount.Lock()
 		if last = e.inFlight.Load(); stale(last) {
 			var err error
-			last, err = e.countInFlight(ctx)
+			last, err = e.countInFlight(ctx, nil)
 			if err != nil {
 				e.recount.Unlock()
 				return err
@@ -573,7 +573,10 @@ func (e *Engine) explainStats(ctx context.Context) ([]string, error) {
 // docs/perf/figures.md#saga-inflight-index-scan); the failed ones from
 // failed_counts, as Stats does. The count by type is kept for Stats.
 func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
-	c, err := e.countInFlight(ctx)
+	var failed int64
+	c, err := e.countInFlight(ctx, func(b *pgx.Batch) {
+		b.Queue(`SELECT coalesce(sum(n), 0)::bigint FROM ` + e.st.failedCounts).QueryRow(func(r pgx.Row) error { return r.Scan(&failed) })
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -583,10 +586,6 @@ func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
 			out[s] += n
 		}
 	}
-	var failed int64
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+e.st.failedCounts).Scan(&failed); err != nil {
-		return nil, fmt.Errorf("count failed sagas: %w", err)
-	}
 	if failed != 0 {
 		out[saga.Failed] = failed
 	}
@@ -594,24 +593,19 @@ func (e *Engine) InFlight(ctx context.Context) (map[saga.State]int64, error) {
 }
 
 // countInFlight counts every saga in flight by type and state and keeps
-// the count (Engine.inFlight) for Stats.
-func (e *Engine) countInFlight(ctx context.Context) (*inFlightCount, error) {
-	c := &inFlightCount{at: e.cfg.Now(), byType: map[string]map[saga.State]int64{}}
+// the count (Engine.inFlight) for Stats; also, if set, queues more reads
+// in the same transaction and round trip.
+func (e *Engine) countInFlight(ctx context.Context, also func(*pgx.Batch)) (*inFlightCount, error) {
+	c := &inFlightCount{at: e.cfg.Now()}
 	b := readBatch()
 	b.Queue(`SELECT type, state, count(*) FROM ` + e.st.sagas + ` WHERE ` + inFlightPredicate + ` GROUP BY type, state`).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var t, s string
-			var n int64
-			if err := rows.Scan(&t, &s, &n); err != nil {
-				return err
-			}
-			if c.byType[t] == nil {
-				c.byType[t] = map[saga.State]int64{}
-			}
-			c.byType[t][saga.State(s)] = n
-		}
-		return rows.Err()
+		groups, err := scanCounts(rows, nil)
+		c.byType = countMap(groups)
+		return err
 	})
+	if also != nil {
+		also(b)
+	}
 	if err := e.sendRead(ctx, b); err != nil {
 		return nil, fmt.Errorf("count sagas in flight: %w", err)
 	}
