@@ -173,29 +173,47 @@ func (c *Consumer) process(ctx context.Context, w *kafka.Writer, batch []kafka.M
 	}
 
 	ctx, hooks := withHooks(ctx)
-	// BEGIN, the dedupe insert and the savepoint the handler runs under go
-	// to Postgres in one round trip.
-	var queue func(*pgx.Batch)
-	if c.cfg.prefetch != nil {
-		queue = func(b *pgx.Batch) {
-			// The records the handler may get: well-formed, first in the
-			// batch (whether they are copies is known only after).
-			cand := make([]kafka.Message, 0, len(items))
-			for _, it := range items {
-				if it.bad == "" && !it.repeat {
-					cand = append(cand, it.m)
-				}
-			}
-			hooks.prefetched = c.cfg.prefetch(b, toRecords(cand))
-		}
-	}
 	hooks.defer_ = !isolate && !noDefer
 	// A batch of well-formed messages for a handler that reads nothing
 	// ahead records its ids at the end (one round trip fewer): see
 	// beginLazy.
-	hooks.lazy = hooks.defer_ && queue == nil && len(ids) > 0
+	hooks.lazy = hooks.defer_ && len(ids) > 0
 	for _, it := range items {
 		hooks.lazy = hooks.lazy && it.bad == ""
+	}
+	// BEGIN, the dedupe insert and the savepoint the handler runs under go
+	// to Postgres in one round trip, with the handler's prefetch reads. A
+	// prefetch that reads nothing for this batch (it has what it needs)
+	// leaves it lazy.
+	var queue func(*pgx.Batch)
+	if c.cfg.prefetch != nil {
+		// The records the handler may get: well-formed, first in the
+		// batch (whether they are copies is known only after).
+		cand := make([]kafka.Message, 0, len(items))
+		for _, it := range items {
+			if it.bad == "" && !it.repeat {
+				cand = append(cand, it.m)
+			}
+		}
+		recs := toRecords(cand)
+		var first *pgx.Batch
+		if hooks.lazy {
+			first = &pgx.Batch{}
+			hooks.prefetched = c.cfg.prefetch(first, recs)
+			hooks.lazy = first.Len() == 0
+		}
+		if !hooks.lazy {
+			queue = func(b *pgx.Batch) {
+				if first != nil {
+					// Queued once already: the same reads, and the
+					// result they fill.
+					b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
+					first = nil
+					return
+				}
+				hooks.prefetched = c.cfg.prefetch(b, recs)
+			}
+		}
 	}
 	var tx pgx.Tx
 	var fresh map[uuid.UUID]bool

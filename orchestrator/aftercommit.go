@@ -31,7 +31,7 @@ type postCommit struct {
 
 // afterInbox has pc flushed once the inbox transaction commits.
 func (e *Engine) afterInbox(hooks txhooks.Tx, pc *postCommit) {
-	if hooks == nil || pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil) {
+	if hooks == nil || pc == nil || (len(pc.pend) == 0 && e.cfg.OnFinished == nil && e.cache == nil) {
 		return
 	}
 	hooks.AfterCommit(func() { e.flush(pc) })
@@ -43,6 +43,8 @@ func (e *Engine) flush(pc *postCommit) {
 	if pc == nil {
 		return
 	}
+	// Kept before the commands leave: their replies may come back at once.
+	e.cache.keep(pc.ds)
 	if e.cfg.Dispatcher != nil {
 		for _, p := range pc.pend {
 			e.cfg.Dispatcher.Send(p)

@@ -128,6 +128,11 @@ type Advanced struct {
 	// consistency window) before it gives an estimate and says so; default
 	// StatsExactLimitDefault. A count reads one index entry a saga.
 	StatsExactLimit int
+	// SagaCache is how many sagas in flight the engine keeps as it last
+	// wrote them, so that a reply batch whose sagas are all kept is
+	// applied in one round trip to Postgres (the version check of its
+	// update guards the guess); default SagaCacheDefault, negative: none.
+	SagaCache int
 }
 
 // StatsExactLimitDefault is the default Advanced.StatsExactLimit.
@@ -146,6 +151,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.StartBatch = cmp.Or(c.StartBatch, StartBatchDefault)
 	c.StartLanes = cmp.Or(c.StartLanes, StartLanesDefault)
 	c.StatsExactLimit = cmp.Or(c.StatsExactLimit, StatsExactLimitDefault)
+	c.SagaCache = cmp.Or(c.SagaCache, SagaCacheDefault)
 	c.ProposalTTL = cmp.Or(c.ProposalTTL, ProposalTTLDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -210,6 +216,8 @@ type Engine struct {
 	// recount lets one stats read at a time make a new one.
 	inFlight atomic.Pointer[inFlightCount]
 	recount  sync.Mutex
+	// cache keeps the sagas this engine wrote last (sagacache.go).
+	cache *sagaCache
 }
 
 // NewEngine returns an engine over pool for the definitions in reg.
@@ -232,7 +240,7 @@ func NewEngine(pool *pgxpool.Pool, reg *saga.Registry, cfg *EngineConfig) (*Engi
 	if err != nil {
 		return nil, fmt.Errorf("saga engine: %w", err)
 	}
-	e := &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob}
+	e := &Engine{pool: pool, reg: reg, cfg: c, st: newStore(c.Schema), ob: ob, cache: newSagaCache(c.SagaCache)}
 	c.Metrics.watchSLO(c.SLO)
 	e.starts = &startBatcher{e: e, max: c.StartBatch, lanes: c.StartLanes}
 	return e, nil

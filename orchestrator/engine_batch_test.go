@@ -181,7 +181,8 @@ func TestApplyRepliesRedecidesWhatMovedWithoutWritingTwice(t *testing.T) {
 // again, and a saga the preload did not ask for is loaded then.
 func TestApplyRepliesPreloaded(t *testing.T) {
 	t.Parallel()
-	env := setupEngine(t)
+	// The statement's path: no kept sagas (the engine would not load them).
+	env := setupEngineWith(t, func(c *orchestrator.EngineConfig) { c.SagaCache = -1 })
 	ctx := context.Background()
 	var ins []saga.Instance
 	for _, k := range []string{"p1", "p2", "p3"} {

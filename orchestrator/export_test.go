@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sagaflow/sagaflow/message"
+	"github.com/sagaflow/sagaflow/saga"
 )
 
 // InstanceDiscrepancies is what the reconciler finds in one saga alone.
@@ -20,4 +21,15 @@ func (e *Engine) QueueLoad(b *pgx.Batch, ids []uuid.UUID) any { return e.queueLo
 func (e *Engine) ApplyPreloaded(ctx context.Context, tx pgx.Tx, rs []message.Reply, pre any) ([]error, int, error) {
 	p, _ := pre.(*preloaded)
 	return e.applyReplies(ctx, tx, rs, p, nil)
+}
+
+// Kept is the engine's kept copy of saga id (sagacache.go), if any.
+func (e *Engine) Kept(id uuid.UUID) (saga.Instance, bool) {
+	if e.cache == nil {
+		return saga.Instance{}, false
+	}
+	e.cache.mu.Lock()
+	defer e.cache.mu.Unlock()
+	in, ok := e.cache.m[id]
+	return in, ok
 }

@@ -22,6 +22,10 @@ type Metrics struct {
 	illegal      *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	conflicts    prometheus.Counter
+	// keptSagas counts the sagas of reply batches by where they came from
+	// (sagacache.go): hit (kept, not loaded), miss (loaded), discarded
+	// (kept, then loaded because the batch ran again).
+	keptSagas    *prometheus.CounterVec
 	flagged      *prometheus.CounterVec
 	inFlight     *prometheus.GaugeVec
 	traceDropped *prometheus.CounterVec
@@ -120,6 +124,8 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 			Help: "Open sagas (running, compensating, failed) started longer ago than their type's consistency window, by type; each of the in-flight and failed counts stops after 10,001 (Advanced.StatsExactLimit+1)."}, []string{"type"}),
 		sloTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "sagas_slo_total",
 			Help: "Sagas of a type with a consistency window that reached a terminal state, by type and result: met (within the window) or missed."}, []string{"type", "result"}),
+		keptSagas: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reply_saga_cache_total",
+			Help: "Sagas of reply batches by result: hit (the engine's kept copy of its last write, no load), miss (loaded with the batch), discarded (a kept copy set aside because the batch ran again loading it)."}, []string{"result"}),
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "trace_context_dropped_total",
 			Help: "Trace context headers dropped where they came in (never stored or sent), by where (start, reply, saga), header and reason code."},
 			[]string{"where", "header", "reason"}),
@@ -134,7 +140,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}
 		return c, err
 	}
-	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.outcomes, &m.kafkaStarts, &m.kafkaEvents, &m.sloTotal}
+	counterVecs := []**prometheus.CounterVec{&m.started, &m.finished, &m.transitions, &m.late, &m.illegal, &m.retries, &m.flagged, &m.traceDropped, &m.unauthenticated, &m.events, &m.waitsTimedOut, &m.cancels, &m.outcomes, &m.kafkaStarts, &m.kafkaEvents, &m.sloTotal, &m.keptSagas}
 	for _, f := range counterVecs {
 		c, err := adopt(*f)
 		if err != nil {
@@ -310,4 +316,13 @@ func (m *Metrics) watchSLO(slo SLO) {
 		m.sloTotal.WithLabelValues(t, SLOMissed)
 	}
 	m.slo.Store(&c)
+}
+
+// countKept counts n sagas of reply batches as result (hit, miss,
+// discarded); m may be nil.
+func (m *Metrics) countKept(result string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.keptSagas.WithLabelValues(result).Add(float64(n))
 }

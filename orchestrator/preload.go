@@ -17,16 +17,29 @@ type preloaded struct {
 	asked map[uuid.UUID]bool
 	rows  map[uuid.UUID]saga.Instance
 	ran   bool
+	// kept: the rows are the engine's kept sagas (sagaCache), loaded by
+	// nothing; applyReplies uses them only where its writes go with the
+	// COMMIT behind their version check.
+	kept bool
 }
 
 // queueLoad adds to b the load of the sagas ids (one statement) and returns
 // what it will hold once b has run. The rows are as of that statement; the
 // version check of applyReplies' update guards the writes made from them,
 // as for rows it loads itself.
+//
+// When the engine keeps every one of those sagas (sagaCache) it queues
+// nothing and returns them, taken out of the cache: the inbox then begins
+// the batch with nothing sent and the whole batch goes with its COMMIT.
 func (e *Engine) queueLoad(b *pgx.Batch, ids []uuid.UUID) *preloaded {
 	if len(ids) == 0 {
 		return nil
 	}
+	if rows, ok := e.cache.take(ids); ok {
+		e.cfg.Metrics.countKept("hit", len(ids))
+		return &preloaded{rows: rows, ran: true, kept: true}
+	}
+	e.cfg.Metrics.countKept("miss", len(ids))
 	p := &preloaded{asked: make(map[uuid.UUID]bool, len(ids)), rows: make(map[uuid.UUID]saga.Instance, len(ids))}
 	for _, id := range ids {
 		p.asked[id] = true
@@ -79,6 +92,22 @@ func queuePlanSettings(b *pgx.Batch, n int) {
 // whose statement did not run, loads them all.
 func (p *preloaded) take(ctx context.Context, st *store, db querier, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
 	if p == nil || !p.ran {
+		return st.loadMany(ctx, db, ids)
+	}
+	if p.kept {
+		// Every saga asked for was kept (queueLoad takes all or none).
+		out := make(map[uuid.UUID]saga.Instance, len(ids))
+		var missing []uuid.UUID
+		for _, id := range ids {
+			if in, ok := p.rows[id]; ok {
+				out[id] = in
+			} else {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			return out, nil
+		}
 		return st.loadMany(ctx, db, ids)
 	}
 	out := make(map[uuid.UUID]saga.Instance, len(ids))

@@ -42,6 +42,23 @@ func (e *Engine) ApplyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 	return refused, err
 }
 
+// keptHold reports whether a batch decided from kept sagas may stand: every
+// reply was taken and changed its saga, so every saga it was decided from
+// is written behind its version check.
+func keptHold(dr *decidedReplies, refused []error) bool {
+	for _, err := range refused {
+		if err != nil {
+			return false
+		}
+	}
+	for i := range dr.decided {
+		if !dr.decided[i].Changed {
+			return false
+		}
+	}
+	return true
+}
+
 // unknownSaga is the error of a reply for a saga that does not exist: a
 // stray reply (it answers nothing this orchestrator sent).
 func unknownSaga(r *message.Reply) error {
@@ -161,6 +178,11 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 			ids = append(ids, rs[i].SagaID)
 		}
 	}
+	if pre != nil && pre.kept && (hooks == nil || !hooks.CanDefer()) {
+		// Kept sagas are a guess only the deferred update checks.
+		e.cfg.Metrics.countKept("discarded", len(pre.rows))
+		pre = nil
+	}
 	loaded, err := pre.take(ctx, e.st, tx, ids)
 	if err != nil {
 		return nil, 0, err
@@ -169,6 +191,12 @@ func (e *Engine) applyReplies(ctx context.Context, tx pgx.Tx, rs []message.Reply
 		dr, err := e.decideReplies(rs, ids, loaded, refused)
 		if err != nil {
 			return nil, retried, err
+		}
+		if pre != nil && pre.kept && !keptHold(&dr, refused) {
+			// A decision without an update (a reply ignored or refused)
+			// has no version check to guard the kept saga it came from:
+			// the batch runs again, its sagas loaded.
+			return nil, retried, fmt.Errorf("apply %d replies: a reply changed no kept saga: %w", len(rs), txhooks.ErrRerun)
 		}
 		var pc *postCommit
 		if hooks != nil {
