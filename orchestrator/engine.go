@@ -220,6 +220,17 @@ type Engine struct {
 	cache *sagaCache
 }
 
+// ShareSagaCache makes e keep the sagas it writes where other keeps
+// them (Advanced.SagaCache), and read them there: for an engine of the same
+// schema in the same process, such as the HTTP API's beside the service's,
+// so that the replies to the sagas it starts are applied without a load.
+// Call it before e is used.
+func (e *Engine) ShareSagaCache(other *Engine) {
+	if other != nil && other != e {
+		e.cache = other.cache
+	}
+}
+
 // NewEngine returns an engine over pool for the definitions in reg.
 func NewEngine(pool *pgxpool.Pool, reg *saga.Registry, cfg *EngineConfig) (*Engine, error) {
 	if pool == nil || reg == nil {

@@ -42,7 +42,12 @@
 // and the command is processed again. Keep a handler's effects in its
 // transaction: it may run and be rolled back (a copy of a command found
 // decided in the same round trip, a batch run again), and only what
-// commits counts.
+// commits counts. A write whose result the handler does not need (an
+// insert that records the booking) can go through [ExecLater]: it is sent
+// with the COMMIT that records the barrier rows and the replies, so the
+// command costs one round trip to Postgres instead of two; if it fails
+// there, the batch runs again with nothing deferred and the handler gets
+// the error from the same call.
 //
 // # Answer later
 //

@@ -54,18 +54,21 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 	if res.SynchronousCommit == "" {
 		t.Fatal("synchronous_commit not reported")
 	}
-	// The round trips are counted per group, and a saga needs at least a
-	// start and, per step, a transaction on each side. The commands and
+	// The round trips are counted per group. A saga needs a start and, per
+	// step, a transaction on each side, each one round trip at best (a
+	// reply batch of kept sagas, a participant whose write goes with its
+	// commit), and with 8 in flight a round trip may carry 8 sagas: at
+	// least 5/8 per saga, about half of it on each side. The commands and
 	// replies are dispatched right after their commits (their deletes are
 	// the orchestrator's and the participants' round trips): the relays
 	// only poll, less than a round trip per saga.
-	if res.PGRoundTripsPerSaga < 2+2*3 {
-		t.Fatalf("%v Postgres round trips per saga, want >= 8", res.PGRoundTripsPerSaga)
+	if res.PGRoundTripsPerSaga < (1+2*2)/8.0 {
+		t.Fatalf("%v Postgres round trips per saga, want >= 5/8", res.PGRoundTripsPerSaga)
 	}
 	var sum float64
 	for _, g := range []string{"orchestrator", "participants"} {
-		if res.PGRoundTrips[g] < 2 {
-			t.Errorf("%s: %v round trips per saga, want >= 2 (all: %v)", g, res.PGRoundTrips[g], res.PGRoundTrips)
+		if res.PGRoundTrips[g] < 2/8.0 {
+			t.Errorf("%s: %v round trips per saga, want >= 2/8 (all: %v)", g, res.PGRoundTrips[g], res.PGRoundTrips)
 		}
 	}
 	if res.PGRoundTrips["relays"] >= 1 {
@@ -78,7 +81,7 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 		t.Errorf("groups add up to %v, total is %v", sum, res.PGRoundTripsPerSaga)
 	}
 	// Every step of every saga is in the breakdown, in step order, and its
-	// three parts fit inside the sagas' latencies.
+	// two parts fit inside the sagas' latencies.
 	if len(res.StepHops) != 2 || res.StepHops[0].Step != bench.GenericStep(1) || res.StepHops[1].Step != bench.GenericStep(2) {
 		t.Fatalf("step breakdown %+v, want step-1 and step-2", res.StepHops)
 	}
@@ -87,10 +90,10 @@ func TestRunGenericCompletesEverySaga(t *testing.T) {
 		if h.Count != 30 {
 			t.Errorf("step %s: breakdown over %d sagas, want 30", h.Step, h.Count)
 		}
-		if !(h.CommandP50Ms > 0 && h.CommandP50Ms <= h.CommandP99Ms && h.ReplyP50Ms > 0 && h.ReplyP50Ms <= h.ReplyP99Ms && h.ApplyP50Ms >= 0 && h.ApplyP50Ms <= h.ApplyP99Ms) {
-			t.Errorf("step %s: breakdown %+v, want 0 < p50 <= p99 for command and reply, 0 <= p50 <= p99 for apply", h.Step, h)
+		if !(h.CommandP50Ms > 0 && h.CommandP50Ms <= h.CommandP99Ms && h.ReplyP50Ms > 0 && h.ReplyP50Ms <= h.ReplyP99Ms) {
+			t.Errorf("step %s: breakdown %+v, want 0 < p50 <= p99 for command and reply", h.Step, h)
 		}
-		sumP50 += h.CommandP50Ms + h.ReplyP50Ms + h.ApplyP50Ms
+		sumP50 += h.CommandP50Ms + h.ReplyP50Ms
 	}
 	// One line per inbox consumer: the orchestrator's and each participant's.
 	if len(res.Consumers) != 3 {

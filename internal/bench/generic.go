@@ -102,7 +102,9 @@ func newGenericSet(pool *pgxpool.Pool, n int, o partOptions) (*genericSet, error
 			// pgtype.UUID: a uuid.UUID argument goes through driver.Valuer
 			// and text, which showed in the bench's CPU profile
 			// (docs/perf/figures.md#bench-pg-uuids).
-			if _, err := tx.Exec(ctx, insert, pgtype.UUID{Bytes: c.SagaID, Valid: true}, c.Step); err != nil {
+			// Its result decides nothing: it goes with the commit where
+			// the inbox allows (participants.ExecLater).
+			if err := participants.ExecLater(ctx, tx, insert, pgtype.UUID{Bytes: c.SagaID, Valid: true}, c.Step); err != nil {
 				return participants.Result{}, fmt.Errorf("insert effect of saga %s step %s: %w", c.SagaID, c.Step, err)
 			}
 			return participants.Success(nil), nil

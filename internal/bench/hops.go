@@ -9,22 +9,25 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/sagaflow/sagaflow/saga"
 )
 
 // StepHop is where the time of one step went, over the measured sagas
 // that completed it, from timestamps the databases already keep (one
 // machine, one clock):
 //   - Command: the orchestrator decided the step (the step's started_at)
-//     -> the participant's transaction began (its barrier row's
-//     created_at): the rest of the orchestrator's transaction, the relay,
-//     Kafka, the participant consumer's queue.
-//   - Reply: the participant's transaction began -> the orchestrator's
-//     reply transaction began (the reply's inbox row): the handler, the
-//     commit, the participant's relay, Kafka, the reply consumer's queue.
-//   - Apply: the reply transaction began -> the step was recorded
-//     finished.
+//     -> the participant's transaction (its barrier row's created_at, the
+//     transaction's start: for a batch that is one round trip, its
+//     commit): the rest of the orchestrator's transaction, the dispatch,
+//     Kafka, the participant consumer's queue (and, in one round trip, the
+//     handler).
+//   - Reply: the participant's transaction -> the orchestrator decided the
+//     step's end (its finished_at): the participant's commit, the
+//     dispatch, Kafka, the reply consumer's queue, the load of the saga
+//     when it was not kept.
+//
+// The orchestrator's own reply transaction has no mark of its own in
+// between: a batch of kept sagas begins it with its commit, after the
+// decision.
 type StepHop struct {
 	Step         string  `json:"step"`
 	Count        int     `json:"count"`
@@ -32,8 +35,6 @@ type StepHop struct {
 	CommandP99Ms float64 `json:"command_p99_ms"`
 	ReplyP50Ms   float64 `json:"reply_p50_ms"`
 	ReplyP99Ms   float64 `json:"reply_p99_ms"`
-	ApplyP50Ms   float64 `json:"apply_p50_ms"`
-	ApplyP99Ms   float64 `json:"apply_p99_ms"`
 }
 
 // stepHopsSQL builds the query over the orchestrator's schema and the
@@ -50,22 +51,14 @@ func stepHopsSQL(orchestrator string, participants []string) string {
   FROM ` + o("sagas") + ` s, jsonb_array_elements(s.steps) WITH ORDINALITY AS x(e, ord)
   WHERE s.id = ANY($1) AND x.e->>'state' = 'succeeded'),
 b AS (` + strings.Join(barriers, "\nUNION ALL ") + `),
-r AS (
-  SELECT j.saga_id, j.step, min(i.received_at) AS received_at
-  FROM ` + o("journal") + ` j JOIN ` + o("inbox") + ` i ON i.message_id = j.message_id
-  WHERE j.saga_id = ANY($1) AND j.event = '` + saga.JournalStepSucceeded + `'
-  GROUP BY j.saga_id, j.step),
 h AS (
   SELECT st.ord, st.step,
          extract(epoch FROM b.created_at - st.started) * 1000 AS command,
-         extract(epoch FROM r.received_at - b.created_at) * 1000 AS reply,
-         extract(epoch FROM st.finished - r.received_at) * 1000 AS apply
-  FROM st JOIN b ON b.saga_id = st.id AND b.step = st.step
-          JOIN r ON r.saga_id = st.id AND r.step = st.step)
+         extract(epoch FROM st.finished - b.created_at) * 1000 AS reply
+  FROM st JOIN b ON b.saga_id = st.id AND b.step = st.step)
 SELECT step, count(*)::int,
   percentile_cont(0.5) WITHIN GROUP (ORDER BY command), percentile_cont(0.99) WITHIN GROUP (ORDER BY command),
-  percentile_cont(0.5) WITHIN GROUP (ORDER BY reply), percentile_cont(0.99) WITHIN GROUP (ORDER BY reply),
-  percentile_cont(0.5) WITHIN GROUP (ORDER BY apply), percentile_cont(0.99) WITHIN GROUP (ORDER BY apply)
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY reply), percentile_cont(0.99) WITHIN GROUP (ORDER BY reply)
 FROM h GROUP BY ord, step ORDER BY ord`
 }
 
@@ -80,7 +73,7 @@ func stepHops(ctx context.Context, pool *pgxpool.Pool, orchestrator string, part
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (StepHop, error) {
 		var h StepHop
-		err := row.Scan(&h.Step, &h.Count, &h.CommandP50Ms, &h.CommandP99Ms, &h.ReplyP50Ms, &h.ReplyP99Ms, &h.ApplyP50Ms, &h.ApplyP99Ms)
+		err := row.Scan(&h.Step, &h.Count, &h.CommandP50Ms, &h.CommandP99Ms, &h.ReplyP50Ms, &h.ReplyP99Ms)
 		return h, err
 	})
 	if err != nil {
@@ -108,8 +101,6 @@ func medianHops(runs []Result, med func(func(Result) float64) float64) []StepHop
 			CommandP99Ms: f(func(h StepHop) float64 { return h.CommandP99Ms }),
 			ReplyP50Ms:   f(func(h StepHop) float64 { return h.ReplyP50Ms }),
 			ReplyP99Ms:   f(func(h StepHop) float64 { return h.ReplyP99Ms }),
-			ApplyP50Ms:   f(func(h StepHop) float64 { return h.ApplyP50Ms }),
-			ApplyP99Ms:   f(func(h StepHop) float64 { return h.ApplyP99Ms }),
 		}
 	}
 	return out

@@ -289,8 +289,8 @@ func printBench(w io.Writer, r bench.Result) {
 		return ""
 	}
 	for i, h := range r.StepHops {
-		fmt.Fprintf(w, "  %-12s %s: command %.1f/%.1f, reply %.1f/%.1f, apply %.1f/%.1f (p50/p99)\n", first(i, "per step ms"), h.Step,
-			h.CommandP50Ms, h.CommandP99Ms, h.ReplyP50Ms, h.ReplyP99Ms, h.ApplyP50Ms, h.ApplyP99Ms)
+		fmt.Fprintf(w, "  %-12s %s: command %.1f/%.1f, reply %.1f/%.1f (p50/p99)\n", first(i, "per step ms"), h.Step,
+			h.CommandP50Ms, h.CommandP99Ms, h.ReplyP50Ms, h.ReplyP99Ms)
 	}
 	for i, c := range r.Consumers {
 		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean) for %d batches of %.1f taking %.1f ms, busy %.2f\n", first(i, "consumers"), c.Consumer,

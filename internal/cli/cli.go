@@ -321,6 +321,9 @@ func serveCmd(v *viper.Viper, cfg *Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Sagas started over HTTP are kept where the reply consumer
+			// looks, so their first reply needs no load either.
+			apiEng.ShareSagaCache(svc.Engine())
 			acfg.Gatherer, acfg.Logger = ms.Registry, log.With(slog.String("component", "api"))
 			acfg.ReconcileMetrics = ms.Reconcile
 			acfg.Ready = prep.ready(svc.Ready) // prepared; Postgres ping, broker metadata, no pending migration

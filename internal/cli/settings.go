@@ -80,6 +80,9 @@ type OrchestratorConfig struct {
 	SingleLiveTypes                                []string
 	TimerInterval                                  time.Duration
 	TimerBatch, StartBatch, InboxBatch, RelayBatch int
+	// SagaCache is how many sagas in flight the engine keeps as it last
+	// wrote them (orchestrator.Advanced.SagaCache); negative: none.
+	SagaCache int
 	// MaxSendsPerSaga overrides every definition's send bound
 	// (saga.Definition.MaxSends): 0 keeps theirs, negative: none.
 	MaxSendsPerSaga int
@@ -204,6 +207,7 @@ func (c *Config) bindings() []binding {
 		{"kafka.sasl.allow_plaintext", &k.SASL.AllowPlaintext},
 		{"orchestrator.schema", &o.Schema}, {"orchestrator.group_id", &o.GroupID}, {"orchestrator.timer_interval", &o.TimerInterval},
 		{"orchestrator.timer_batch", &o.TimerBatch}, {"orchestrator.start_batch", &o.StartBatch},
+		{"orchestrator.saga_cache", &o.SagaCache},
 		{"orchestrator.inbox_batch", &o.InboxBatch}, {"orchestrator.relay_batch", &o.RelayBatch},
 		{"orchestrator.single_live_types", &o.SingleLiveTypes}, {"orchestrator.max_sends_per_saga", &o.MaxSendsPerSaga},
 		{"orchestrator.proposal_ttl", &o.ProposalTTL},
@@ -560,7 +564,7 @@ func (c *Config) engine() orchestrator.EngineConfig {
 		Schema: c.Orchestrator.Schema, ReplyTopic: c.Kafka.ReplyTopic, TopicPrefix: c.Kafka.TopicPrefix,
 		OutcomeTopic:  c.Kafka.OutcomeTopic,
 		TimerInterval: c.Orchestrator.TimerInterval, TimerBatch: c.Orchestrator.TimerBatch,
-		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch},
+		Advanced:        orchestrator.Advanced{StartBatch: c.Orchestrator.StartBatch, SagaCache: c.Orchestrator.SagaCache},
 		SingleLiveTypes: c.Orchestrator.SingleLiveTypes,
 		Signing:         c.Security.engine(),
 		FourEyes:        c.fourEyes(),

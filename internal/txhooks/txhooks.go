@@ -67,7 +67,12 @@ func Of(tx pgx.Tx) (Tx, bool) {
 // is one is known only after) and its value reaches the handler through
 // Tx.Prefetched. A queued statement's error fails the transaction like
 // any statement's. The reads see what was committed when they ran (READ
-// COMMITTED), as the handler's own would.
+// COMMITTED), as the handler's own would. A Prefetch that queues nothing
+// for a batch (it has what the handler needs) lets a batch of well-formed
+// records that may defer begin lazily: nothing is sent before the
+// handler's first statement, and the ids are recorded with the COMMIT.
+// It may be called before the batch is known to begin that way; its
+// queued reads then run in the first round trip as usual.
 type Prefetch func(b *pgx.Batch, recs []message.Record) any
 
 // SetPrefetch sets the Prefetch of an inbox consumer configuration (cfg
