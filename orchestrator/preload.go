@@ -37,7 +37,11 @@ func (e *Engine) queueLoad(b *pgx.Batch, ids []uuid.UUID) *preloaded {
 	}
 	if rows, ok := e.cache.take(ids); ok {
 		e.cfg.Metrics.countKept("hit", len(ids))
-		return &preloaded{rows: rows, ran: true, kept: true}
+		asked := make(map[uuid.UUID]bool, len(ids))
+		for _, id := range ids {
+			asked[id] = true
+		}
+		return &preloaded{asked: asked, rows: rows, ran: true, kept: true}
 	}
 	e.cfg.Metrics.countKept("miss", len(ids))
 	p := &preloaded{asked: make(map[uuid.UUID]bool, len(ids)), rows: make(map[uuid.UUID]saga.Instance, len(ids))}
@@ -92,22 +96,6 @@ func queuePlanSettings(b *pgx.Batch, n int) {
 // whose statement did not run, loads them all.
 func (p *preloaded) take(ctx context.Context, st *store, db querier, ids []uuid.UUID) (map[uuid.UUID]saga.Instance, error) {
 	if p == nil || !p.ran {
-		return st.loadMany(ctx, db, ids)
-	}
-	if p.kept {
-		// Every saga asked for was kept (queueLoad takes all or none).
-		out := make(map[uuid.UUID]saga.Instance, len(ids))
-		var missing []uuid.UUID
-		for _, id := range ids {
-			if in, ok := p.rows[id]; ok {
-				out[id] = in
-			} else {
-				missing = append(missing, id)
-			}
-		}
-		if len(missing) == 0 {
-			return out, nil
-		}
 		return st.loadMany(ctx, db, ids)
 	}
 	out := make(map[uuid.UUID]saga.Instance, len(ids))
