@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer, ns string) (*Metrics, error) {
 		}, labels),
 		recordWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "inbox_record_wait_seconds",
-			Help:    "Time from a record's timestamp (its producer's write) to the start of the batch that handles it: the consumer's lag in time. Clocks of other machines skew it.",
+			Help:    "Time from a record's timestamp (its producer's write) to the start of the batch that handles it: the consumer's lag in time. Clocks of other machines skew it, and record timestamps are whole milliseconds, so it reads up to 1 ms high.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, labels),
 		batchTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
