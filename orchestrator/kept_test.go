@@ -107,7 +107,8 @@ func answer(t *testing.T, ctx context.Context, svc *orchestrator.Service, w *kaf
 	return r
 }
 
-func send(t *testing.T, ctx context.Context, w *kafka.Writer, r message.Reply) {
+// send writes r, after the records before (if any), in one write.
+func send(t *testing.T, ctx context.Context, w *kafka.Writer, r message.Reply, before ...kafka.Message) {
 	t.Helper()
 	value, err := message.EncodeReply(r)
 	if err != nil {
@@ -117,7 +118,8 @@ func send(t *testing.T, ctx context.Context, w *kafka.Writer, r message.Reply) {
 	for k, v := range message.Headers(r.MessageID, r.SagaID) {
 		hdrs = append(hdrs, kafka.Header{Key: k, Value: []byte(v)})
 	}
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(r.SagaID.String()), Value: value, Headers: hdrs}); err != nil {
+	ms := append(before, kafka.Message{Key: []byte(r.SagaID.String()), Value: value, Headers: hdrs})
+	if err := w.WriteMessages(ctx, ms...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -297,18 +299,7 @@ func TestRepliesToKeptSagas(t *testing.T) {
 	in3, _, _ = eng.Get(ctx, s3)
 	r3 := message.Reply{MessageID: uuid.New(), InReplyTo: in3.Steps[1].AwaitID, SagaID: s3, Step: "b", Action: message.Forward,
 		Outcome: message.Success, Payload: json.RawMessage(`{}`)}
-	v3, err := message.EncodeReply(r3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h3 []kafka.Header
-	for k, v := range message.Headers(r3.MessageID, r3.SagaID) {
-		h3 = append(h3, kafka.Header{Key: k, Value: []byte(v)})
-	}
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(s3.String()), Value: []byte("not json")},
-		kafka.Message{Key: []byte(s3.String()), Value: v3, Headers: h3}); err != nil {
-		t.Fatal(err)
-	}
+	send(t, ctx, w, r3, kafka.Message{Key: []byte(s3.String()), Value: []byte("not json")})
 	testkit.Eventually(t, time.Minute, "s3 at step c", at(s3, saga.Running, "c", 3))
 	if d := cacheCount(t, preg, "discarded"); d != 2 {
 		t.Fatalf("after s3: %d kept sagas discarded, want 2", d)
