@@ -54,7 +54,11 @@
 // Several processes may run the same service on one database and consumer
 // group: replies are applied with conditional updates, timers are claimed
 // with SKIP LOCKED, and the relay publishes only while it holds the
-// outbox's advisory lock. `orchestrator serve` is this package behind the
+// outbox's advisory lock. Each process keeps the sagas it last wrote
+// (Advanced.SagaCache) and applies a batch of replies to them without
+// loading them, in one round trip; the conditional update is what makes a
+// copy another process outdated harmless. Another engine of the same
+// process (an HTTP API's) shares them with [Engine.ShareSagaCache]. `orchestrator serve` is this package behind the
 // HTTP API, configured from a file, the environment and flags. How the
 // engine works inside: docs/DESIGN.md, "Inside the packages", package
 // orchestrator.
