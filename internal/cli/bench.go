@@ -293,7 +293,7 @@ func printBench(w io.Writer, r bench.Result) {
 			h.CommandP50Ms, h.CommandP99Ms, h.ReplyP50Ms, h.ReplyP99Ms)
 	}
 	for i, c := range r.Consumers {
-		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean) for %d batches of %.1f taking %.1f ms, busy %.2f\n", first(i, "consumers"), c.Consumer,
+		fmt.Fprintf(w, "  %-12s %s: %d records waited %.1f ms (mean, from whole-ms record timestamps) for %d batches of %.1f taking %.1f ms, busy %.2f\n", first(i, "consumers"), c.Consumer,
 			c.Records, c.WaitMeanMs, c.Batches, c.BatchSizeMean, c.BatchMeanMs, c.Busy)
 	}
 	fmt.Fprintf(w, "  per saga     %.1f Postgres transactions, %.0f WAL bytes, %.2f ms CPU\n", r.XactPerSaga, r.WALBytesPerSaga, r.CPUSecPerSaga*1000)
