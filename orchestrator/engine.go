@@ -224,9 +224,9 @@ type Engine struct {
 // them (Advanced.SagaCache), and read them there: for an engine of the same
 // schema in the same process, such as the HTTP API's beside the service's,
 // so that the replies to the sagas it starts are applied without a load.
-// Call it before e is used.
+// Call it before e is used. Engines of different schemas keep their own.
 func (e *Engine) ShareSagaCache(other *Engine) {
-	if other != nil && other != e {
+	if other != nil && other != e && other.cfg.Schema == e.cfg.Schema {
 		e.cache = other.cache
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sagaflow/sagaflow/message"
 	"github.com/sagaflow/sagaflow/orchestrator"
 	"github.com/sagaflow/sagaflow/saga"
+	"github.com/sagaflow/sagaflow/steps/orderapi"
 )
 
 type keptData struct {
@@ -306,5 +307,33 @@ func TestRepliesToKeptSagas(t *testing.T) {
 	}
 	if n := journaled(s3, saga.JournalStepSucceeded); n != 2 {
 		t.Fatalf("s3: %d step-succeeded rows, want 2", n)
+	}
+}
+
+// An engine that shares another's kept sagas keeps what it starts where the
+// other's reply consumer looks; one of another schema keeps its own.
+func TestShareSagaCache(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := testkit.Context(t, time.Minute)
+	api, err := orchestrator.NewEngine(env.pool, env.eng.Registry(), &orchestrator.EngineConfig{Schema: "orch", Now: env.clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.ShareSagaCache(env.eng)
+	in, _, err := api.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "share-1", AggregateID: "o-s1", Data: order("o-s1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := env.eng.Kept(in.ID); !ok || k.Version != in.Version {
+		t.Fatalf("a saga started by the sharing engine: kept %v (version %d), want it kept at version %d", ok, k.Version, in.Version)
+	}
+	other, err := orchestrator.NewEngine(env.pool, env.eng.Registry(), &orchestrator.EngineConfig{Schema: "elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.ShareSagaCache(env.eng)
+	if _, ok := other.Kept(in.ID); ok {
+		t.Fatal("an engine of another schema reads this one's kept sagas")
 	}
 }
