@@ -58,8 +58,9 @@
 // (Advanced.SagaCache) and applies a batch of replies to them without
 // loading them, in one round trip; the conditional update is what makes a
 // copy another process outdated harmless. Another engine of the same
-// process (an HTTP API's) shares them with [Engine.ShareSagaCache]. `orchestrator serve` is this package behind the
-// HTTP API, configured from a file, the environment and flags. How the
+// process (an HTTP API's) shares them with [Engine.ShareSagaCache].
+// `orchestrator serve` is this package behind the HTTP API, configured from
+// a file, the environment and flags. How the
 // engine works inside: docs/DESIGN.md, "Inside the packages", package
 // orchestrator.
 package orchestrator

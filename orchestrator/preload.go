@@ -35,19 +35,16 @@ func (e *Engine) queueLoad(b *pgx.Batch, ids []uuid.UUID) *preloaded {
 	if len(ids) == 0 {
 		return nil
 	}
+	asked := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
 	if rows, ok := e.cache.take(ids); ok {
 		e.cfg.Metrics.countKept("hit", len(ids))
-		asked := make(map[uuid.UUID]bool, len(ids))
-		for _, id := range ids {
-			asked[id] = true
-		}
 		return &preloaded{asked: asked, rows: rows, ran: true, kept: true}
 	}
 	e.cfg.Metrics.countKept("miss", len(ids))
-	p := &preloaded{asked: make(map[uuid.UUID]bool, len(ids)), rows: make(map[uuid.UUID]saga.Instance, len(ids))}
-	for _, id := range ids {
-		p.asked[id] = true
-	}
+	p := &preloaded{asked: asked, rows: make(map[uuid.UUID]saga.Instance, len(ids))}
 	queuePlanSettings(b, len(ids))
 	b.Queue(e.st.loadManySQL, pgid.UUIDs(ids)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {

@@ -95,16 +95,6 @@ func (c *sagaCache) keep(ds []saga.Decision) {
 	}
 }
 
-// len is how many sagas are kept.
-func (c *sagaCache) len() int {
-	if c == nil {
-		return 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
-
 // asStored is in as loading its row gives it back (scanInstance): times at
 // the column's microsecond, the cursor found from the current step's name,
 // its own step list.
@@ -115,13 +105,7 @@ func asStored(in saga.Instance) saga.Instance {
 	out.UpdatedAt = in.UpdatedAt.Truncate(time.Microsecond)
 	out.DeadlineAt = truncated(in.DeadlineAt)
 	out.FinishedAt = truncated(in.FinishedAt)
-	name := currentStepName(&in)
-	out.Cursor = -1
-	for i := range out.Steps {
-		if out.Steps[i].Name == name {
-			out.Cursor = i
-		}
-	}
+	out.Cursor = cursorOf(out.Steps, currentStepName(&in))
 	return out
 }
 

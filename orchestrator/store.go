@@ -231,13 +231,20 @@ func scanInstance(row pgx.Row) (saga.Instance, error) {
 	if in.Steps, err = decodeSteps(steps); err != nil {
 		return saga.Instance{}, fmt.Errorf("saga %s: decode steps: %w", in.ID, err)
 	}
-	in.Cursor = -1
-	for i, st := range in.Steps {
-		if st.Name == current {
-			in.Cursor = i
+	in.Cursor = cursorOf(in.Steps, current)
+	return in, nil
+}
+
+// cursorOf is the index of the step named current (the row's current_step
+// column), -1 for none: how a loaded saga finds its cursor.
+func cursorOf(steps []saga.StepState, current string) int {
+	cursor := -1
+	for i := range steps {
+		if steps[i].Name == current {
+			cursor = i
 		}
 	}
-	return in, nil
+	return cursor
 }
 
 func (s *store) load(ctx context.Context, db querier, id uuid.UUID) (saga.Instance, error) {
