@@ -522,7 +522,7 @@ func (e *Engine) apply(ctx context.Context, tx querier, id uuid.UUID, mk func() 
 			e.logIgnored(ctx, &in, d)
 			return in, d, nil
 		}
-		ok, err = e.st.update(ctx, tx, &d.Next, in.Version)
+		ok, err = e.st.update(ctx, tx, &d.Next, priorOf(&in))
 		if err != nil {
 			return in, d, err
 		}

@@ -70,7 +70,7 @@ func unknownSaga(r *message.Reply) error {
 // decisions to journal and send.
 type decidedReplies struct {
 	upd     []*saga.Instance
-	prev    []int64
+	prev    []prior
 	decided []saga.Decision
 	obs     []observed
 }
@@ -81,7 +81,7 @@ type decidedReplies struct {
 // batch.
 func (e *Engine) decideReplies(rs []message.Reply, ids []uuid.UUID, loaded map[uuid.UUID]saga.Instance, refused []error) (decidedReplies, error) {
 	var out decidedReplies
-	prev := make(map[uuid.UUID]int64, len(loaded))
+	prev := make(map[uuid.UUID]prior, len(loaded))
 	next := make(map[uuid.UUID]saga.Instance, len(loaded))
 	changed := make(map[uuid.UUID]bool, len(loaded))
 	out.obs = make([]observed, 0, len(rs))
@@ -93,7 +93,7 @@ func (e *Engine) decideReplies(rs []message.Reply, ids []uuid.UUID, loaded map[u
 				refused[i] = unknownSaga(r)
 				continue
 			}
-			prev[r.SagaID] = in.Version
+			prev[r.SagaID] = priorOf(&in)
 		}
 		def, ok := e.reg.Lookup(in.Type, in.DefVersion)
 		if !ok {

@@ -68,12 +68,15 @@ func newStore(schema string) *store {
 	// timer row writes one index entry fewer per table), and a timer that
 	// fires early finds nothing due and is moved to the real wake-up
 	// (resyncTimer). The saga row keeps next_wakeup_at unindexed, so a
-	// step-to-step update is HOT.
+	// step-to-step update is HOT. An update passes the wake-up of the
+	// version it replaces (u.prev_wakeup): when that was set and the new
+	// one is not earlier, the timer row (no later than the old wake-up) is
+	// not touched at all, not even locked by the upsert's conflict check.
 	insertTimers := `tim AS (INSERT INTO ` + s.timers + ` (saga_id, due_at)
   SELECT id, next_wakeup_at FROM ins WHERE next_wakeup_at IS NOT NULL)`
 	syncTimers := `del AS (DELETE FROM ` + s.timers + ` AS t USING upd WHERE t.saga_id = upd.id AND upd.next_wakeup_at IS NULL),
 tim AS (INSERT INTO ` + s.timers + ` AS t (saga_id, due_at)
-  SELECT id, next_wakeup_at FROM upd WHERE next_wakeup_at IS NOT NULL
+  SELECT id, next_wakeup_at FROM upd WHERE next_wakeup_at IS NOT NULL AND (prev_wakeup IS NULL OR next_wakeup_at < prev_wakeup)
   ON CONFLICT (saga_id) DO UPDATE SET due_at = EXCLUDED.due_at WHERE EXCLUDED.due_at < t.due_at)`
 	s.insertManySQL = `WITH ins AS (INSERT INTO ` + s.sagas + ` (` + sagaColumns + `, next_wakeup_at)
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[], $9::jsonb[],
@@ -96,17 +99,17 @@ SELECT id FROM ins`
   version = u.version, flag = u.flag, deadline_at = u.deadline_at, next_wakeup_at = u.next_wakeup_at,
   updated_at = u.updated_at, finished_at = u.finished_at
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::bigint[], $8::text[],
-  $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[])
-  AS u(id, prev, state, current_step, data, steps, version, flag, deadline_at, next_wakeup_at, updated_at, finished_at)
+  $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[])
+  AS u(id, prev, state, current_step, data, steps, version, flag, deadline_at, next_wakeup_at, updated_at, finished_at, prev_wakeup)
 WHERE s.id = ANY($1::uuid[]) AND s.id = u.id AND s.version = u.prev
-RETURNING s.id, s.next_wakeup_at),
+RETURNING s.id, s.next_wakeup_at, u.prev_wakeup),
 ` + syncTimers + `
 SELECT id FROM upd`
 	// updateCheckedSQL is updateManySQL that fails (40001) unless every
-	// saga was updated ($13 of them): for an update whose result is read
+	// saga was updated ($14 of them): for an update whose result is read
 	// only after the COMMIT sent with it (migration 011).
 	s.updateCheckedSQL = strings.Replace(s.updateManySQL, "SELECT id FROM upd",
-		"SELECT "+pgx.Identifier{schema, "require_updated"}.Sanitize()+"(count(*), $13) FROM upd", 1)
+		"SELECT "+pgx.Identifier{schema, "require_updated"}.Sanitize()+"(count(*), $14) FROM upd", 1)
 	s.loadByKeySQL = `SELECT ` + sagaColumns + ` FROM ` + s.sagas + ` WHERE type = $1 AND idempotency_key = $2`
 	s.journalSQL = `INSERT INTO ` + s.journal + ` (saga_id, at, event, from_state, to_state, step, action, message_id, actor, reason, ignored, ticket)
 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::text[], $11::bool[], $12::text[])`
@@ -280,10 +283,23 @@ func (s *store) loadMany(ctx context.Context, db querier, ids []uuid.UUID) (map[
 	return out, nil
 }
 
+// prior is what an update needs of the version of a saga it replaces: the
+// version (the update's condition) and the wake-up time (whether the timer
+// row must move).
+type prior struct {
+	version int64
+	wakeup  *time.Time
+}
+
+// priorOf is the prior of in, the version an update replaces.
+func priorOf(in *saga.Instance) prior {
+	return prior{version: in.Version, wakeup: in.NextWakeup()}
+}
+
 // queueUpdateMany adds to b the update of each next[i] if its stored
-// version is still prev[i], in one statement; done receives the ids it
+// version is still prev[i]'s, in one statement; done receives the ids it
 // wrote (an id missing was moved by someone else first).
-func (s *store) queueUpdateMany(b *pgx.Batch, next []*saga.Instance, prev []int64, done map[uuid.UUID]bool) error {
+func (s *store) queueUpdateMany(b *pgx.Batch, next []*saga.Instance, prev []prior, done map[uuid.UUID]bool) error {
 	args, err := s.updateArgs(next, prev)
 	if err != nil {
 		return err
@@ -293,8 +309,9 @@ func (s *store) queueUpdateMany(b *pgx.Batch, next []*saga.Instance, prev []int6
 }
 
 // queueUpdateChecked adds to b the update of each next[i] if its stored
-// version is still prev[i], failing the statement (40001) unless all were.
-func (s *store) queueUpdateChecked(b *pgx.Batch, next []*saga.Instance, prev []int64) error {
+// version is still prev[i]'s, failing the statement (40001) unless all
+// were.
+func (s *store) queueUpdateChecked(b *pgx.Batch, next []*saga.Instance, prev []prior) error {
 	args, err := s.updateArgs(next, prev)
 	if err != nil {
 		return err
@@ -304,9 +321,13 @@ func (s *store) queueUpdateChecked(b *pgx.Batch, next []*saga.Instance, prev []i
 }
 
 // updateArgs are the arguments of updateManySQL.
-func (s *store) updateArgs(next []*saga.Instance, prev []int64) ([]any, error) {
+func (s *store) updateArgs(next []*saga.Instance, prev []prior) ([]any, error) {
 	n := len(next)
 	ids := make([]uuid.UUID, n)
+	versions0, wakeups0 := make([]int64, n), make([]*time.Time, n)
+	for i, p := range prev {
+		versions0[i], wakeups0[i] = p.version, p.wakeup
+	}
 	states, currents, flags := make([]string, n), make([]string, n), make([]string, n)
 	datas, stepss := make([][]byte, n), make([][]byte, n)
 	versions := make([]int64, n)
@@ -320,7 +341,7 @@ func (s *store) updateArgs(next []*saga.Instance, prev []int64) ([]any, error) {
 		datas[i], stepss[i], versions[i] = in.Data, js, in.Version
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
-	return []any{pgid.UUIDs(ids), prev, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished}, nil
+	return []any{pgid.UUIDs(ids), versions0, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished, wakeups0}, nil
 }
 
 func (s *store) loadByKey(ctx context.Context, db querier, sagaType, key string) (saga.Instance, error) {
@@ -334,16 +355,16 @@ func (s *store) loadByKey(ctx context.Context, db querier, sagaType, key string)
 	return in, nil
 }
 
-// update writes next if the stored version is still prevVersion; false
-// when someone else moved the saga first.
-func (s *store) update(ctx context.Context, db querier, next *saga.Instance, prevVersion int64) (bool, error) {
+// update writes next if the stored version is still prev's; false when
+// someone else moved the saga first.
+func (s *store) update(ctx context.Context, db querier, next *saga.Instance, prev prior) (bool, error) {
 	b := &pgx.Batch{}
 	done := make(map[uuid.UUID]bool, 1)
-	if err := s.queueUpdateMany(b, []*saga.Instance{next}, []int64{prevVersion}, done); err != nil {
+	if err := s.queueUpdateMany(b, []*saga.Instance{next}, []prior{prev}, done); err != nil {
 		return false, err
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return false, fmt.Errorf("update saga %s at version %d: %w", next.ID, prevVersion, err)
+		return false, fmt.Errorf("update saga %s at version %d: %w", next.ID, prev.version, err)
 	}
 	return done[next.ID], nil
 }

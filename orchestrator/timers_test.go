@@ -97,6 +97,58 @@ func TestEarlyTimerIsMovedToTheWakeUp(t *testing.T) {
 	}
 }
 
+// A step whose wake-up is not earlier than the one it replaces leaves the
+// saga's timer row alone: not moved, and not locked either (an upsert's
+// conflict check would lock it and log that; its xmin and xmax stay). A
+// step whose wake-up is earlier moves the row to it.
+func TestStepLeavesALaterTimerAlone(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	in, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "t3", AggregateID: "o3", Data: order("o3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		due        time.Time
+		xmin, xmax string
+	}
+	read := func() row {
+		t.Helper()
+		var r row
+		if err := env.pool.QueryRow(ctx, `SELECT due_at, xmin::text, xmax::text FROM orch.timers WHERE saga_id = $1`, in.ID).Scan(&r.due, &r.xmin, &r.xmax); err != nil {
+			t.Fatalf("timer row of saga %s: %v", in.ID, err)
+		}
+		return r
+	}
+	first := read()
+
+	env.clock.advance(time.Second)
+	c := lastCommand(t, env)
+	mustReply(t, env, c, message.Success, stepOutputs[c.Step])
+	cur, _ := get(t, env, in.ID)
+	if w := cur.NextWakeup(); w == nil || !w.After(first.due) {
+		t.Fatalf("wake-up after step %s: %v, want later than the timer %v", c.Step, w, first.due)
+	}
+	if got := read(); got != first {
+		t.Fatalf("a later wake-up touched the timer row: %+v, was %+v", got, first)
+	}
+
+	// The clock goes back an hour: the next step's timeout falls before
+	// the timer row.
+	env.clock.advance(-time.Hour)
+	c = lastCommand(t, env)
+	mustReply(t, env, c, message.Success, stepOutputs[c.Step])
+	cur, _ = get(t, env, in.ID)
+	w := cur.NextWakeup()
+	if w == nil || !w.Before(first.due) {
+		t.Fatalf("wake-up after step %s: %v, want earlier than the timer %v", c.Step, w, first.due)
+	}
+	if got := read(); !got.due.Equal(w.Truncate(time.Microsecond)) || got.xmin == first.xmin {
+		t.Fatalf("an earlier wake-up %v left the timer row %+v (was %+v)", w, got, first)
+	}
+}
+
 var stepOutputs = map[string]any{
 	orderapi.StepReserveInventory: orderapi.ReserveInventoryResult{ReservationID: "r1"},
 	orderapi.StepLockCoupon:       orderapi.LockCouponResult{},
