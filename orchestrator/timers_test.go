@@ -149,6 +149,30 @@ func TestStepLeavesALaterTimerAlone(t *testing.T) {
 	}
 }
 
+// A start writes the saga row and its timer row and locks nothing else:
+// a foreign key from the timer to the saga made every start check it,
+// locking the new saga row (FOR KEY SHARE) and logging the lock, which
+// shows in the row's xmax.
+func TestStartLocksNoSagaRow(t *testing.T) {
+	t.Parallel()
+	env := setupEngine(t)
+	ctx := context.Background()
+	in, _, err := env.eng.Start(ctx, orchestrator.StartRequest{Type: orderapi.SagaType, IdempotencyKey: "t4", AggregateID: "o4", Data: order("o4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timerOf(t, env, in.ID) == nil {
+		t.Fatalf("saga %s started without a timer row", in.ID)
+	}
+	var xmax string
+	if err := env.pool.QueryRow(ctx, `SELECT xmax::text FROM orch.sagas WHERE id = $1`, in.ID).Scan(&xmax); err != nil {
+		t.Fatal(err)
+	}
+	if xmax != "0" {
+		t.Fatalf("the start locked its saga row (xmax %s)", xmax)
+	}
+}
+
 var stepOutputs = map[string]any{
 	orderapi.StepReserveInventory: orderapi.ReserveInventoryResult{ReservationID: "r1"},
 	orderapi.StepLockCoupon:       orderapi.LockCouponResult{},

@@ -291,6 +291,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Purger, error) {
 func sagaPurgeSQL(schema string) (finished, failed string) {
 	sg := pgx.Identifier{schema, "sagas"}.Sanitize()
 	jn := pgx.Identifier{schema, "journal"}.Sanitize()
+	// A finished saga has no timer row; one left by a bug or by hand goes
+	// with its saga.
+	tm := pgx.Identifier{schema, "timers"}.Sanitize()
 	audited := `EXISTS (SELECT 1 FROM ` + jn + ` j WHERE j.saga_id = s.id AND j.actor <> '')`
 	purge := func(where string) string {
 		return `WITH victims AS (
@@ -299,6 +302,8 @@ func sagaPurgeSQL(schema string) (finished, failed string) {
 	ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
 ), j AS (
 	DELETE FROM ` + jn + ` WHERE saga_id IN (SELECT id FROM victims) RETURNING 1
+), t AS (
+	DELETE FROM ` + tm + ` WHERE saga_id IN (SELECT id FROM victims)
 ), d AS (
 	DELETE FROM ` + sg + ` WHERE id IN (SELECT id FROM victims) RETURNING 1
 ), last AS (

@@ -71,6 +71,9 @@ func TestPurgeOnceDeletesOnlyExpiredRowsInBatches(t *testing.T) {
 		exec(t, pool, `INSERT INTO orch.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, data, steps, version, created_at, updated_at, finished_at)
 			VALUES ($1, 'place-order', 1, 'a', $2, $3, '{}', '[]', 1, $4, $4, $5)`, id, id.String(), s.state, old.Add(-time.Minute), s.finished)
 		exec(t, pool, `INSERT INTO orch.journal (saga_id, at, event) VALUES ($1, $2, 'start'), ($1, $2, 'reply')`, id, old)
+		// A finished saga has no timer row; one written by hand goes
+		// with its saga.
+		exec(t, pool, `INSERT INTO orch.timers (saga_id, due_at) VALUES ($1, $2)`, id, now)
 		if i < 3 {
 			gone = append(gone, id)
 		} else {
@@ -123,6 +126,12 @@ func TestPurgeOnceDeletesOnlyExpiredRowsInBatches(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orch.journal WHERE saga_id = ANY($1)`, gone); n != 0 {
 		t.Errorf("%d journal rows of purged sagas left, want 0", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.timers WHERE saga_id = ANY($1)`, gone); n != 0 {
+		t.Errorf("%d timer rows of purged sagas left, want 0", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orch.timers WHERE saga_id = ANY($1)`, keep); n != 3 {
+		t.Errorf("%d timer rows of kept sagas, want 3", n)
 	}
 	// A second cycle finds nothing.
 	again, err := p.PurgeOnce(context.Background(), now)
