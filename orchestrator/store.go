@@ -324,9 +324,9 @@ func (s *store) queueUpdateChecked(b *pgx.Batch, next []*saga.Instance, prev []p
 func (s *store) updateArgs(next []*saga.Instance, prev []prior) ([]any, error) {
 	n := len(next)
 	ids := make([]uuid.UUID, n)
-	versions0, wakeups0 := make([]int64, n), make([]*time.Time, n)
+	prevVersions, prevWakeups := make([]int64, n), make([]*time.Time, n)
 	for i, p := range prev {
-		versions0[i], wakeups0[i] = p.version, p.wakeup
+		prevVersions[i], prevWakeups[i] = p.version, p.wakeup
 	}
 	states, currents, flags := make([]string, n), make([]string, n), make([]string, n)
 	datas, stepss := make([][]byte, n), make([][]byte, n)
@@ -341,7 +341,7 @@ func (s *store) updateArgs(next []*saga.Instance, prev []prior) ([]any, error) {
 		datas[i], stepss[i], versions[i] = in.Data, js, in.Version
 		deadlines[i], wakeups[i], updated[i], finished[i] = in.DeadlineAt, in.NextWakeup(), in.UpdatedAt, in.FinishedAt
 	}
-	return []any{pgid.UUIDs(ids), versions0, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished, wakeups0}, nil
+	return []any{pgid.UUIDs(ids), prevVersions, states, currents, datas, stepss, versions, flags, deadlines, wakeups, updated, finished, prevWakeups}, nil
 }
 
 func (s *store) loadByKey(ctx context.Context, db querier, sagaType, key string) (saga.Instance, error) {

@@ -51,15 +51,7 @@ func TestHandlersRunAheadAndACopyIsAnsweredFromTheBarrier(t *testing.T) {
 	}), nil); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	k.run(t)
 
 	w := k.writer(t)
 	send := func(cs ...message.Command) {

@@ -46,6 +46,21 @@ func newKafkaParticipant(t *testing.T, prefix string, cmdParts int) *kafkaPartic
 	return k
 }
 
+// run runs the participant until the test ends, and fails the test if Run
+// returns an error then.
+func (k *kafkaParticipant) run(t *testing.T) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(k.ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- k.p.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // writer is a kafka-go Writer to the command topic, closed with the test.
 func (k *kafkaParticipant) writer(t *testing.T) *kafka.Writer {
 	t.Helper()

@@ -57,15 +57,7 @@ func TestExecLaterGoesWithTheCommit(t *testing.T) {
 	if err := p.Handle("full", handler(true), nil); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	k.run(t)
 	w := k.writer(t)
 	replies := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: k.replies, Partition: 0, MaxWait: 50 * time.Millisecond})
 	defer replies.Close()
