@@ -44,6 +44,10 @@
 // Config.CPULimit confines each worker to a CPU quota in a cgroup v1 cpu
 // controller of its own: what a replica adds, measured on one machine.
 //
+// Floor measures what a lone saga cannot go below on a machine with this
+// design: its durable commits and Kafka hops one after the other, with
+// sagaflow's clients and nothing else on the path.
+//
 // Sweep runs several concurrencies and Plot draws throughput and p99
 // latency against concurrency as a PNG with the standard library only.
 //
@@ -65,4 +69,5 @@
 //   - split.go, worker.go: split runs (the driver's side, the workers');
 //     cgroup.go: the CPU limit of each worker (Config.CPULimit);
 //   - median.go: Median of repeated runs; plot.go, font.go: Plot.
+//   - floor.go: Floor, the commits and hops of a lone saga alone.
 package bench

@@ -24,6 +24,7 @@ func benchCmd(c *Config) *cobra.Command {
 		plotPath, resultsPath string
 		replot                string
 		repeat                int
+		floor                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -43,7 +44,13 @@ saga is then the sum over the three processes (listed in the result).
 --replicas N starts N worker processes of each role instead of one, and
 --cpu-limit C confines each worker to C CPUs in a cgroup of its own (the
 driver, Postgres and the broker stay unconfined): what a replica adds, on one
-machine; give the topics at least N partitions (--partitions).`,
+machine; give the topics at least N partitions (--partitions).
+
+--floor measures what a lone saga of --steps steps cannot go below on this
+machine with this design: its 2N+1 durable commits and 2N Kafka hops run one
+after the other with sagaflow's clients on the same Postgres and broker, and
+nothing else (no saga state, journal, signing or dispatcher); --sagas chains
+after --warmup.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := quietLogger(cmd, c.Log, true)
@@ -59,6 +66,9 @@ machine; give the topics at least N partitions (--partitions).`,
 					return fmt.Errorf("--replot %s: %w", replot, err)
 				}
 				return writePlot(cmd, all, plotPath)
+			}
+			if floor {
+				return runFloor(cmd, cfg, asJSON, repeat, sweep, cpuProfile)
 			}
 			if repeat < 1 {
 				return fmt.Errorf("--repeat is %d, want >= 1", repeat)
@@ -126,6 +136,7 @@ machine; give the topics at least N partitions (--partitions).`,
 	f.StringVar(&replot, "replot", "", "redraw --plot from a --results JSON file of an earlier sweep, without running")
 	f.IntVar(&repeat, "repeat", 1, "run the measurement this many times (a fresh database each) and report each run and the medians")
 	f.StringVar(&resultsPath, "results", "", "with --sweep: also write the results as JSON to this file")
+	f.BoolVar(&floor, "floor", false, "measure the floor of a lone saga instead: its durable commits and Kafka hops alone, one after the other")
 	cmd.AddCommand(benchWorkerCmd())
 	return cmd
 }
@@ -148,6 +159,32 @@ func benchWorkerCmd() *cobra.Command {
 	}
 	w.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// runFloor runs bench --floor.
+func runFloor(cmd *cobra.Command, cfg bench.Config, asJSON bool, repeat int, sweep, cpuProfile string) error {
+	fl := cmd.Flags()
+	for _, name := range []string{"concurrency", "rate", "duration", "split", "replicas", "cpu-limit", "partitions", "lanes", "batch-forward", "unsigned", "max-conns", "saga"} {
+		if fl.Changed(name) {
+			return fmt.Errorf("--floor and --%s cannot be combined: %s", name, bench.ErrFloorFlags)
+		}
+	}
+	if repeat != 1 || sweep != "" || cpuProfile != "" {
+		return fmt.Errorf("--floor and --repeat, --sweep or --cpuprofile cannot be combined: %s", bench.ErrFloorFlags)
+	}
+	res, err := bench.Floor(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "floor of a lone %d-step saga: %d durable commits and %d Kafka hops one after the other, %d chains\n", res.Steps, res.Transactions, res.Hops, res.Chains)
+	fmt.Fprintf(w, "  chain      p50 %.2f ms  p90 %.2f  p99 %.2f\n", res.ChainP50Ms, res.ChainP90Ms, res.ChainP99Ms)
+	fmt.Fprintf(w, "  commit     p50 %.3f ms  p90 %.3f (one round trip, durable)\n", res.CommitP50Ms, res.CommitP90Ms)
+	fmt.Fprintf(w, "  hop        p50 %.3f ms  p90 %.3f (produce %.3f, then fetch %.3f)\n", res.HopP50Ms, res.HopP90Ms, res.ProduceP50Ms, res.FetchP50Ms)
+	return nil
 }
 
 // runRepeat runs cfg n times and reports every run and the medians.

@@ -59,3 +59,39 @@ func TestBenchRepeatReportsRunsAndMedian(t *testing.T) {
 		}
 	}
 }
+
+// bench --floor runs its chains on a real database and the embedded broker
+// and prints the floor; the flags of a saga run are refused by name.
+func TestBenchFloorPrintsTheFloorAndRefusesSagaFlags(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	root := cli.Root(&out, &errb)
+	db := "sftest_benchfloor_" + testkit.RandomSuffix(4)
+	t.Cleanup(func() { testkit.DropDatabase(t, db) })
+	root.SetArgs([]string{"bench", "--floor", "--database-url", testkit.AdminURL(), "--database", db,
+		"--steps", "2", "--sagas", "20", "--warmup", "2"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("bench --floor: %v\n%s", err, errb.String())
+	}
+	for _, want := range []string{"floor of a lone 2-step saga: 5 durable commits and 4 Kafka hops one after the other, 20 chains", "chain      p50 ", "commit     p50 ", "hop        p50 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--floor", "--concurrency", "4"}, "--floor and --concurrency"},
+		{[]string{"bench", "--floor", "--split"}, "--floor and --split"},
+		{[]string{"bench", "--floor", "--saga", "place-order"}, "--floor and --saga"},
+		{[]string{"bench", "--floor", "--repeat", "3"}, "--floor and --repeat"},
+	} {
+		var o, e bytes.Buffer
+		r := cli.Root(&o, &e)
+		r.SetArgs(c.args)
+		if err := r.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one naming %q", c.args, err, c.want)
+		}
+	}
+}
