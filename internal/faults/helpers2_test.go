@@ -233,17 +233,21 @@ func busy(n *atomic.Int64) oneFunc {
 	}
 }
 
-// sent is one command the orchestrator enqueued, with when it became
-// available for the relay.
+// sent is one command the orchestrator enqueued. Its gaps are measured
+// on cmd.SentAt, the orchestrator's clock at the decision that sent it
+// (the one a backoff is added to), not on the outbox row's available_at:
+// that is Postgres's clock at its transaction's start, which a timer's
+// transaction takes before it reads the time it fires at, so under load
+// two rows' available_at can be closer than the backoff between the two
+// decisions (a transaction's BEGIN round trip closer).
 type sent struct {
-	cmd         message.Command
-	availableAt time.Time
+	cmd message.Command
 }
 
 // sentOn lists the commands enqueued for topic, oldest first.
 func (e *env) sentOn(topic string) []sent {
 	e.t.Helper()
-	rows, err := e.check.Query(context.Background(), `SELECT value, available_at FROM `+e.schemas.Orchestrator+`.outbox WHERE topic = $1 ORDER BY id`, topic)
+	rows, err := e.check.Query(context.Background(), `SELECT value FROM `+e.schemas.Orchestrator+`.outbox WHERE topic = $1 ORDER BY id`, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -252,7 +256,7 @@ func (e *env) sentOn(topic string) []sent {
 	for rows.Next() {
 		var v []byte
 		var s sent
-		if err := rows.Scan(&v, &s.availableAt); err != nil {
+		if err := rows.Scan(&v); err != nil {
 			e.t.Fatal(err)
 		}
 		if s.cmd, err = message.DecodeCommand(v); err != nil {

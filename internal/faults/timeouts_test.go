@@ -221,7 +221,7 @@ func TestRetryAfterPivotBacksOffFlagsAndCompletes(t *testing.T) {
 	})
 	for id, fw := range byID {
 		for k := 1; k < want; k++ {
-			gap := fw[k].availableAt.Sub(fw[k-1].availableAt)
+			gap := fw[k].cmd.SentAt.Sub(fw[k-1].cmd.SentAt)
 			min := saga.Backoff(eff, id, orderapi.StepCreateShipment, k)
 			if gap < min {
 				t.Fatalf("saga %s: attempt %d came %s after attempt %d, sooner than its backoff %s", id, k+1, gap, k, min)
@@ -316,7 +316,7 @@ func TestCompensationRetriedUntilItSucceedsAndFlagged(t *testing.T) {
 			t.Fatalf("saga %s: %d compensation sends, want more than %d", id, len(cs), flagAfter)
 		}
 		for k := 1; k < len(cs); k++ {
-			if gap, min := cs[k].availableAt.Sub(cs[k-1].availableAt), saga.Backoff(comp, id, orderapi.StepLockCoupon+"/compensate", k); gap < min {
+			if gap, min := cs[k].cmd.SentAt.Sub(cs[k-1].cmd.SentAt), saga.Backoff(comp, id, orderapi.StepLockCoupon+"/compensate", k); gap < min {
 				t.Fatalf("saga %s: compensation %d sent %s after the previous, sooner than its backoff %s", id, k+1, gap, min)
 			}
 		}
