@@ -42,6 +42,9 @@ type Counts struct {
 // sagaRow is one saga as the checks read it.
 type sagaRow struct {
 	typ, state, aggregate string
+	// where a saga not terminal stands, for its violation: its current
+	// step (name, state, attempts, last error), flag and next wake-up.
+	where string
 }
 
 // OK reports whether no invariant was violated.
@@ -113,7 +116,7 @@ func CheckPlan(ctx context.Context, db participants.DB, s Schemas, plan Plan, al
 		default:
 			rep.NonTerminal++
 			c.NonTerminal++
-			bad("saga %s (%s) is still %s", id, sg.typ, sg.state)
+			bad("saga %s (%s) is still %s %s", id, sg.typ, sg.state, sg.where)
 		}
 	}
 
@@ -227,7 +230,13 @@ func CheckPlan(ctx context.Context, db participants.DB, s Schemas, plan Plan, al
 
 // readSagas reads every saga's type, state and aggregate id.
 func readSagas(ctx context.Context, db participants.DB, schema string) (map[uuid.UUID]sagaRow, error) {
-	rows, err := db.Query(ctx, `SELECT id, type, state, aggregate_id FROM `+quote(schema)+`.sagas`)
+	rows, err := db.Query(ctx, `SELECT s.id, s.type, s.state, s.aggregate_id,
+  CASE WHEN s.state IN ('completed', 'compensated') THEN '' ELSE format('at step %s (%s, %s attempts, %s compensations, last error %L), flag %L, next wake-up %s, updated %s',
+    coalesce(nullif(s.current_step, ''), '-'), coalesce(c.e->>'state', '-'), coalesce(c.e->>'attempts', '0'), coalesce(c.e->>'compensation_attempts', '0'),
+    coalesce(c.e->>'last_error', ''), s.flag, coalesce(to_char(s.next_wakeup_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), 'none'),
+    to_char(s.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) END
+FROM `+quote(schema)+`.sagas s
+LEFT JOIN LATERAL (SELECT e FROM jsonb_array_elements(s.steps) AS x(e) WHERE x.e->>'name' = s.current_step LIMIT 1) c ON true`)
 	if err != nil {
 		return nil, fmt.Errorf("check: read sagas: %w", err)
 	}
@@ -236,7 +245,7 @@ func readSagas(ctx context.Context, db participants.DB, schema string) (map[uuid
 	for rows.Next() {
 		var id uuid.UUID
 		var r sagaRow
-		if err := rows.Scan(&id, &r.typ, &r.state, &r.aggregate); err != nil {
+		if err := rows.Scan(&id, &r.typ, &r.state, &r.aggregate, &r.where); err != nil {
 			return nil, fmt.Errorf("check: read sagas: %w", err)
 		}
 		out[id] = r

@@ -120,4 +120,24 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, ids[i],
 	if want := fmt.Sprintf("completed saga %s has 0 charges", ids[0]); !strings.Contains(strings.Join(rep.Violations, "\n"), want) {
 		t.Errorf("violations do not include %q (the other checks still run):\n%s", want, strings.Join(rep.Violations, "\n"))
 	}
+	// A saga not terminal is reported with where it stands: its current
+	// step's state, attempts and last error, its flag and next wake-up.
+	stuck := uuid.New()
+	if _, err := k.Pool.Exec(ctx, `INSERT INTO sagaflow.sagas (id, type, definition_version, aggregate_id, idempotency_key, state, current_step, flag, data, steps, version, created_at, updated_at, next_wakeup_at)
+VALUES ($1, 'place-order', 1, $2, $2, 'running', 'create-shipment', 'still retrying', '{}',
+  '[{"name": "reserve-inventory", "state": "succeeded", "attempts": 1}, {"name": "create-shipment", "state": "retrying", "attempts": 7, "compensation_attempts": 0, "last_error": "retry: busy"}]',
+  9, now(), now(), '2026-12-04 18:00:00+00')`, stuck, stuck.String()); err != nil {
+		t.Fatal(err)
+	}
+	third, err := workload.Check(ctx, k.Pool, workload.Schemas{
+		Orchestrator: orchestrator.SchemaDefault, Inventory: k.Schema(), Coupon: orderapi.Coupon,
+		Payment: orderapi.Payment, Shipping: orderapi.Shipping, Points: orderapi.Points,
+	}, stock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("saga %s (place-order) is still running at step create-shipment (retrying, 7 attempts, 0 compensations, last error 'retry: busy'), flag 'still retrying', next wake-up 2026-12-04T18:00:00.000Z, updated ", stuck)
+	if all := strings.Join(third.Violations, "\n"); !strings.Contains(all, want) || third.NonTerminal != 1 {
+		t.Errorf("%d not terminal; violations lack %q:\n%s", third.NonTerminal, want, all)
+	}
 }
