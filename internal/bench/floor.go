@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -137,20 +138,13 @@ func (m *floorMeasures) result(c Config, brokers []string) FloorResult {
 	for _, xs := range [][]float64{m.chain, m.commit, m.produce, m.fetch, m.hop} {
 		slices.Sort(xs)
 	}
-	bs := ""
-	for i, b := range brokers {
-		if i > 0 {
-			bs += ","
-		}
-		bs += b
-	}
 	return FloorResult{
 		Steps: c.Steps, Chains: len(m.chain), Transactions: 2*c.Steps + 1, Hops: 2 * c.Steps,
 		ChainP50Ms: pct(m.chain, 0.5), ChainP90Ms: pct(m.chain, 0.9), ChainP99Ms: pct(m.chain, 0.99),
 		CommitP50Ms: pct(m.commit, 0.5), CommitP90Ms: pct(m.commit, 0.9),
 		ProduceP50Ms: pct(m.produce, 0.5), FetchP50Ms: pct(m.fetch, 0.5),
 		HopP50Ms: pct(m.hop, 0.5), HopP90Ms: pct(m.hop, 0.9),
-		Brokers: bs, Database: c.Database,
+		Brokers: strings.Join(brokers, ","), Database: c.Database,
 	}
 }
 

@@ -77,10 +77,11 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, ids[i],
 		}
 	}
 
-	rep, err := workload.Check(ctx, k.Pool, workload.Schemas{
+	schemas := workload.Schemas{
 		Orchestrator: orchestrator.SchemaDefault, Inventory: k.Schema(), Coupon: orderapi.Coupon,
 		Payment: orderapi.Payment, Shipping: orderapi.Shipping, Points: orderapi.Points,
-	}, stock, true)
+	}
+	rep, err := workload.Check(ctx, k.Pool, schemas, stock, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +107,7 @@ VALUES ($1, 'place-order', 1, $2, $2, $3, '{}', '[]', 1, now(), now())`, ids[i],
 	if _, err := k.Pool.Exec(ctx, `INSERT INTO inventory.holds (saga_id, step, resource, quantity) VALUES ($1, 'hand-held', 'sku-a', 4)`, ids[2]); err != nil {
 		t.Fatal(err)
 	}
-	again, err := workload.Check(ctx, k.Pool, workload.Schemas{
-		Orchestrator: orchestrator.SchemaDefault, Inventory: k.Schema(), Coupon: orderapi.Coupon,
-		Payment: orderapi.Payment, Shipping: orderapi.Shipping, Points: orderapi.Points,
-	}, stock, true)
+	again, err := workload.Check(ctx, k.Pool, schemas, stock, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +127,7 @@ VALUES ($1, 'place-order', 1, $2, $2, 'running', 'create-shipment', 'still retry
   9, now(), now(), '2026-12-04 18:00:00+00')`, stuck, stuck.String()); err != nil {
 		t.Fatal(err)
 	}
-	third, err := workload.Check(ctx, k.Pool, workload.Schemas{
-		Orchestrator: orchestrator.SchemaDefault, Inventory: k.Schema(), Coupon: orderapi.Coupon,
-		Payment: orderapi.Payment, Shipping: orderapi.Shipping, Points: orderapi.Points,
-	}, stock, true)
+	third, err := workload.Check(ctx, k.Pool, schemas, stock, true)
 	if err != nil {
 		t.Fatal(err)
 	}
