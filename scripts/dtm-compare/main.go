@@ -24,6 +24,8 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,11 @@ type result struct {
 	LatencyP99Ms   float64 `json:"latency_p99_ms"`
 	RowsPerTable   [3]int  `json:"rows_per_table"`
 	SagasSubmitted int     `json:"sagas_submitted"`
+	// HostCPUSecPerSaga and HostBusy are the whole machine's CPU over the
+	// measured phase (DTM's server, the participants, this client and
+	// Postgres), as orchestrator bench reports its own.
+	HostCPUSecPerSaga float64 `json:"host_cpu_seconds_per_saga,omitempty"`
+	HostBusy          float64 `json:"host_busy,omitempty"`
 }
 
 func main() {
@@ -125,6 +132,7 @@ func run() error {
 		wg     sync.WaitGroup
 		sample error
 	)
+	ticks0, haveTicks := hostTicks()
 	t0 := time.Now()
 	deadline := t0.Add(*dur)
 	for range *conc {
@@ -151,6 +159,7 @@ func run() error {
 	}
 	wg.Wait()
 	elapsed := time.Since(t0).Seconds()
+	ticks1, haveTicks1 := hostTicks()
 	if len(lats) == 0 {
 		return fmt.Errorf("no saga succeeded (%d errors; first: %v)", errs.Load(), sample)
 	}
@@ -160,6 +169,13 @@ func run() error {
 		Concurrency: *conc, Sagas: len(lats), Errors: errs.Load(), ElapsedSeconds: elapsed,
 		SagasPerSecond: float64(len(lats)) / elapsed, LatencyP50Ms: pct(0.5), LatencyP99Ms: pct(0.99),
 		SagasSubmitted: *warm + int(next.Load()),
+	}
+	if haveTicks && haveTicks1 {
+		busy, total := ticks1[0]-ticks0[0], ticks1[1]-ticks0[1]
+		if total > 0 {
+			res.HostCPUSecPerSaga = float64(busy) / userHZ / float64(res.Sagas)
+			res.HostBusy = float64(busy) / float64(total)
+		}
 	}
 	for i := 1; i <= 3; i++ {
 		if err := db.QueryRow(fmt.Sprintf("SELECT count(*) FROM step%d WHERE gid LIKE $1", i), prefix+"%").Scan(&res.RowsPerTable[i-1]); err != nil {
@@ -178,4 +194,32 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// userHZ is the kernel's USER_HZ, the unit of /proc/stat.
+const userHZ = 100
+
+// hostTicks reads the machine's busy ticks (user, nice, system, irq,
+// softirq) and all ticks (with idle, iowait and steal) from /proc/stat's
+// first line; ok is false where there is none.
+func hostTicks() (t [2]int64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return t, false
+	}
+	var v [8]int64
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return t, false
+		}
+	}
+	// user nice system idle iowait irq softirq steal
+	t[0] = v[0] + v[1] + v[2] + v[5] + v[6]
+	t[1] = t[0] + v[3] + v[4] + v[7]
+	return t, true
 }

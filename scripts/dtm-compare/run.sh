@@ -3,8 +3,9 @@
 # with DTM") reports them: builds DTM v1.19.0 (this module's tool) and the
 # load program beside this script, starts DTM on its Postgres store, then
 # for each round runs the pgbench reference and, at each concurrency,
-# sagaflow's bench and DTM's load alternately. Prints one line a run and
-# the medians with their ratio; keeps every run's JSON in OUT.
+# sagaflow's bench and DTM's load alternately. Prints one line a run (with
+# the machine's CPU a saga over each measured phase) and the medians with
+# their ratio; keeps every run's JSON in OUT.
 #
 #   go build -o bin/orchestrator ./cmd/orchestrator
 #   scripts/dtm-compare/run.sh
@@ -35,7 +36,7 @@ pg=(-h 127.0.0.1 -p 5432 -U postgres)
 dtmdir=$(cd "$here" && go list -m -f '{{.Dir}}' github.com/dtm-labs/dtm)
 
 for db in sagaflow_dtm sagaflow_dtm_busi; do
-  psql "${pg[@]}" -d postgres -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+  psql "${pg[@]}" -d postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 done
 psql "${pg[@]}" -d sagaflow_dtm -q -f "$dtmdir/sqls/dtmsvr.storage.postgres.sql" 2>/dev/null
 # DTM writes the password into a keyword=value DSN without quotes: an empty
@@ -54,6 +55,10 @@ Store:
 UpdateBranchSync: $branch_sync
 LogLevel: 'warn'
 EOF
+if curl -s -o /dev/null http://127.0.0.1:36789/; then
+  echo "$0: something already listens on DTM's port 36789; stop it first" >&2
+  exit 1
+fi
 "$out/dtm" -c "$out/dtm.yml" >"$out/dtm.log" 2>&1 &
 dtm_pid=$!
 trap 'kill $dtm_pid 2>/dev/null || true' EXIT
@@ -76,8 +81,9 @@ import json, sys
 out, c, r = sys.argv[1:]
 s = json.load(open(f"{out}/sagaflow-c{c}-r{r}.json"))
 d = json.load(open(f"{out}/dtm-c{c}-r{r}.json"))
-print(f"c={c} round {r}: sagaflow {s['sagas_per_second']:.1f} sagas/s p50 {s['latency_p50_ms']:.2f} ms; "
-      f"DTM {d['sagas_per_second']:.1f} sagas/s p50 {d['latency_p50_ms']:.2f} ms")
+cpu = lambda x: f", machine CPU {1000 * x['host_cpu_seconds_per_saga']:.2f} ms a saga" if x.get("host_cpu_seconds_per_saga") else ""
+print(f"c={c} round {r}: sagaflow {s['sagas_per_second']:.1f} sagas/s p50 {s['latency_p50_ms']:.2f} ms{cpu(s)}; "
+      f"DTM {d['sagas_per_second']:.1f} sagas/s p50 {d['latency_p50_ms']:.2f} ms{cpu(d)}")
 PY
   done
 done
@@ -89,6 +95,7 @@ for c in concs:
     runs = {k: [json.load(open(f"{out}/{k}-c{c}-r{r}.json")) for r in range(1, rounds + 1)] for k in ("sagaflow", "dtm")}
     med = {k: statistics.median(x["sagas_per_second"] for x in v) for k, v in runs.items()}
     p50 = {k: statistics.median(x["latency_p50_ms"] for x in v) for k, v in runs.items()}
-    print(f"median c={c}: sagaflow {med['sagaflow']:.1f} sagas/s (p50 {p50['sagaflow']:.2f} ms), "
-          f"DTM {med['dtm']:.1f} (p50 {p50['dtm']:.2f} ms), ratio {med['sagaflow'] / med['dtm']:.2f}")
+    cpu = {k: statistics.median(1000 * x.get("host_cpu_seconds_per_saga", 0) for x in v) for k, v in runs.items()}
+    print(f"median c={c}: sagaflow {med['sagaflow']:.1f} sagas/s (p50 {p50['sagaflow']:.2f} ms, machine CPU {cpu['sagaflow']:.2f} ms a saga), "
+          f"DTM {med['dtm']:.1f} (p50 {p50['dtm']:.2f} ms, {cpu['dtm']:.2f} ms a saga), ratio {med['sagaflow'] / med['dtm']:.2f}")
 PY
